@@ -1,0 +1,58 @@
+# rmq_ha — `make help` lists the targets. Everything installs what it needs into .venv.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.dev-stamp
+NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/null) Cargo.toml pyproject.toml
+PYTEST_ARGS ?=
+
+.PHONY: help dev demo test test-rust test-py lint fmt bench clean stubcheck
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+
+$(STAMP): $(VPY) $(NATIVE_SRC)
+	$(VPY) -m pip install -q "maturin>=1.5,<2"
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --extras dev
+	$(VPY) -c "import rmq_ha._native"
+	touch $(STAMP)
+
+dev: $(STAMP) ## create .venv, build the Rust core with maturin, install rmq_ha (idempotent)
+
+demo: dev ## write/read a million messages, crash a writer mid-batch, recover, print what was cut
+	$(VENV)/bin/rmq-ha demo store
+
+test: dev test-rust test-py ## run every test (Rust and Python)
+
+test-rust: ## cargo test for the whole workspace
+	cargo test --workspace --release -q
+
+test-py: dev ## pytest (exit code 5, "no tests collected", fails the target)
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy, the .pyi stub against the built module
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets --release -- -D warnings
+	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/mypy
+	$(VPY) -m rmq_ha._stubcheck
+
+fmt: dev ## format Rust and Python
+	cargo fmt --all
+	$(VENV)/bin/ruff format python tests
+	$(VENV)/bin/ruff check --fix python tests
+
+bench: dev ## storage benchmark vs a plain sequential writer (writes docs-ready JSON to stdout)
+	$(VENV)/bin/rmq-ha bench store
+
+clean: ## remove build outputs and the virtualenv
+	cargo clean
+	rm -rf $(VENV) target

@@ -1,0 +1,681 @@
+//! `rmq_ha._native`: the only PyO3 crate. Conversions, GIL release around disk work, and the
+//! mapping of each Rust error variant to exactly one class of `rmq_ha.errors`.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::raw::c_int;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use rmq_store::baseline::{sequential_write, SyncCadence};
+use rmq_store::commitlog::RecordBuf;
+use rmq_store::epoch::{find_consistent_point as fcp, EpochFile as RsEpochFile, EpochLoadSource};
+use rmq_store::store::{Store as RsStore, StoreConfig};
+use rmq_store::StoreError;
+use rmq_wire::message::{decode_record, Decoded, MessageIn};
+
+pyo3::import_exception!(rmq_ha.errors, StoreIOError);
+pyo3::import_exception!(rmq_ha.errors, CorruptRecordError);
+pyo3::import_exception!(rmq_ha.errors, CorruptFileError);
+pyo3::import_exception!(rmq_ha.errors, OffsetOutOfRangeError);
+pyo3::import_exception!(rmq_ha.errors, EpochConflictError);
+pyo3::import_exception!(rmq_ha.errors, MessageIllegalError);
+pyo3::import_exception!(rmq_ha.errors, ConfigError);
+pyo3::import_exception!(rmq_ha.errors, StoreClosedError);
+
+fn to_py(e: StoreError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        StoreError::Io { path, source } => {
+            StoreIOError::new_err((msg, path.display().to_string(), source.raw_os_error()))
+        }
+        StoreError::CorruptRecord { offset, .. } => CorruptRecordError::new_err((msg, offset)),
+        StoreError::CorruptFile { path, .. } => {
+            CorruptFileError::new_err((msg, path.display().to_string()))
+        }
+        StoreError::OffsetOutOfRange { offset, min, max } => {
+            OffsetOutOfRangeError::new_err((msg, offset, min, max))
+        }
+        StoreError::EpochConflict(_) => EpochConflictError::new_err(msg),
+        StoreError::MessageIllegal(_) => MessageIllegalError::new_err(msg),
+        StoreError::Config { key, .. } => ConfigError::new_err((msg, key)),
+        StoreError::Closed => StoreClosedError::new_err(msg),
+    }
+}
+
+fn parse_addr(s: &str, what: &'static str) -> PyResult<SocketAddr> {
+    s.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            ConfigError::new_err((format!("bad config {what}: {s:?} is not host:port"), what))
+        })
+}
+
+/// A message to append. Everything the store does not assign itself.
+#[pyclass(frozen, module = "rmq_ha._native")]
+struct Message {
+    topic: Vec<u8>,
+    queue_id: i32,
+    body: Vec<u8>,
+    properties: Vec<u8>,
+    flag: i32,
+    sys_flag: i32,
+    born_timestamp: i64,
+    born_host: SocketAddr,
+    reconsume_times: i32,
+    prepared_txn_offset: i64,
+}
+
+#[pymethods]
+impl Message {
+    #[new]
+    #[pyo3(signature = (topic, queue_id, body, properties=None, *, flag=0, sys_flag=0,
+                        born_timestamp=0, born_host="127.0.0.1:0", reconsume_times=0,
+                        prepared_txn_offset=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        topic: &str,
+        queue_id: i32,
+        body: &[u8],
+        properties: Option<&[u8]>,
+        flag: i32,
+        sys_flag: i32,
+        born_timestamp: i64,
+        born_host: &str,
+        reconsume_times: i32,
+        prepared_txn_offset: i64,
+    ) -> PyResult<Self> {
+        Ok(Message {
+            topic: topic.as_bytes().to_vec(),
+            queue_id,
+            body: body.to_vec(),
+            properties: properties.unwrap_or_default().to_vec(),
+            flag,
+            sys_flag,
+            born_timestamp,
+            born_host: parse_addr(born_host, "born_host")?,
+            reconsume_times,
+            prepared_txn_offset,
+        })
+    }
+    #[getter]
+    fn topic(&self) -> String {
+        String::from_utf8_lossy(&self.topic).into_owned()
+    }
+    #[getter]
+    fn queue_id(&self) -> i32 {
+        self.queue_id
+    }
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.body)
+    }
+}
+
+impl Message {
+    fn as_in(&self) -> MessageIn<'_> {
+        MessageIn {
+            topic: &self.topic,
+            queue_id: self.queue_id,
+            flag: self.flag,
+            sys_flag: self.sys_flag,
+            body: &self.body,
+            properties: &self.properties,
+            born_timestamp: self.born_timestamp,
+            born_host: self.born_host,
+            reconsume_times: self.reconsume_times,
+            prepared_txn_offset: self.prepared_txn_offset,
+        }
+    }
+}
+
+/// Zero-copy view of stored bytes (whole records). Supports the buffer protocol:
+/// `memoryview(buf)` and `sock.send(buf)` read the segment mapping directly.
+#[pyclass(frozen, module = "rmq_ha._native")]
+struct StoreBuffer {
+    inner: RecordBuf,
+}
+
+#[pymethods]
+impl StoreBuffer {
+    /// Commitlog offset of the first byte.
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.inner.offset
+    }
+    /// Offset just past the last byte.
+    #[getter]
+    fn end_offset(&self) -> u64 {
+        self.inner.end_offset()
+    }
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+    /// A copy as bytes.
+    fn tobytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.as_slice())
+    }
+    // SAFETY (of the unsafe fn as a whole): called by CPython with a valid `view`; we fill it
+    // with a pointer into the mapping owned by `self.inner`, and PyBuffer_FillInfo stores a new
+    // reference to `slf` in `view->obj`, which keeps this object (and so the mapping) alive for
+    // as long as the view exists.
+    unsafe fn __getbuffer__(
+        slf: PyRef<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("StoreBuffer is read-only"));
+        }
+        let len = slf.inner.len() as ffi::Py_ssize_t;
+        let ptr = slf.inner.as_ptr() as *mut std::os::raw::c_void;
+        // SAFETY: `view` is valid per the caller's contract; `ptr`/`len` describe memory that
+        // stays mapped while `slf` is alive, and FillInfo takes a reference to `slf`.
+        let rc = unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr, len, 1, flags) };
+        if rc != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+fn wrap(inner: RecordBuf) -> StoreBuffer {
+    StoreBuffer { inner }
+}
+
+/// The message store (commitlog, consume queues, dispatcher, flush thread).
+#[pyclass(frozen, module = "rmq_ha._native")]
+struct Store {
+    inner: RsStore,
+    report: Mutex<Option<Py<PyDict>>>,
+}
+
+fn report_dict<'py>(
+    py: Python<'py>,
+    r: &rmq_store::store::OpenReport,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let c = &r.commitlog;
+    d.set_item("scanned_from", c.scanned_from)?;
+    d.set_item("valid_end", c.valid_end)?;
+    d.set_item("cut_offset", c.cut_offset)?;
+    d.set_item("cut_reason", c.cut_reason.clone())?;
+    d.set_item("cut_bytes", c.cut_bytes)?;
+    d.set_item("cut_segments", c.cut_segments.clone())?;
+    d.set_item("records_scanned", c.records_scanned)?;
+    d.set_item(
+        "checkpoint",
+        match &r.checkpoint {
+            rmq_store::checkpoint::CheckpointLoad::Fresh => "fresh".to_string(),
+            rmq_store::checkpoint::CheckpointLoad::Loaded => "loaded".to_string(),
+            rmq_store::checkpoint::CheckpointLoad::Corrupt(why) => format!("corrupt: {why}"),
+        },
+    )?;
+    d.set_item("cq_cut_units", r.cq_cut_units)?;
+    d.set_item("redispatched_from", r.redispatched_from)?;
+    d.set_item("confirm_offset", r.confirm_offset)?;
+    d.set_item("confirm_clamped_from", r.confirm_clamped_from)?;
+    Ok(d)
+}
+
+#[pymethods]
+impl Store {
+    #[new]
+    #[pyo3(signature = (root, *, segment_size=1<<30, cq_units_per_file=300_000,
+                        store_host="127.0.0.1:10911", flush_interval_ms=500,
+                        checkpoint_interval_ms=1000, max_message_size=4*1024*1024,
+                        confirm_follows_max=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        root: PathBuf,
+        segment_size: u64,
+        cq_units_per_file: u64,
+        store_host: &str,
+        flush_interval_ms: u64,
+        checkpoint_interval_ms: u64,
+        max_message_size: usize,
+        confirm_follows_max: bool,
+    ) -> PyResult<Self> {
+        let mut cfg = StoreConfig::new(root);
+        cfg.segment_size = segment_size;
+        cfg.cq_units_per_file = cq_units_per_file;
+        cfg.store_host = parse_addr(store_host, "store_host")?;
+        cfg.flush_interval_ms = flush_interval_ms;
+        cfg.checkpoint_interval_ms = checkpoint_interval_ms;
+        cfg.max_message_size = max_message_size;
+        cfg.confirm_follows_max = confirm_follows_max;
+        let (inner, report) = py.detach(|| RsStore::open(cfg)).map_err(to_py)?;
+        let d = report_dict(py, &report)?.unbind();
+        Ok(Store {
+            inner,
+            report: Mutex::new(Some(d)),
+        })
+    }
+
+    /// What recovery found when the store was opened (cut offsets, reasons, ...).
+    #[getter]
+    fn open_report(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let g = self
+            .report
+            .lock()
+            .map_err(|_| PyValueError::new_err("poisoned"))?;
+        match g.as_ref() {
+            Some(d) => Ok(d.clone_ref(py)),
+            None => Ok(PyDict::new(py).unbind()),
+        }
+    }
+
+    /// Appends many messages in one call; returns (physical_offset, size, queue_offset,
+    /// store_timestamp) per message. The GIL is released during encoding and the write.
+    fn append_batch(
+        &self,
+        py: Python<'_>,
+        messages: Vec<Bound<'_, Message>>,
+    ) -> PyResult<Vec<(u64, u32, i64, i64)>> {
+        let refs: Vec<&Message> = messages.iter().map(|m| m.get()).collect();
+        let placed = py
+            .detach(|| {
+                let ins: Vec<MessageIn<'_>> = refs.iter().map(|m| m.as_in()).collect();
+                self.inner.append_batch(&ins)
+            })
+            .map_err(to_py)?;
+        Ok(placed
+            .into_iter()
+            .map(|p| (p.physical_offset, p.size, p.queue_offset, p.store_timestamp))
+            .collect())
+    }
+
+    /// Appends `bodies` to one queue with shared properties: the fast path for benchmarks and
+    /// producers that batch per queue.
+    #[pyo3(signature = (topic, queue_id, bodies, properties=None, born_host="127.0.0.1:0", born_timestamp=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn append_bodies(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        bodies: Vec<Vec<u8>>,
+        properties: Option<Vec<u8>>,
+        born_host: &str,
+        born_timestamp: i64,
+    ) -> PyResult<(u64, u64, i64)> {
+        let host = parse_addr(born_host, "born_host")?;
+        let props = properties.unwrap_or_default();
+        let placed = py
+            .detach(|| {
+                let ins: Vec<MessageIn<'_>> = bodies
+                    .iter()
+                    .map(|b| MessageIn {
+                        topic: topic.as_bytes(),
+                        queue_id,
+                        flag: 0,
+                        sys_flag: 0,
+                        body: b,
+                        properties: &props,
+                        born_timestamp,
+                        born_host: host,
+                        reconsume_times: 0,
+                        prepared_txn_offset: 0,
+                    })
+                    .collect();
+                self.inner.append_batch(&ins)
+            })
+            .map_err(to_py)?;
+        // (first physical offset, end offset, first queue offset)
+        let first = placed.first().map_or(0, |p| p.physical_offset);
+        let end = placed
+            .last()
+            .map_or(first, |p| p.physical_offset + p.size as u64);
+        let q = placed.first().map_or(-1, |p| p.queue_offset);
+        Ok((first, end, q))
+    }
+
+    /// Appends bytes replicated from a master at `offset` (whole, validated records).
+    fn append_raw(&self, py: Python<'_>, offset: u64, data: &[u8]) -> PyResult<usize> {
+        py.detach(|| self.inner.append_raw(offset, data))
+            .map_err(to_py)
+    }
+
+    /// The validated record at a physical offset (zero-copy).
+    fn read_record(&self, py: Python<'_>, offset: u64) -> PyResult<StoreBuffer> {
+        py.detach(|| self.inner.read_record(offset))
+            .map(wrap)
+            .map_err(to_py)
+    }
+
+    /// Whole records from `offset`, at most `max_bytes` (one record at least), below `limit`
+    /// (default: the max offset), within one segment.
+    #[pyo3(signature = (offset, max_bytes, limit=None))]
+    fn read_range(
+        &self,
+        py: Python<'_>,
+        offset: u64,
+        max_bytes: usize,
+        limit: Option<u64>,
+    ) -> PyResult<StoreBuffer> {
+        let limit = limit.unwrap_or(u64::MAX);
+        py.detach(|| self.inner.read_range(offset, max_bytes, limit))
+            .map(wrap)
+            .map_err(to_py)
+    }
+
+    /// Messages of a queue from `queue_offset`: (buffers, next_offset, min_offset, max_offset).
+    #[pyo3(signature = (topic, queue_id, queue_offset, max_count=32, max_bytes=4*1024*1024))]
+    fn get_messages(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> PyResult<(Vec<StoreBuffer>, u64, u64, u64)> {
+        let r = py
+            .detach(|| {
+                self.inner
+                    .get_messages(topic, queue_id, queue_offset, max_count, max_bytes)
+            })
+            .map_err(to_py)?;
+        Ok((
+            r.records.into_iter().map(wrap).collect(),
+            r.next_offset,
+            r.min_offset,
+            r.max_offset,
+        ))
+    }
+
+    fn queue_min_offset(&self, topic: &str, queue_id: i32) -> PyResult<u64> {
+        self.inner.queue_min_offset(topic, queue_id).map_err(to_py)
+    }
+    fn queue_max_offset(&self, topic: &str, queue_id: i32) -> PyResult<u64> {
+        self.inner.queue_max_offset(topic, queue_id).map_err(to_py)
+    }
+    /// (physical_offset, size, tag_code) of a consume-queue unit.
+    fn queue_unit(&self, topic: &str, queue_id: i32, index: u64) -> PyResult<(u64, u32, i64)> {
+        let u = self
+            .inner
+            .queue_unit(topic, queue_id, index)
+            .map_err(to_py)?;
+        Ok((u.phys_offset, u.size, u.tag_code))
+    }
+    fn next_queue_offset(&self, topic: &str, queue_id: i32) -> PyResult<i64> {
+        self.inner.next_queue_offset(topic, queue_id).map_err(to_py)
+    }
+    fn search_offset_by_timestamp(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        timestamp_ms: i64,
+    ) -> PyResult<u64> {
+        py.detach(|| {
+            self.inner
+                .search_offset_by_timestamp(topic, queue_id, timestamp_ms)
+        })
+        .map_err(to_py)
+    }
+    fn earliest_store_time(&self, topic: &str, queue_id: i32) -> PyResult<Option<i64>> {
+        self.inner
+            .earliest_store_time(topic, queue_id)
+            .map_err(to_py)
+    }
+    fn queues(&self) -> PyResult<Vec<(String, i32)>> {
+        self.inner.queues().map_err(to_py)
+    }
+
+    /// Moves the confirm offset (clamped to max) and dispatches up to it.
+    fn set_confirm_offset(&self, py: Python<'_>, offset: u64) -> PyResult<u64> {
+        py.detach(|| self.inner.set_confirm_offset(offset))
+            .map_err(to_py)
+    }
+    /// Durable truncation of the commitlog and consume queues to `offset`.
+    fn truncate_to(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        py.detach(|| self.inner.truncate_to(offset)).map_err(to_py)
+    }
+    /// fdatasync in the calling thread (GIL released); returns the flushed offset.
+    fn flush(&self, py: Python<'_>) -> PyResult<u64> {
+        py.detach(|| self.inner.flush()).map_err(to_py)
+    }
+    /// Asks the flush thread to make `offset` durable soon (group commit); does not block.
+    fn request_flush(&self, offset: u64) {
+        self.inner.request_flush(offset)
+    }
+    /// Blocks (GIL released) until `offset` is durable or the timeout passes.
+    fn wait_flushed(&self, py: Python<'_>, offset: u64, timeout_s: f64) -> PyResult<u64> {
+        let t = Duration::from_secs_f64(timeout_s.max(0.0));
+        py.detach(|| self.inner.wait_flushed(offset, t))
+            .map_err(to_py)
+    }
+    /// Read end of a non-blocking pipe that gets a byte whenever the flushed offset advances.
+    fn flush_notify_fd(&self) -> i32 {
+        self.inner.flush_notify_fd()
+    }
+    /// The background flusher's last error, if any.
+    fn flush_error(&self) -> Option<String> {
+        self.inner.flush_error()
+    }
+    /// Writes the checkpoint now; returns its fields.
+    fn checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = py.detach(|| self.inner.checkpoint()).map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("physic_msg_timestamp", c.physic_msg_timestamp)?;
+        d.set_item("logics_msg_timestamp", c.logics_msg_timestamp)?;
+        d.set_item("master_flushed_offset", c.master_flushed_offset)?;
+        d.set_item("confirm_offset", c.confirm_offset)?;
+        d.set_item("dispatched_offset", c.dispatched_offset)?;
+        d.set_item("flushed_offset", c.flushed_offset)?;
+        Ok(d)
+    }
+    /// Retention: deletes segments last written more than `reserved_ms` ago (and below the
+    /// flushed and dispatched offsets); returns the deleted file names.
+    fn delete_expired(&self, py: Python<'_>, reserved_ms: u64) -> PyResult<Vec<String>> {
+        py.detach(|| {
+            let older = SystemTime::now()
+                .checked_sub(Duration::from_millis(reserved_ms))
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            self.inner.delete_expired(older)
+        })
+        .map_err(to_py)
+    }
+    fn delete_segments_before(&self, py: Python<'_>, offset: u64) -> PyResult<Vec<String>> {
+        py.detach(|| self.inner.delete_segments_before(offset))
+            .map_err(to_py)
+    }
+    fn segment_files(&self) -> PyResult<Vec<(u64, PathBuf)>> {
+        self.inner.segment_files().map_err(to_py)
+    }
+    #[getter]
+    fn max_offset(&self) -> u64 {
+        self.inner.max_offset()
+    }
+    #[getter]
+    fn min_offset(&self) -> u64 {
+        self.inner.min_offset()
+    }
+    #[getter]
+    fn flushed_offset(&self) -> u64 {
+        self.inner.flushed_offset()
+    }
+    #[getter]
+    fn committed_offset(&self) -> u64 {
+        self.inner.committed_offset()
+    }
+    #[getter]
+    fn confirm_offset(&self) -> u64 {
+        self.inner.confirm_offset()
+    }
+    #[getter]
+    fn dispatched_offset(&self) -> u64 {
+        self.inner.dispatched_offset()
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+    /// Final flush + checkpoint; stops the flush thread. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.close()).map_err(to_py)
+    }
+}
+
+/// The epoch file (epoch -> start offset), with a `.bak` copy.
+#[pyclass(frozen, module = "rmq_ha._native")]
+struct EpochFile {
+    inner: Mutex<RsEpochFile>,
+    source: &'static str,
+}
+
+impl EpochFile {
+    fn with<T>(&self, f: impl FnOnce(&mut RsEpochFile) -> rmq_store::Result<T>) -> PyResult<T> {
+        let mut g = self
+            .inner
+            .lock()
+            .map_err(|_| PyValueError::new_err("epoch file lock poisoned"))?;
+        f(&mut g).map_err(to_py)
+    }
+}
+
+#[pymethods]
+impl EpochFile {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let (f, src) = py.detach(|| RsEpochFile::open(&path)).map_err(to_py)?;
+        Ok(EpochFile {
+            inner: Mutex::new(f),
+            source: match src {
+                EpochLoadSource::Main => "main",
+                EpochLoadSource::Backup => "backup",
+                EpochLoadSource::Fresh => "fresh",
+            },
+        })
+    }
+    /// Where the entries were loaded from: "main", "backup" or "fresh".
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.source
+    }
+    /// [(epoch, start_offset, end_offset)]; the last end is 2**64-1 (open).
+    fn entries(&self) -> PyResult<Vec<(u32, u64, u64)>> {
+        self.with(|f| {
+            Ok(f.entries()
+                .into_iter()
+                .map(|e| (e.epoch, e.start_offset, e.end_offset))
+                .collect())
+        })
+    }
+    fn last_epoch(&self) -> PyResult<Option<u32>> {
+        self.with(|f| Ok(f.last_epoch()))
+    }
+    fn append(&self, py: Python<'_>, epoch: u32, start_offset: u64) -> PyResult<()> {
+        py.detach(|| self.with(|f| f.append(epoch, start_offset)))
+    }
+    fn truncate_suffix_by_epoch(&self, py: Python<'_>, epoch: u32) -> PyResult<()> {
+        py.detach(|| self.with(|f| f.truncate_suffix_by_epoch(epoch)))
+    }
+    fn truncate_suffix_by_offset(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        py.detach(|| self.with(|f| f.truncate_suffix_by_offset(offset)))
+    }
+    fn truncate_prefix_by_offset(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        py.detach(|| self.with(|f| f.truncate_prefix_by_offset(offset)))
+    }
+    fn find_by_epoch(&self, epoch: u32) -> PyResult<Option<(u32, u64, u64)>> {
+        self.with(|f| {
+            Ok(f.find_by_epoch(epoch)
+                .map(|e| (e.epoch, e.start_offset, e.end_offset)))
+        })
+    }
+    fn find_by_offset(&self, offset: u64) -> PyResult<Option<(u32, u64, u64)>> {
+        self.with(|f| {
+            Ok(f.find_by_offset(offset)
+                .map(|e| (e.epoch, e.start_offset, e.end_offset)))
+        })
+    }
+}
+
+/// Seed 002's truncation point: None when the logs share no (epoch, start) entry.
+#[pyfunction]
+fn find_consistent_point(
+    local: Vec<(u32, u64)>,
+    local_max: u64,
+    master: Vec<(u32, u64)>,
+    master_max: u64,
+) -> Option<u64> {
+    fcp(&local, local_max, &master, master_max)
+}
+
+/// Decodes one stored record (validating it) into a dict; for tests and tools.
+#[pyfunction]
+fn decode_stored_record<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match decode_record(data) {
+        Ok(Decoded::Record(r)) => {
+            d.set_item("total_size", r.total_size())?;
+            d.set_item("queue_id", r.queue_id)?;
+            d.set_item("flag", r.flag)?;
+            d.set_item("queue_offset", r.queue_offset)?;
+            d.set_item("physical_offset", r.physical_offset)?;
+            d.set_item("sys_flag", r.sys_flag)?;
+            d.set_item("born_timestamp", r.born_timestamp)?;
+            d.set_item("born_host", r.born_host.to_string())?;
+            d.set_item("store_timestamp", r.store_timestamp)?;
+            d.set_item("store_host", r.store_host.to_string())?;
+            d.set_item("reconsume_times", r.reconsume_times)?;
+            d.set_item("prepared_txn_offset", r.prepared_txn_offset)?;
+            d.set_item("body", PyBytes::new(py, r.body))?;
+            d.set_item("topic", String::from_utf8_lossy(r.topic).into_owned())?;
+            d.set_item("properties", PyBytes::new(py, r.properties))?;
+            Ok(d)
+        }
+        Ok(Decoded::Blank(n)) => {
+            d.set_item("blank", n)?;
+            Ok(d)
+        }
+        Err(e) => Err(CorruptRecordError::new_err((e.to_string(), 0u64))),
+    }
+}
+
+/// The benchmark baseline: `batches` sequential writes of `batch_bytes` to a new file, with
+/// fdatasync after every batch (sync) or every `interval_ms` (async). Returns seconds taken.
+#[pyfunction]
+#[pyo3(signature = (path, batch_bytes, batches, every_batch, interval_ms=500))]
+fn baseline_sequential_write(
+    py: Python<'_>,
+    path: PathBuf,
+    batch_bytes: usize,
+    batches: u64,
+    every_batch: bool,
+    interval_ms: u64,
+) -> PyResult<(u64, f64, u64)> {
+    let cadence = if every_batch {
+        SyncCadence::EveryBatch
+    } else {
+        SyncCadence::Interval(Duration::from_millis(interval_ms))
+    };
+    let r = py
+        .detach(|| sequential_write(&path, batch_bytes, batches, cadence))
+        .map_err(to_py)?;
+    Ok((r.bytes, r.seconds, r.syncs))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Message>()?;
+    m.add_class::<StoreBuffer>()?;
+    m.add_class::<Store>()?;
+    m.add_class::<EpochFile>()?;
+    m.add_function(wrap_pyfunction!(find_consistent_point, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_stored_record, m)?)?;
+    m.add_function(wrap_pyfunction!(baseline_sequential_write, m)?)?;
+    m.add("TRANSACTION_PREPARED_TYPE", 0x4)?;
+    m.add("TRANSACTION_COMMIT_TYPE", 0x8)?;
+    m.add("TRANSACTION_ROLLBACK_TYPE", 0xC)?;
+    Ok(())
+}

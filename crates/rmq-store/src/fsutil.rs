@@ -1,0 +1,44 @@
+//! Small durable-file helpers shared by the store's files.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{IoContext, Result};
+
+/// fsyncs a directory so that renames, creations and deletions in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).at(dir)?.sync_all().at(dir)
+}
+
+/// Writes `data` to `path` atomically: temp file, fsync, rename, fsync of the directory.
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = dir.join(tmp_name);
+    {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&tmp)
+            .at(&tmp)?;
+        f.write_all(data).at(&tmp)?;
+        f.sync_all().at(&tmp)?;
+    }
+    fs::rename(&tmp, path).at(path)?;
+    sync_dir(dir)
+}
+
+/// Reads a file, mapping "not found" to `Ok(None)`.
+pub fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::StoreError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
+}

@@ -1,0 +1,935 @@
+//! The message store: commitlog + consume queues + checkpoint + the confirm-offset dispatcher,
+//! with a background flush thread doing interval flushes and group commits.
+//!
+//! # Visibility
+//! Consumers only see what the dispatcher has put in consume queues, and the dispatcher never
+//! goes past the confirm offset. With `confirm_follows_max` (a standalone master, or RocketMQ's
+//! rule for a one-member SyncStateSet / `allAckInSyncStateSet=false`) the confirm offset is the
+//! max offset and every append is dispatched at once. Otherwise the owner (the HA layer) moves it
+//! with [`Store::set_confirm_offset`].
+//!
+//! # Queue offsets across restarts (RocketMQ #7689)
+//! Records past the dispatch point already carry queue offsets. Recovery rebuilds the per-queue
+//! next-offset table from the consume queues *and* from every record after the dispatch point,
+//! so a restart never hands out a queue offset twice.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rmq_wire::message::{MessageIn, RecordView};
+
+use crate::checkpoint::{Checkpoint, CheckpointFile, CheckpointLoad};
+use crate::commitlog::{
+    CommitLog, CommitLogConfig, Placement, RecordBuf, RecoveryReport, Shared, DEFAULT_SEGMENT_SIZE,
+};
+use crate::consume_queue::{ConsumeQueue, CqUnit};
+use crate::error::{IoContext, Result, StoreError};
+
+/// SYSFLAG transaction type bits (bits 2-3).
+const TRANSACTION_TYPE_MASK: i32 = 0xC;
+const TRANSACTION_PREPARED: i32 = 0x4;
+const TRANSACTION_ROLLBACK: i32 = 0xC;
+
+/// Prepared and rolled-back transaction records are stored but never dispatched and do not take
+/// a queue offset (RocketMQ: only NOT_TYPE and COMMIT_TYPE reach consume queues).
+pub fn is_dispatchable(sys_flag: i32) -> bool {
+    let t = sys_flag & TRANSACTION_TYPE_MASK;
+    t != TRANSACTION_PREPARED && t != TRANSACTION_ROLLBACK
+}
+
+/// RocketMQ's topic rule: `[%|a-zA-Z0-9_-]+`, at most 255 bytes here (it becomes a directory).
+pub fn check_topic(topic: &[u8]) -> std::result::Result<&str, String> {
+    if topic.is_empty() || topic.len() > 255 {
+        return Err(format!("topic length {} is outside 1..=255", topic.len()));
+    }
+    if !topic
+        .iter()
+        .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'%' | b'|' | b'_' | b'-'))
+    {
+        return Err(format!(
+            "topic {:?} has characters outside [%|a-zA-Z0-9_-]",
+            String::from_utf8_lossy(topic)
+        ));
+    }
+    std::str::from_utf8(topic).map_err(|e| e.to_string())
+}
+
+/// Java's `String.hashCode` over UTF-16 code units: RocketMQ's tag code.
+pub fn java_string_hash(s: &str) -> i64 {
+    let mut h: i32 = 0;
+    for u in s.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(u as i32);
+    }
+    h as i64
+}
+
+/// The value of property `key` in RocketMQ's `k\x01v\x02` encoding.
+pub fn property<'a>(props: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    props.split(|&b| b == 2).find_map(|kv| {
+        let sep = kv.iter().position(|&b| b == 1)?;
+        (&kv[..sep] == key).then_some(&kv[sep + 1..])
+    })
+}
+
+fn tag_code(props: &[u8]) -> i64 {
+    match property(props, b"TAGS") {
+        Some(t) => java_string_hash(&String::from_utf8_lossy(t)),
+        None => 0,
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub root: PathBuf,
+    pub segment_size: u64,
+    pub cq_units_per_file: u64,
+    pub store_host: SocketAddr,
+    pub flush_interval_ms: u64,
+    pub checkpoint_interval_ms: u64,
+    /// Largest accepted body (RocketMQ maxMessageSize, 4 MiB).
+    pub max_message_size: usize,
+    /// Confirm offset = max offset (standalone); false when the HA layer drives it.
+    pub confirm_follows_max: bool,
+}
+
+impl StoreConfig {
+    pub fn new(root: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            root: root.into(),
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            cq_units_per_file: 300_000,
+            store_host: SocketAddr::from(([127, 0, 0, 1], 10911)),
+            flush_interval_ms: 500,
+            checkpoint_interval_ms: 1000,
+            max_message_size: 4 * 1024 * 1024,
+            confirm_follows_max: true,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.cq_units_per_file == 0 || self.cq_units_per_file > (1 << 26) {
+            return Err(StoreError::Config {
+                key: "cq_units_per_file",
+                reason: format!("{} is outside [1, 2^26]", self.cq_units_per_file),
+            });
+        }
+        if self.flush_interval_ms == 0 {
+            return Err(StoreError::Config {
+                key: "flush_interval_ms",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.max_message_size == 0 || self.max_message_size > 6 * 1024 * 1024 {
+            return Err(StoreError::Config {
+                key: "max_message_size",
+                reason: format!("{} is outside [1, 6 MiB]", self.max_message_size),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What opening the store found.
+#[derive(Debug, Clone)]
+pub struct OpenReport {
+    pub commitlog: RecoveryReport,
+    pub checkpoint: CheckpointLoad,
+    pub cq_cut_units: u64,
+    pub redispatched_from: u64,
+    pub confirm_offset: u64,
+    /// The persisted confirm offset before clamping into [min, end], when it was clamped.
+    pub confirm_clamped_from: Option<u64>,
+}
+
+/// Result of a consume-queue read (the store side of PULL_MESSAGE).
+pub struct GetResult {
+    pub records: Vec<RecordBuf>,
+    pub next_offset: u64,
+    pub min_offset: u64,
+    pub max_offset: u64,
+}
+
+struct Inner {
+    log: CommitLog,
+    cqs: HashMap<(String, i32), ConsumeQueue>,
+    queue_table: HashMap<(String, i32), i64>,
+    ckpt_file: CheckpointFile,
+    last_store_ts: i64,
+    closed: bool,
+}
+
+struct FlushReq {
+    requested: u64,
+    stop: bool,
+}
+
+struct Core {
+    cfg: StoreConfig,
+    inner: Mutex<Inner>,
+    shared: Arc<Shared>,
+    confirm: AtomicU64,
+    dispatched: AtomicU64,
+    req: Mutex<FlushReq>,
+    cv: Condvar,
+    notify_r: OwnedFd,
+    notify_w: OwnedFd,
+    flush_error: Mutex<Option<String>>,
+    closed: AtomicBool,
+}
+
+/// The store handle. Dropping it stops the flush thread after a final flush and checkpoint.
+pub struct Store {
+    core: Arc<Core>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn make_pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [RawFd; 2] = [-1, -1];
+    // SAFETY: pipe2 writes two fds into the array we pass, which is valid for two c_ints.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    if rc != 0 {
+        return Err(StoreError::Io {
+            path: PathBuf::from("<flush notify pipe>"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((r, w))
+}
+
+impl Core {
+    fn inner(&self) -> Result<MutexGuard<'_, Inner>> {
+        let g = lock(&self.inner);
+        if g.closed {
+            return Err(StoreError::Closed);
+        }
+        Ok(g)
+    }
+
+    fn cq<'a>(
+        cfg: &StoreConfig,
+        cqs: &'a mut HashMap<(String, i32), ConsumeQueue>,
+        topic: &str,
+        qid: i32,
+    ) -> Result<&'a mut ConsumeQueue> {
+        let key = (topic.to_string(), qid);
+        if !cqs.contains_key(&key) {
+            let dir = cfg
+                .root
+                .join("consumequeue")
+                .join(topic)
+                .join(qid.to_string());
+            let (cq, _) = ConsumeQueue::open(&dir, cfg.cq_units_per_file)?;
+            cqs.insert(key.clone(), cq);
+        }
+        cqs.get_mut(&key).ok_or(StoreError::Closed)
+    }
+
+    /// Dispatches committed records into consume queues up to the confirm offset.
+    fn dispatch(&self, inner: &mut Inner) -> Result<u64> {
+        let max = inner.log.max_offset();
+        let target = if self.cfg.confirm_follows_max {
+            max
+        } else {
+            self.confirm.load(Ordering::Acquire).min(max)
+        };
+        let from = self.dispatched.load(Ordering::Acquire);
+        if from >= target {
+            return Ok(from);
+        }
+        let cfg = &self.cfg;
+        let Inner { log, cqs, .. } = inner;
+        let end = log.scan(from, target, &mut |off, r: &RecordView<'_>| {
+            if !is_dispatchable(r.sys_flag) {
+                return Ok(());
+            }
+            let topic = check_topic(r.topic).map_err(|reason| StoreError::CorruptRecord {
+                offset: off,
+                reason,
+            })?;
+            let q = Self::cq(cfg, cqs, topic, r.queue_id)?;
+            let index = u64::try_from(r.queue_offset).map_err(|_| StoreError::CorruptRecord {
+                offset: off,
+                reason: format!("negative queue offset {}", r.queue_offset),
+            })?;
+            if index < q.max_offset() {
+                // Already dispatched (e.g. replay after a crash between CQ write and checkpoint
+                // that recovery did not cut): the unit must point at this very record.
+                let u = q.get(index)?;
+                if u.phys_offset == off {
+                    return Ok(());
+                }
+            }
+            q.append(
+                index,
+                CqUnit {
+                    phys_offset: off,
+                    size: r.total_size() as u32,
+                    tag_code: tag_code(r.properties),
+                },
+            )
+        })?;
+        self.dispatched.store(end, Ordering::Release);
+        Ok(end)
+    }
+
+    fn note_queue_offsets(
+        log: &CommitLog,
+        table: &mut HashMap<(String, i32), i64>,
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
+        log.scan(from, to, &mut |off, r| {
+            if is_dispatchable(r.sys_flag) {
+                let topic = check_topic(r.topic).map_err(|reason| StoreError::CorruptRecord {
+                    offset: off,
+                    reason,
+                })?;
+                let e = table.entry((topic.to_string(), r.queue_id)).or_insert(0);
+                *e = (*e).max(r.queue_offset + 1);
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    fn checkpoint_now(&self) -> Result<Checkpoint> {
+        let mut inner = self.inner()?;
+        for q in inner.cqs.values_mut() {
+            q.flush()?;
+        }
+        let flushed = self.shared.flushed_offset();
+        let dispatched = self.dispatched.load(Ordering::Acquire).min(flushed);
+        let c = Checkpoint {
+            physic_msg_timestamp: inner.last_store_ts,
+            logics_msg_timestamp: inner.last_store_ts,
+            index_msg_timestamp: 0,
+            master_flushed_offset: flushed as i64,
+            confirm_offset: self.effective_confirm() as i64,
+            dispatched_offset: dispatched as i64,
+            flushed_offset: flushed as i64,
+        };
+        inner.ckpt_file.store(&c)?;
+        Ok(c)
+    }
+
+    fn effective_confirm(&self) -> u64 {
+        if self.cfg.confirm_follows_max {
+            self.shared.max_offset()
+        } else {
+            self.confirm.load(Ordering::Acquire)
+        }
+    }
+
+    fn notify(&self) {
+        let b = [1u8];
+        // SAFETY: writes one byte from a live stack buffer to a pipe fd we own. A full pipe
+        // (EAGAIN) is fine: the reader has wake-ups pending already.
+        unsafe {
+            libc::write(self.notify_w.as_raw_fd(), b.as_ptr().cast(), 1);
+        }
+        self.cv.notify_all();
+    }
+
+    fn flush_once(&self) {
+        match self.shared.flush() {
+            Ok(_) => {}
+            Err(e) => {
+                *lock(&self.flush_error) = Some(e.to_string());
+            }
+        }
+        self.notify();
+    }
+}
+
+fn flush_loop(weak: Weak<Core>) {
+    let mut last_ckpt = Instant::now();
+    loop {
+        let Some(core) = weak.upgrade() else { return };
+        let interval = Duration::from_millis(core.cfg.flush_interval_ms);
+        let ckpt_every = Duration::from_millis(core.cfg.checkpoint_interval_ms.max(1));
+        let deadline = Instant::now() + interval;
+        let stop = {
+            let mut g = lock(&core.req);
+            loop {
+                if g.stop || g.requested > core.shared.flushed_offset() {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                g = core
+                    .cv
+                    .wait_timeout(g, deadline - now)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0);
+            }
+            g.stop
+        };
+        if core.shared.max_offset() > core.shared.flushed_offset() {
+            core.flush_once();
+        }
+        if stop {
+            return;
+        }
+        if last_ckpt.elapsed() >= ckpt_every {
+            last_ckpt = Instant::now();
+            if let Err(e) = core.checkpoint_now() {
+                if !matches!(e, StoreError::Closed) {
+                    *lock(&core.flush_error) = Some(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+impl Store {
+    pub fn open(cfg: StoreConfig) -> Result<(Store, OpenReport)> {
+        cfg.validate()?;
+        std::fs::create_dir_all(&cfg.root).at(&cfg.root)?;
+        let ckpt_file = CheckpointFile::new(&cfg.root);
+        let (ckpt, ckpt_load) = ckpt_file.load()?;
+        let trusted = matches!(ckpt_load, CheckpointLoad::Loaded);
+        let dispatched_ckpt = if trusted {
+            ckpt.dispatched_offset.max(0) as u64
+        } else {
+            0
+        };
+        let recover_from = if trusted {
+            dispatched_ckpt.min(ckpt.flushed_offset.max(0) as u64)
+        } else {
+            0
+        };
+        let (log, cl_report) = CommitLog::open(
+            CommitLogConfig {
+                dir: cfg.root.join("commitlog"),
+                segment_size: cfg.segment_size,
+                store_host: cfg.store_host,
+            },
+            recover_from,
+        )?;
+        let min = log.min_offset();
+        let end = log.max_offset();
+        // Redispatch from the checkpoint's dispatch point, but never from before the part that
+        // recovery validated (records before it were synced before the checkpoint was written).
+        let dispatch_start = dispatched_ckpt.clamp(min, end);
+
+        // Consume queues: open every one on disk, cut units past the dispatch point.
+        let mut cqs = HashMap::new();
+        let mut cq_cut = 0u64;
+        let cq_root = cfg.root.join("consumequeue");
+        if cq_root.exists() {
+            for t in std::fs::read_dir(&cq_root).at(&cq_root)? {
+                let t = t.at(&cq_root)?;
+                let Some(topic) = t.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                if check_topic(topic.as_bytes()).is_err() || !t.path().is_dir() {
+                    continue;
+                }
+                for q in std::fs::read_dir(t.path()).at(&t.path())? {
+                    let q = q.at(&t.path())?;
+                    let Some(qid) = q.file_name().to_str().and_then(|s| s.parse::<i32>().ok())
+                    else {
+                        continue;
+                    };
+                    let (mut cq, rec) = ConsumeQueue::open(&q.path(), cfg.cq_units_per_file)?;
+                    cq_cut += rec.cut_units;
+                    cq_cut += cq.truncate_by_phys_offset(dispatch_start)?;
+                    cq.delete_before_phys(min)?;
+                    cqs.insert((topic.clone(), qid), cq);
+                }
+            }
+        }
+        let mut queue_table: HashMap<(String, i32), i64> = cqs
+            .iter()
+            .map(|(k, q)| (k.clone(), q.max_offset() as i64))
+            .collect();
+        Core::note_queue_offsets(&log, &mut queue_table, dispatch_start, end)?;
+
+        let persisted_confirm = if trusted {
+            ckpt.confirm_offset.max(0) as u64
+        } else {
+            dispatch_start
+        };
+        let confirm = persisted_confirm.clamp(min, end);
+        let confirm_clamped_from = (confirm != persisted_confirm).then_some(persisted_confirm);
+        let (notify_r, notify_w) = make_pipe()?;
+        let shared = log.shared().clone();
+        let core = Arc::new(Core {
+            inner: Mutex::new(Inner {
+                log,
+                cqs,
+                queue_table,
+                ckpt_file,
+                last_store_ts: ckpt.physic_msg_timestamp,
+                closed: false,
+            }),
+            shared,
+            confirm: AtomicU64::new(confirm),
+            dispatched: AtomicU64::new(dispatch_start),
+            req: Mutex::new(FlushReq {
+                requested: 0,
+                stop: false,
+            }),
+            cv: Condvar::new(),
+            notify_r,
+            notify_w,
+            flush_error: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            cfg,
+        });
+        {
+            let mut inner = core.inner()?;
+            core.dispatch(&mut inner)?;
+        }
+        core.checkpoint_now()?;
+        let weak = Arc::downgrade(&core);
+        let thread = std::thread::Builder::new()
+            .name("rmq-store-flush".into())
+            .spawn(move || flush_loop(weak))
+            .at(Path::new("<flush thread>"))?;
+        let report = OpenReport {
+            commitlog: cl_report,
+            checkpoint: ckpt_load,
+            cq_cut_units: cq_cut,
+            redispatched_from: dispatch_start,
+            confirm_offset: confirm,
+            confirm_clamped_from,
+        };
+        Ok((
+            Store {
+                core,
+                thread: Mutex::new(Some(thread)),
+            },
+            report,
+        ))
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.core.cfg
+    }
+
+    /// Appends a batch; returns where each message went. Dispatches at once when the confirm
+    /// offset follows the max offset.
+    pub fn append_batch(&self, msgs: &[MessageIn<'_>]) -> Result<Vec<Placement>> {
+        for m in msgs {
+            check_topic(m.topic).map_err(StoreError::MessageIllegal)?;
+            if m.body.len() > self.core.cfg.max_message_size {
+                return Err(StoreError::MessageIllegal(format!(
+                    "body of {} bytes exceeds max_message_size {}",
+                    m.body.len(),
+                    self.core.cfg.max_message_size
+                )));
+            }
+            if m.queue_id < 0 {
+                return Err(StoreError::MessageIllegal(format!(
+                    "negative queue id {}",
+                    m.queue_id
+                )));
+            }
+        }
+        let mut inner = self.core.inner()?;
+        // Store timestamps never go backwards, even if the wall clock does: search by
+        // timestamp relies on them being ordered.
+        let ts = now_ms().max(inner.last_store_ts);
+        let Inner {
+            log, queue_table, ..
+        } = &mut *inner;
+        // Offsets are taken from a scratch copy so a failed write leaves the table untouched.
+        let mut taken: HashMap<(String, i32), i64> = HashMap::new();
+        let placements = log.append_batch(msgs, ts, &mut |m| {
+            if !is_dispatchable(m.sys_flag) {
+                return 0;
+            }
+            let topic = String::from_utf8_lossy(m.topic).into_owned();
+            let key = (topic, m.queue_id);
+            let next = taken
+                .get(&key)
+                .copied()
+                .unwrap_or_else(|| queue_table.get(&key).copied().unwrap_or(0));
+            taken.insert(key, next + 1);
+            next
+        })?;
+        queue_table.extend(taken);
+        inner.last_store_ts = ts;
+        self.core.dispatch(&mut inner)?;
+        Ok(placements)
+    }
+
+    /// Appends replicated bytes at `offset` (see [`CommitLog::append_raw`]).
+    pub fn append_raw(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        let mut inner = self.core.inner()?;
+        let n = inner.log.append_raw(offset, data)?;
+        let end = inner.log.max_offset();
+        let Inner {
+            log, queue_table, ..
+        } = &mut *inner;
+        Core::note_queue_offsets(log, queue_table, offset, end)?;
+        self.core.dispatch(&mut inner)?;
+        Ok(n)
+    }
+
+    /// Moves the confirm offset (clamped to the max offset) and dispatches up to it.
+    pub fn set_confirm_offset(&self, offset: u64) -> Result<u64> {
+        let mut inner = self.core.inner()?;
+        let c = offset.min(inner.log.max_offset());
+        self.core.confirm.store(c, Ordering::Release);
+        self.core.dispatch(&mut inner)?;
+        Ok(c)
+    }
+
+    pub fn confirm_offset(&self) -> u64 {
+        self.core.effective_confirm()
+    }
+    pub fn dispatched_offset(&self) -> u64 {
+        self.core.dispatched.load(Ordering::Acquire)
+    }
+    pub fn max_offset(&self) -> u64 {
+        self.core.shared.max_offset()
+    }
+    pub fn min_offset(&self) -> u64 {
+        self.core.shared.min_offset()
+    }
+    pub fn flushed_offset(&self) -> u64 {
+        self.core.shared.flushed_offset()
+    }
+    /// Written to the files (page cache). With pwrite there is no separate commit stage, so
+    /// this equals the max offset; it is reported for parity with RocketMQ.
+    pub fn committed_offset(&self) -> u64 {
+        self.core.shared.max_offset()
+    }
+    /// The sticky error of the background flusher, if a flush failed.
+    pub fn flush_error(&self) -> Option<String> {
+        lock(&self.core.flush_error).clone()
+    }
+
+    pub fn read_record(&self, offset: u64) -> Result<RecordBuf> {
+        self.core.inner()?.log.read_record(offset)
+    }
+
+    pub fn read_range(&self, offset: u64, max_bytes: usize, limit: u64) -> Result<RecordBuf> {
+        self.core.inner()?.log.read_range(offset, max_bytes, limit)
+    }
+
+    /// Reads up to `max_count` messages / `max_bytes` from a queue starting at `queue_offset`.
+    pub fn get_messages(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> Result<GetResult> {
+        let mut inner = self.core.inner()?;
+        let Inner { log, cqs, .. } = &mut *inner;
+        let key = (topic.to_string(), queue_id);
+        let Some(q) = cqs.get(&key) else {
+            return Ok(GetResult {
+                records: Vec::new(),
+                next_offset: 0,
+                min_offset: 0,
+                max_offset: 0,
+            });
+        };
+        let (min, max) = (q.min_offset(), q.max_offset());
+        if queue_offset < min || queue_offset >= max {
+            return Err(StoreError::OffsetOutOfRange {
+                offset: queue_offset,
+                min,
+                max,
+            });
+        }
+        let units = q.get_range(queue_offset, max_count)?;
+        let mut records = Vec::with_capacity(units.len());
+        let mut bytes = 0usize;
+        let mut next = queue_offset;
+        for u in units {
+            if u.phys_offset < log.min_offset() {
+                next += 1; // deleted by retention: skip
+                continue;
+            }
+            if !records.is_empty() && bytes + u.size as usize > max_bytes {
+                break;
+            }
+            let r = log.read_record(u.phys_offset)?;
+            if r.len() != u.size as usize {
+                return Err(StoreError::CorruptRecord {
+                    offset: u.phys_offset,
+                    reason: format!(
+                        "consume queue says {} bytes, record has {}",
+                        u.size,
+                        r.len()
+                    ),
+                });
+            }
+            bytes += r.len();
+            records.push(r);
+            next += 1;
+        }
+        Ok(GetResult {
+            records,
+            next_offset: next,
+            min_offset: min,
+            max_offset: max,
+        })
+    }
+
+    fn with_cq<T>(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        f: impl FnOnce(&ConsumeQueue, &CommitLog) -> Result<T>,
+        absent: T,
+    ) -> Result<T> {
+        let inner = self.core.inner()?;
+        match inner.cqs.get(&(topic.to_string(), queue_id)) {
+            Some(q) => f(q, &inner.log),
+            None => Ok(absent),
+        }
+    }
+
+    pub fn queue_min_offset(&self, topic: &str, queue_id: i32) -> Result<u64> {
+        self.with_cq(topic, queue_id, |q, _| Ok(q.min_offset()), 0)
+    }
+    pub fn queue_max_offset(&self, topic: &str, queue_id: i32) -> Result<u64> {
+        self.with_cq(topic, queue_id, |q, _| Ok(q.max_offset()), 0)
+    }
+    pub fn queue_unit(&self, topic: &str, queue_id: i32, index: u64) -> Result<CqUnit> {
+        let inner = self.core.inner()?;
+        match inner.cqs.get(&(topic.to_string(), queue_id)) {
+            Some(q) => q.get(index),
+            None => Err(StoreError::OffsetOutOfRange {
+                offset: index,
+                min: 0,
+                max: 0,
+            }),
+        }
+    }
+
+    /// The next queue offset a new message to this queue would get (dispatched or not).
+    pub fn next_queue_offset(&self, topic: &str, queue_id: i32) -> Result<i64> {
+        let inner = self.core.inner()?;
+        Ok(inner
+            .queue_table
+            .get(&(topic.to_string(), queue_id))
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// SEARCH_OFFSET_BY_TIMESTAMP: the first queue offset whose store time is >= `ts_ms`.
+    pub fn search_offset_by_timestamp(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        ts_ms: i64,
+    ) -> Result<u64> {
+        self.with_cq(
+            topic,
+            queue_id,
+            |q, log| {
+                Ok(q.search_by_timestamp(ts_ms, &mut |u: &CqUnit| {
+                    log.with_record(u.phys_offset, |r| r.store_timestamp).ok()
+                }))
+            },
+            0,
+        )
+    }
+
+    /// Store timestamp of the earliest message still in a queue.
+    pub fn earliest_store_time(&self, topic: &str, queue_id: i32) -> Result<Option<i64>> {
+        self.with_cq(
+            topic,
+            queue_id,
+            |q, log| {
+                if q.min_offset() >= q.max_offset() {
+                    return Ok(None);
+                }
+                let u = q.get(q.min_offset())?;
+                Ok(Some(log.with_record(u.phys_offset, |r| r.store_timestamp)?))
+            },
+            None,
+        )
+    }
+
+    /// Cuts the commitlog and consume queues back to `offset` durably, lowers the confirm and
+    /// dispatch offsets, rebuilds the queue-offset table and writes the checkpoint before
+    /// returning.
+    pub fn truncate_to(&self, offset: u64) -> Result<()> {
+        {
+            let mut inner = self.core.inner()?;
+            inner.log.truncate_to(offset)?;
+            for q in inner.cqs.values_mut() {
+                q.truncate_by_phys_offset(offset)?;
+            }
+            self.core.confirm.fetch_min(offset, Ordering::AcqRel);
+            self.core.dispatched.fetch_min(offset, Ordering::AcqRel);
+            let dispatched = self.core.dispatched.load(Ordering::Acquire);
+            let Inner {
+                log,
+                cqs,
+                queue_table,
+                ..
+            } = &mut *inner;
+            *queue_table = cqs
+                .iter()
+                .map(|(k, q)| (k.clone(), q.max_offset() as i64))
+                .collect();
+            Core::note_queue_offsets(log, queue_table, dispatched, offset)?;
+            self.core.dispatch(&mut inner)?;
+        }
+        self.core.checkpoint_now()?;
+        Ok(())
+    }
+
+    /// Asks the flush thread to make everything up to `offset` durable (group commit).
+    pub fn request_flush(&self, offset: u64) {
+        let mut g = lock(&self.core.req);
+        g.requested = g.requested.max(offset);
+        drop(g);
+        self.core.cv.notify_all();
+    }
+
+    /// Blocks until `offset` is durable or `timeout` passes; returns the flushed offset.
+    pub fn wait_flushed(&self, offset: u64, timeout: Duration) -> Result<u64> {
+        self.request_flush(offset);
+        let deadline = Instant::now() + timeout;
+        let mut g = lock(&self.core.req);
+        loop {
+            let flushed = self.core.shared.flushed_offset();
+            if flushed >= offset || self.core.closed.load(Ordering::Acquire) {
+                return Ok(flushed);
+            }
+            if let Some(e) = self.flush_error() {
+                return Err(StoreError::Io {
+                    path: self.core.cfg.root.join("commitlog"),
+                    source: std::io::Error::other(e),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(flushed);
+            }
+            g = self
+                .core
+                .cv
+                .wait_timeout(g, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Synchronous flush of the commitlog in the calling thread.
+    pub fn flush(&self) -> Result<u64> {
+        let r = self.core.shared.flush();
+        self.core.notify();
+        r
+    }
+
+    /// The read end of a non-blocking pipe that receives a byte whenever the flushed offset
+    /// advances, for event loops (trio's `wait_readable`). Owned by the store.
+    pub fn flush_notify_fd(&self) -> RawFd {
+        self.core.notify_r.as_raw_fd()
+    }
+
+    pub fn checkpoint(&self) -> Result<Checkpoint> {
+        self.core.checkpoint_now()
+    }
+
+    /// Retention: deletes commitlog segments last written before `older_than` and wholly below
+    /// min(flushed, dispatched), then consume-queue files that point only below the new min.
+    pub fn delete_expired(&self, older_than: SystemTime) -> Result<Vec<String>> {
+        let mut inner = self.core.inner()?;
+        let limit = self
+            .core
+            .shared
+            .flushed_offset()
+            .min(self.core.dispatched.load(Ordering::Acquire));
+        let names = inner.log.delete_expired(older_than, limit)?;
+        self.trim_queues(&mut inner)?;
+        Ok(names)
+    }
+
+    /// Deletes whole segments that end at or below `offset` (bounded like `delete_expired`).
+    pub fn delete_segments_before(&self, offset: u64) -> Result<Vec<String>> {
+        let mut inner = self.core.inner()?;
+        let limit = self
+            .core
+            .shared
+            .flushed_offset()
+            .min(self.core.dispatched.load(Ordering::Acquire));
+        let names = inner.log.delete_segments_before(offset.min(limit))?;
+        self.trim_queues(&mut inner)?;
+        Ok(names)
+    }
+
+    fn trim_queues(&self, inner: &mut Inner) -> Result<()> {
+        let min = inner.log.min_offset();
+        for q in inner.cqs.values_mut() {
+            q.delete_before_phys(min)?;
+        }
+        Ok(())
+    }
+
+    /// Topics and queue ids that have consume queues.
+    pub fn queues(&self) -> Result<Vec<(String, i32)>> {
+        let inner = self.core.inner()?;
+        let mut v: Vec<(String, i32)> = inner.cqs.keys().cloned().collect();
+        v.sort();
+        Ok(v)
+    }
+
+    pub fn segment_files(&self) -> Result<Vec<(u64, PathBuf)>> {
+        Ok(self.core.inner()?.log.segment_files())
+    }
+
+    /// Final flush and checkpoint, then stops the flush thread. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        if self.core.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let mut g = lock(&self.core.req);
+            g.stop = true;
+        }
+        self.core.cv.notify_all();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+        let flushed = self.core.shared.flush();
+        let ckpt = self.core.checkpoint_now();
+        lock(&self.core.inner).closed = true;
+        self.core.notify();
+        flushed?;
+        ckpt?;
+        Ok(())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.core.closed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

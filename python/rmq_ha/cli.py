@@ -1,0 +1,31 @@
+"""The one `rmq-ha` command. Subcommands are added by the roles as they land."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rmq-ha", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    bench = sub.add_parser("bench", help="benchmarks (figure, baseline and ratio in one run)")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    from rmq_ha.bench import store as bench_store
+
+    bench_store.add_parser(bench_sub)
+
+    demo = sub.add_parser("demo", help="demonstrations a newcomer can watch")
+    demo_sub = demo.add_subparsers(dest="demo", required=True)
+    from rmq_ha import demo as demo_mod
+
+    demo_mod.add_parser(demo_sub)
+
+    args = parser.parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
