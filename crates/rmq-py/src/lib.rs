@@ -17,7 +17,9 @@ use rmq_store::commitlog::RecordBuf;
 use rmq_store::epoch::{find_consistent_point as fcp, EpochFile as RsEpochFile, EpochLoadSource};
 use rmq_store::store::{Store as RsStore, StoreConfig};
 use rmq_store::StoreError;
-use rmq_wire::message::{decode_record, Decoded, MessageIn};
+use rmq_wire::message::{
+    decode_record, Decoded, MessageIn, RECORD_CRC_KEY, RECORD_CRC_TRAILER_LEN,
+};
 
 pyo3::import_exception!(rmq_ha.errors, StoreIOError);
 pyo3::import_exception!(rmq_ha.errors, CorruptRecordError);
@@ -611,6 +613,20 @@ fn find_consistent_point(
     fcp(&local, local_max, &master, master_max)
 }
 
+fn split_record_crc(props: &[u8]) -> (&[u8], Option<u32>) {
+    let n = props.len();
+    if n >= RECORD_CRC_TRAILER_LEN {
+        let t = &props[n - RECORD_CRC_TRAILER_LEN..];
+        if t.starts_with(RECORD_CRC_KEY) {
+            let digits = std::str::from_utf8(&t[9..19]).ok();
+            if let Some(crc) = digits.and_then(|d| d.parse::<u32>().ok()) {
+                return (&props[..n - RECORD_CRC_TRAILER_LEN], Some(crc));
+            }
+        }
+    }
+    (props, None)
+}
+
 /// Decodes one stored record (validating it) into a dict; for tests and tools.
 #[pyfunction]
 fn decode_stored_record<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
@@ -631,7 +647,10 @@ fn decode_stored_record<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py
             d.set_item("prepared_txn_offset", r.prepared_txn_offset)?;
             d.set_item("body", PyBytes::new(py, r.body))?;
             d.set_item("topic", String::from_utf8_lossy(r.topic).into_owned())?;
-            d.set_item("properties", PyBytes::new(py, r.properties))?;
+            // The whole-record CRC trailer is storage framing, not a user property.
+            let (props, crc) = split_record_crc(r.properties);
+            d.set_item("properties", PyBytes::new(py, props))?;
+            d.set_item("record_crc", crc)?;
             Ok(d)
         }
         Ok(Decoded::Blank(n)) => {

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use memmap2::{Mmap, MmapOptions};
 use rmq_wire::message::{
-    decode_record, encode_blank, encode_record, peek_header, DecodeError, Decoded, MessageIn,
-    RecordView, StoreStamp, BLANK_HEADER_LEN, BLANK_MAGIC,
+    decode_record_checked, encode_blank, encode_record_with_crc, encoded_len_with_crc, peek_header,
+    DecodeError, Decoded, MessageIn, RecordView, StoreStamp, BLANK_HEADER_LEN, BLANK_MAGIC,
 };
 
 use crate::error::{IoContext, Result, StoreError};
@@ -382,7 +382,7 @@ impl CommitLog {
             let mut pos = 0usize;
             loop {
                 let at = seg.start + pos as u64;
-                match decode_record(&data[pos..]) {
+                match decode(&data[pos..]) {
                     Ok(Decoded::Record(r)) => {
                         if r.physical_offset != at as i64 {
                             stop = Some((
@@ -527,7 +527,7 @@ impl CommitLog {
         let mut offset = self.max_offset();
         // Pre-check sizes so a bad message fails the batch before anything is written.
         for m in msgs {
-            let len = rmq_wire::message::encoded_len(m, store_v6) as u64;
+            let len = encoded_len_with_crc(m, store_v6) as u64;
             if len + BLANK_HEADER_LEN as u64 > seg_size {
                 return Err(StoreError::MessageIllegal(format!(
                     "record of {len} bytes does not fit a segment of {seg_size} bytes"
@@ -541,7 +541,7 @@ impl CommitLog {
         let mut chunk_start = offset;
         let mut queue_offsets = Vec::with_capacity(msgs.len());
         for m in msgs {
-            let len = rmq_wire::message::encoded_len(m, store_v6) as u64;
+            let len = encoded_len_with_crc(m, store_v6) as u64;
             if offset + len + BLANK_HEADER_LEN as u64 > seg.end() {
                 encode_blank((seg.end() - offset) as usize, &mut buf);
                 pending.push((seg.clone(), chunk_start, std::mem::take(&mut buf)));
@@ -557,7 +557,7 @@ impl CommitLog {
                 store_timestamp,
                 store_host: self.cfg.store_host,
             };
-            let n = encode_record(m, &stamp, &mut buf)
+            let n = encode_record_with_crc(m, &stamp, &mut buf)
                 .map_err(|e| StoreError::MessageIllegal(e.to_string()))?;
             out.push(Placement {
                 physical_offset: offset,
@@ -611,14 +611,14 @@ impl CommitLog {
                             reason: "partial end-of-segment filler".into(),
                         });
                     }
-                    match decode_record(&window[p..p + seg_rest]) {
+                    match decode(&window[p..p + seg_rest]) {
                         Ok(Decoded::Blank(n)) => p += n,
                         Ok(_) => unreachable_record(here)?,
                         Err(e) => return Err(corrupt(here, &e)),
                     }
                     continue;
                 }
-                match decode_record(&window[p..]).map_err(|e| corrupt(here, &e))? {
+                match decode(&window[p..]).map_err(|e| corrupt(here, &e))? {
                     Decoded::Record(r) => {
                         if r.physical_offset != here as i64 {
                             return Err(StoreError::CorruptRecord {
@@ -659,7 +659,7 @@ impl CommitLog {
     pub fn read_record(&self, offset: u64) -> Result<RecordBuf> {
         let (seg, pos, limit) = self.locate(offset, self.max_offset())?;
         let data = &seg.bytes()[pos..limit];
-        match decode_record(data) {
+        match decode(data) {
             Ok(Decoded::Record(r)) => {
                 let len = r.total_size();
                 Ok(RecordBuf {
@@ -680,7 +680,7 @@ impl CommitLog {
     /// Decodes the record at `offset` and hands it to `f` (no copy, no Arc clone).
     pub fn with_record<T>(&self, offset: u64, f: impl FnOnce(&RecordView<'_>) -> T) -> Result<T> {
         let (seg, pos, limit) = self.locate(offset, self.max_offset())?;
-        match decode_record(&seg.bytes()[pos..limit]) {
+        match decode(&seg.bytes()[pos..limit]) {
             Ok(Decoded::Record(r)) => Ok(f(&r)),
             Ok(Decoded::Blank(_)) => Err(StoreError::CorruptRecord {
                 offset,
@@ -717,7 +717,7 @@ impl CommitLog {
         while p < seg_limit {
             let here = seg.start + p as u64;
             let rest_of_segment = &data[p..];
-            match decode_record(rest_of_segment) {
+            match decode(rest_of_segment) {
                 Ok(Decoded::Record(r)) => {
                     let n = r.total_size();
                     if p + n > seg_limit || (p > pos && p + n - pos > max_bytes) {
@@ -781,7 +781,7 @@ impl CommitLog {
             let mut p = pos;
             while p < limit {
                 let here = seg.start + p as u64;
-                match decode_record(&data[p..]) {
+                match decode(&data[p..]) {
                     Ok(Decoded::Record(r)) => {
                         f(here, &r)?;
                         p += r.total_size();
@@ -901,6 +901,12 @@ impl CommitLog {
             .map(|s| (s.start, s.path.clone()))
             .collect()
     }
+}
+
+/// Every record this store reads must carry a valid whole-record CRC (it writes one on every
+/// append), so a flipped bit anywhere in a record is detected, not only in its body.
+fn decode(buf: &[u8]) -> std::result::Result<Decoded<'_>, DecodeError> {
+    decode_record_checked(buf, true)
 }
 
 fn corrupt(offset: u64, e: &DecodeError) -> StoreError {

@@ -30,6 +30,11 @@ pub const MAX_RECORD_LEN: usize = 8 * 1024 * 1024;
 /// Smallest possible record: fixed fields with IPv4 hosts and empty body/topic/properties.
 pub const MIN_RECORD_LEN: usize = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2;
 
+/// Property key of the whole-record CRC (RocketMQ's `enabledAppendPropCRC` slot).
+pub const RECORD_CRC_KEY: &[u8] = b"__CRC32#";
+/// `__CRC32#` + NAME_VALUE_SEPARATOR + 10 decimal digits + PROPERTY_SEPARATOR.
+pub const RECORD_CRC_TRAILER_LEN: usize = 8 + 1 + 10 + 1;
+
 /// Offsets of fixed fields, valid for every record (hosts come after SYSFLAG).
 pub const OFF_TOTAL_SIZE: usize = 0;
 pub const OFF_MAGIC: usize = 4;
@@ -208,6 +213,43 @@ pub fn encode_record(
     Ok(len)
 }
 
+/// Like [`encode_record`], and appends a whole-record CRC as the last property:
+/// `__CRC32#\x01dddddddddd\x02`, the CRC32 (IEEE) of every byte of the record before the ten
+/// digits, written most-significant digit first. RocketMQ reserves the same slot when
+/// `enabledAppendPropCRC` is on; rmq_ha always writes it, because the body CRC alone leaves the
+/// header (queue id, offsets, timestamps, flags) unprotected.
+pub fn encode_record_with_crc(
+    msg: &MessageIn<'_>,
+    stamp: &StoreStamp,
+    buf: &mut Vec<u8>,
+) -> Result<usize, EncodeError> {
+    let with_trailer_len = msg.properties.len() + RECORD_CRC_TRAILER_LEN;
+    if with_trailer_len > i16::MAX as usize {
+        return Err(EncodeError::PropertiesTooLong(with_trailer_len));
+    }
+    let mut props = Vec::with_capacity(with_trailer_len);
+    props.extend_from_slice(msg.properties);
+    props.extend_from_slice(RECORD_CRC_KEY);
+    props.push(1);
+    props.extend_from_slice(b"0000000000\x02");
+    let m = MessageIn {
+        properties: &props,
+        ..msg.clone()
+    };
+    let start = buf.len();
+    let n = encode_record(&m, stamp, buf)?;
+    let digits_at = start + n - 11;
+    let crc = crc32fast::hash(&buf[start..digits_at]);
+    let text = format!("{crc:010}");
+    buf[digits_at..digits_at + 10].copy_from_slice(text.as_bytes());
+    Ok(n)
+}
+
+/// Encoded length with the whole-record CRC trailer.
+pub fn encoded_len_with_crc(msg: &MessageIn<'_>, store_host_v6: bool) -> usize {
+    encoded_len(msg, store_host_v6) + RECORD_CRC_TRAILER_LEN
+}
+
 /// Appends an end-of-segment filler of `len` bytes (len >= 8): TOTALSIZE, BLANK magic, zeros.
 pub fn encode_blank(len: usize, buf: &mut Vec<u8>) {
     debug_assert!(len >= BLANK_HEADER_LEN);
@@ -324,6 +366,16 @@ pub fn peek_header(buf: &[u8]) -> Result<(i64, u32), DecodeError> {
 /// when it covers exactly the rest of `buf` — callers pass the remainder of the segment, so a
 /// filler anywhere else is corruption.
 pub fn decode_record(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
+    decode_record_checked(buf, false)
+}
+
+/// [`decode_record`], and when `require_record_crc` is set the record must end with a valid
+/// whole-record CRC property (see [`encode_record_with_crc`]). A trailer that is present is
+/// always verified.
+pub fn decode_record_checked(
+    buf: &[u8],
+    require_record_crc: bool,
+) -> Result<Decoded<'_>, DecodeError> {
     let (size, magic) = peek_header(buf)?;
     if magic == BLANK_MAGIC {
         if size < BLANK_HEADER_LEN as i64 || size as usize != buf.len() {
@@ -384,6 +436,7 @@ pub fn decode_record(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             computed,
         });
     }
+    check_record_crc(raw, properties, require_record_crc)?;
     Ok(Decoded::Record(RecordView {
         raw,
         magic,
@@ -403,6 +456,42 @@ pub fn decode_record(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         topic,
         properties,
     }))
+}
+
+fn check_record_crc(raw: &[u8], properties: &[u8], required: bool) -> Result<(), DecodeError> {
+    let n = properties.len();
+    let has_trailer = n >= RECORD_CRC_TRAILER_LEN && {
+        let t = &properties[n - RECORD_CRC_TRAILER_LEN..];
+        // The key must start the properties or follow a property separator.
+        let starts_clean =
+            n == RECORD_CRC_TRAILER_LEN || properties[n - RECORD_CRC_TRAILER_LEN - 1] == 2;
+        starts_clean && t.starts_with(RECORD_CRC_KEY) && t[8] == 1 && t[19] == 2
+    };
+    if !has_trailer {
+        return if required {
+            Err(DecodeError::Inconsistent("missing whole-record CRC"))
+        } else {
+            Ok(())
+        };
+    }
+    let digits = &raw[raw.len() - 11..raw.len() - 1];
+    let mut stored: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(DecodeError::Inconsistent(
+                "whole-record CRC is not 10 digits",
+            ));
+        }
+        stored = stored * 10 + u64::from(d - b'0');
+    }
+    let computed = crc32fast::hash(&raw[..raw.len() - 11]);
+    if stored != u64::from(computed) {
+        return Err(DecodeError::CrcMismatch {
+            stored: stored.min(u64::from(u32::MAX)) as u32,
+            computed,
+        });
+    }
+    Ok(())
 }
 
 /// Offset of STORETIMESTAMP inside a record with the given SYSFLAG.
@@ -548,6 +637,19 @@ mod tests {
                 buf[at] ^= 1 << (bit % 8);
                 prop_assert!(decode_record(&buf).is_err());
             }
+        }
+
+        #[test]
+        fn with_record_crc_every_single_bit_flip_is_detected(
+            body in proptest::collection::vec(any::<u8>(), 0..300), bit in any::<usize>()) {
+            let msg = sample(b"TopicC", &body, b"TAGS\x01x\x02", false);
+            let mut buf = Vec::new();
+            let n = encode_record_with_crc(&msg, &stamp(false), &mut buf).expect("encode");
+            prop_assert_eq!(n, encoded_len_with_crc(&msg, false));
+            prop_assert!(decode_record_checked(&buf, true).is_ok());
+            let at = (bit / 8) % n;
+            buf[at] ^= 1 << (bit % 8);
+            prop_assert!(decode_record_checked(&buf, true).is_err(), "flip at byte {} undetected", at);
         }
 
         #[test]

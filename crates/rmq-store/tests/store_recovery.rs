@@ -1,0 +1,378 @@
+//! Store-level tests: recovery after corruption, crash-safe truncation (RocketMQ #10666),
+//! replication through append_raw, confirm-offset dispatch and queue offsets (#7689).
+
+use std::fs::{self, OpenOptions};
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rmq_store::store::{Store, StoreConfig};
+use rmq_store::StoreError;
+use rmq_wire::message::{decode_record, Decoded, MessageIn};
+
+const SEG: u64 = 64 * 1024;
+
+fn cfg(root: &Path) -> StoreConfig {
+    let mut c = StoreConfig::new(root);
+    c.segment_size = SEG;
+    c.cq_units_per_file = 64;
+    c.flush_interval_ms = 20;
+    c
+}
+
+fn msg<'a>(topic: &'a [u8], qid: i32, body: &'a [u8]) -> MessageIn<'a> {
+    MessageIn {
+        topic,
+        queue_id: qid,
+        flag: 0,
+        sys_flag: 0,
+        body,
+        properties: b"TAGS\x01t\x02",
+        born_timestamp: 1,
+        born_host: SocketAddr::from(([127, 0, 0, 1], 4000)),
+        reconsume_times: 0,
+        prepared_txn_offset: 0,
+    }
+}
+
+fn body(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j) as u8).collect()
+}
+
+/// Appends `n` messages one batch at a time; returns (offset, size) of each.
+fn fill(store: &Store, n: usize, len_of: impl Fn(usize) -> usize) -> Vec<(u64, u32)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let b = body(i, len_of(i));
+        let p = store
+            .append_batch(&[msg(b"T", (i % 3) as i32, &b)])
+            .expect("append");
+        out.push((p[0].physical_offset, p[0].size));
+    }
+    out
+}
+
+fn seg_path(root: &Path, start: u64) -> std::path::PathBuf {
+    root.join("commitlog").join(format!("{start:020}"))
+}
+
+fn assert_readable(store: &Store, placed: &[(u64, u32)]) {
+    for &(off, size) in placed {
+        let r = store.read_record(off).expect("record readable");
+        assert_eq!(r.len(), size as usize);
+        assert!(matches!(
+            decode_record(r.as_slice()),
+            Ok(Decoded::Record(_))
+        ));
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Damage {
+    FlipBit { rel: u64, bit: u8 },
+    TruncateFile { keep_rel: u64 },
+    Garbage { rel: u64, len: usize, seed: u8 },
+    ZeroFill { rel: u64 },
+}
+
+fn damage_strategy() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        (any::<u64>(), 0u8..8).prop_map(|(rel, bit)| Damage::FlipBit { rel, bit }),
+        any::<u64>().prop_map(|keep_rel| Damage::TruncateFile { keep_rel }),
+        (any::<u64>(), 1usize..3000, any::<u8>()).prop_map(|(rel, len, seed)| Damage::Garbage {
+            rel,
+            len,
+            seed
+        }),
+        any::<u64>().prop_map(|rel| Damage::ZeroFill { rel }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// Recovery after random tail corruption keeps exactly the records before the first
+    /// damaged byte, and never serves a damaged record.
+    #[test]
+    fn recovery_returns_exactly_the_valid_prefix(
+        n in 5usize..120,
+        sizes in proptest::collection::vec(0usize..2500, 120),
+        damage in damage_strategy(),
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let placed;
+        {
+            let (store, _) = Store::open(cfg(root)).expect("open");
+            placed = fill(&store, n, |i| sizes[i]);
+            store.close().expect("close");
+        }
+        let max = placed.last().map(|&(o, s)| o + s as u64).expect("non-empty");
+        let last_seg = max - 1 - (max - 1) % SEG;
+        let path = seg_path(root, last_seg);
+        let written_in_last = max - last_seg;
+        let before = fs::read(&path).expect("read seg");
+        // Damage somewhere in the last segment's written bytes.
+        let _aimed_at: u64 = match &damage {
+            Damage::FlipBit { rel, bit } => {
+                let at = last_seg + rel % written_in_last;
+                let f = OpenOptions::new().read(true).write(true).open(&path).expect("open seg");
+                let mut b = [0u8; 1];
+                f.read_exact_at(&mut b, at - last_seg).expect("read");
+                b[0] ^= 1 << bit;
+                f.write_all_at(&b, at - last_seg).expect("write");
+                at
+            }
+            Damage::TruncateFile { keep_rel } => {
+                let keep = keep_rel % written_in_last;
+                OpenOptions::new().write(true).open(&path).expect("open").set_len(keep).expect("set_len");
+                last_seg + keep
+            }
+            Damage::Garbage { rel, len, seed } => {
+                let at = rel % written_in_last;
+                let g: Vec<u8> = (0..*len).map(|i| (i as u8).wrapping_mul(151).wrapping_add(*seed) | 1).collect();
+                let f = OpenOptions::new().write(true).open(&path).expect("open");
+                f.write_all_at(&g, at).expect("write");
+                last_seg + at
+            }
+            Damage::ZeroFill { rel } => {
+                let at = rel % written_in_last;
+                let z = vec![0u8; (SEG - at) as usize];
+                let f = OpenOptions::new().write(true).open(&path).expect("open");
+                f.write_all_at(&z, at).expect("write");
+                last_seg + at
+            }
+        };
+        // The first byte that really changed (garbage may repeat a byte by chance).
+        let mut after = fs::read(&path).expect("read seg");
+        after.resize(before.len(), 0);
+        let Some(pos) = before.iter().zip(&after).position(|(a, b)| a != b) else {
+            return Ok(()); // the damage rewrote identical bytes: nothing to detect
+        };
+        let first_bad = last_seg + pos as u64;
+        // The checkpoint may say everything is flushed; recovery must still validate the tail.
+        let (store, report) = Store::open(cfg(root)).expect("reopen");
+        let intact: Vec<(u64, u32)> = placed.iter().copied().filter(|&(o, s)| o + s as u64 <= first_bad).collect();
+        let damaged_start = placed.iter().find(|&&(o, s)| o + s as u64 > first_bad).map(|&(o, _)| o);
+        // Every byte of a record is covered by the whole-record CRC, so the end is exactly the
+        // start of the first damaged record.
+        let end = store.max_offset();
+        match damaged_start {
+            Some(ds) => prop_assert_eq!(end, ds, "damaged record at {} not cut", ds),
+            None => prop_assert_eq!(end, max),
+        }
+        assert_readable(&store, &intact);
+        for &(o, _) in &placed {
+            if o >= end {
+                prop_assert!(store.read_record(o).is_err());
+            } else {
+                // Anything still below the end must decode cleanly or be reported as corrupt.
+                if let Ok(r) = store.read_record(o) {
+                    prop_assert!(matches!(decode_record(r.as_slice()), Ok(Decoded::Record(_))));
+                }
+            }
+        }
+        if end < max && !matches!(damage, Damage::TruncateFile { .. } | Damage::ZeroFill { .. }) {
+            // Non-zero bad bytes were cut: the report says where and why.
+            prop_assert_eq!(report.commitlog.cut_offset, Some(end));
+            prop_assert!(report.commitlog.cut_reason.is_some());
+            prop_assert!(report.commitlog.cut_bytes > 0);
+        }
+        // Nothing past the end survives on disk.
+        let now = fs::read(&path).unwrap_or_default();
+        prop_assert!(now.iter().skip((end.max(last_seg) - last_seg) as usize).all(|&b| b == 0));
+        // A new append after recovery survives another reopen.
+        let p = store.append_batch(&[msg(b"T", 0, b"after")]).expect("append");
+        prop_assert_eq!(p[0].physical_offset, end);
+        store.close().expect("close");
+        drop(store);
+        let (store, _) = Store::open(cfg(root)).expect("reopen 2");
+        prop_assert!(store.read_record(end).is_ok());
+        prop_assert_eq!(store.max_offset(), end + p[0].size as u64);
+    }
+}
+
+/// RocketMQ #10666: truncation must be durable before it returns, so a crash right after it
+/// (here: the checkpoint from before the truncation is put back, as if the process died before
+/// rewriting it) cannot bring the cut records back.
+#[test]
+fn crash_after_truncate_does_not_resurrect_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (store, _) = Store::open(cfg(root)).expect("open");
+    let placed = fill(&store, 200, |i| 300 + i % 700);
+    store.flush().expect("flush");
+    store.checkpoint().expect("checkpoint");
+    let stale_ckpt = fs::read(root.join("checkpoint")).expect("read ckpt");
+    let cut = placed[57].0;
+    store.truncate_to(cut).expect("truncate");
+    assert_eq!(store.max_offset(), cut);
+    // Simulate the crash: no close, and the pre-truncation checkpoint back on disk.
+    std::mem::forget(store);
+    fs::write(root.join("checkpoint"), &stale_ckpt).expect("restore ckpt");
+    let (store, _) = Store::open(cfg(root)).expect("reopen");
+    assert_eq!(store.max_offset(), cut, "cut records came back");
+    assert_readable(&store, &placed[..57]);
+    for &(o, _) in &placed[57..] {
+        assert!(store.read_record(o).is_err());
+    }
+    // Consume queues were cut too: every queue's units point below the cut.
+    for (topic, qid) in store.queues().expect("queues") {
+        let max = store.queue_max_offset(&topic, qid).expect("max");
+        if max > 0 {
+            let (phys, _, _) = {
+                let u = store.queue_unit(&topic, qid, max - 1).expect("unit");
+                (u.phys_offset, u.size, u.tag_code)
+            };
+            assert!(phys < cut);
+        }
+    }
+    // New writes land at the cut and survive; the old records never reappear.
+    let p = store
+        .append_batch(&[msg(b"T", 0, b"new-1"), msg(b"T", 0, b"new-2")])
+        .expect("append");
+    assert_eq!(p[0].physical_offset, cut);
+    drop(store);
+    let (store, _) = Store::open(cfg(root)).expect("reopen 2");
+    assert_eq!(store.max_offset(), p[1].physical_offset + p[1].size as u64);
+    let r = store.read_record(p[1].physical_offset).expect("new record");
+    match decode_record(r.as_slice()) {
+        Ok(Decoded::Record(v)) => assert_eq!(v.body, b"new-2"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// After a cut in the middle of the tail, valid records that followed the bad one must be
+/// wiped: otherwise a shorter new append could line up with them and resurrect them.
+#[test]
+fn recovery_wipes_valid_records_after_a_corrupt_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let placed;
+    {
+        let (store, _) = Store::open(cfg(root)).expect("open");
+        placed = fill(&store, 40, |_| 100);
+        store.close().expect("close");
+    }
+    // Corrupt record 30's body.
+    let (off, _) = placed[30];
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(seg_path(root, off - off % SEG))
+        .expect("open");
+    f.write_all_at(&[0xFF], off % SEG + 90).expect("write");
+    let (store, report) = Store::open(cfg(root)).expect("reopen");
+    assert_eq!(store.max_offset(), off);
+    assert_eq!(report.commitlog.cut_offset, Some(off));
+    assert!(report
+        .commitlog
+        .cut_reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("CRC"));
+    // Bytes after the cut are zero on disk.
+    let data = fs::read(seg_path(root, off - off % SEG)).expect("read");
+    assert!(data[(off % SEG) as usize..].iter().all(|&b| b == 0));
+    drop(store);
+}
+
+/// Bytes copied with read_range into another store through append_raw give an identical log,
+/// including end-of-segment fillers, queue offsets and consume queues (the slave's path).
+#[test]
+fn append_raw_replicates_a_log_exactly() {
+    let a_dir = tempfile::tempdir().expect("tempdir");
+    let b_dir = tempfile::tempdir().expect("tempdir");
+    let (a, _) = Store::open(cfg(a_dir.path())).expect("open a");
+    let mut b_cfg = cfg(b_dir.path());
+    b_cfg.confirm_follows_max = false;
+    let (b, _) = Store::open(b_cfg).expect("open b");
+    let placed = fill(&a, 300, |i| 50 + (i * 37) % 900);
+    let mut off = 0;
+    while off < a.max_offset() {
+        let chunk = a.read_range(off, 4096, u64::MAX).expect("read range");
+        assert!(!chunk.is_empty());
+        // Never crosses a segment.
+        assert_eq!(chunk.offset / SEG, (chunk.end_offset() - 1) / SEG);
+        b.append_raw(off, chunk.as_slice()).expect("append raw");
+        off = chunk.end_offset();
+    }
+    assert_eq!(b.max_offset(), a.max_offset());
+    // Nothing visible on b until the confirm offset moves.
+    assert_eq!(b.queue_max_offset("T", 0).expect("max"), 0);
+    b.set_confirm_offset(a.max_offset()).expect("confirm");
+    for qid in 0..3 {
+        assert_eq!(
+            b.queue_max_offset("T", qid).expect("b"),
+            a.queue_max_offset("T", qid).expect("a")
+        );
+    }
+    for &(o, _) in &placed {
+        assert_eq!(
+            a.read_record(o).expect("a").as_slice(),
+            b.read_record(o).expect("b").as_slice()
+        );
+    }
+    // A wrong offset or a torn chunk is refused without writing anything.
+    let before = b.max_offset();
+    let err = b.append_raw(before + 1, b"xx").expect_err("wrong offset");
+    assert!(matches!(err, StoreError::OffsetOutOfRange { .. }));
+    let p = a
+        .append_batch(&[msg(b"T", 1, &[7u8; 500])])
+        .expect("append");
+    let rec = a.read_record(p[0].physical_offset).expect("read");
+    let torn = &rec.as_slice()[..rec.len() - 3];
+    assert!(b.append_raw(before, torn).is_err());
+    assert_eq!(b.max_offset(), before);
+}
+
+/// Group commit: waiters are served by the flush thread long before the interval.
+#[test]
+fn wait_flushed_is_served_by_a_requested_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = cfg(dir.path());
+    c.flush_interval_ms = 60_000;
+    let (store, _) = Store::open(c).expect("open");
+    fill(&store, 10, |_| 100);
+    let target = store.max_offset();
+    assert!(store.flushed_offset() < target);
+    let start = std::time::Instant::now();
+    let flushed = store
+        .wait_flushed(target, Duration::from_secs(10))
+        .expect("wait");
+    assert!(flushed >= target);
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+/// Reading past the end is a clear error, and a record is never read from a filler.
+#[test]
+fn reads_out_of_range_are_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(cfg(dir.path())).expect("open");
+    let placed = fill(&store, 3, |_| 10);
+    let end = store.max_offset();
+    assert!(matches!(
+        store.read_record(end),
+        Err(StoreError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        store.read_record(placed[1].0 + 1),
+        Err(StoreError::CorruptRecord { .. })
+    ));
+    assert!(store
+        .read_range(end, 100, u64::MAX)
+        .expect("empty")
+        .is_empty());
+}
+
+/// A truncation point inside a record is refused (it would leave a torn record).
+#[test]
+fn truncate_inside_a_record_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = Store::open(cfg(dir.path())).expect("open");
+    let placed = fill(&store, 5, |_| 100);
+    assert!(store.truncate_to(placed[2].0 + 7).is_err());
+    assert_eq!(store.max_offset(), placed[4].0 + placed[4].1 as u64);
+}
