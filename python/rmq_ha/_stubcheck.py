@@ -35,7 +35,7 @@ def module_names() -> dict[str, set[str]]:
         obj = getattr(native, name)
         if isinstance(obj, type):
             out[name] = {
-                m for m in vars(obj) if not m.startswith("_") or m in {"__len__"}
+                m for m in vars(obj) if not m.startswith("_") or m in {"__len__", "__getitem__"}
             } - IGNORED
         else:
             out[name] = set()

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from rmq_ha._native import Message, Store
+from rmq_ha._native import AppendResult, Message, Store
 from rmq_ha.errors import StoreClosedError, StoreIOError
 
 
@@ -33,8 +33,9 @@ class AsyncStore:
         self._seq = itertools.count()
         self._closed = False
 
-    def append_batch(self, messages: Sequence[Message]) -> list[tuple[int, int, int, int]]:
-        """Appends a batch; returns (physical_offset, size, queue_offset, store_timestamp)."""
+    def append_batch(self, messages: Sequence[Message]) -> AppendResult:
+        """Appends a batch; the result gives (physical_offset, size, queue_offset,
+        store_timestamp) per message and the `end_offset` to wait on."""
         return self.native.append_batch(list(messages))
 
     async def wait_durable(self, offset: int) -> int:

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use rmq_store::baseline::{sequential_write, SyncCadence};
-use rmq_store::commitlog::RecordBuf;
+use rmq_store::commitlog::{Placement, RecordBuf};
 use rmq_store::epoch::{find_consistent_point as fcp, EpochFile as RsEpochFile, EpochLoadSource};
 use rmq_store::store::{Store as RsStore, StoreConfig};
 use rmq_store::StoreError;
@@ -192,6 +192,44 @@ fn wrap(inner: RecordBuf) -> StoreBuffer {
     StoreBuffer { inner }
 }
 
+/// Where each message of an `append_batch` went.
+#[pyclass(frozen, sequence, module = "rmq_ha._native")]
+struct AppendResult {
+    placed: Vec<Placement>,
+}
+
+#[pymethods]
+impl AppendResult {
+    fn __len__(&self) -> usize {
+        self.placed.len()
+    }
+    /// (physical_offset, size, queue_offset, store_timestamp) of message `i`.
+    fn __getitem__(&self, i: isize) -> PyResult<(u64, u32, i64, i64)> {
+        let n = self.placed.len() as isize;
+        let k = if i < 0 { i + n } else { i };
+        if k < 0 || k >= n {
+            return Err(PyIndexError::new_err("AppendResult index out of range"));
+        }
+        let p = &self.placed[k as usize];
+        Ok((p.physical_offset, p.size, p.queue_offset, p.store_timestamp))
+    }
+    /// Commitlog offset just past the last message (wait for this to be durable).
+    #[getter]
+    fn end_offset(&self) -> u64 {
+        self.placed
+            .last()
+            .map_or(0, |p| p.physical_offset + u64::from(p.size))
+    }
+    /// Physical offsets of every message.
+    fn physical_offsets(&self) -> Vec<u64> {
+        self.placed.iter().map(|p| p.physical_offset).collect()
+    }
+    /// Queue offsets of every message.
+    fn queue_offsets(&self) -> Vec<i64> {
+        self.placed.iter().map(|p| p.queue_offset).collect()
+    }
+}
+
 /// The message store (commitlog, consume queues, dispatcher, flush thread).
 #[pyclass(frozen, module = "rmq_ha._native")]
 struct Store {
@@ -275,13 +313,15 @@ impl Store {
         }
     }
 
-    /// Appends many messages in one call; returns (physical_offset, size, queue_offset,
-    /// store_timestamp) per message. The GIL is released during encoding and the write.
+    /// Appends many messages in one call. The GIL is released during encoding and the write.
+    /// Returns an `AppendResult`: a sequence of (physical_offset, size, queue_offset,
+    /// store_timestamp) built lazily, so a caller that needs only the end offset pays nothing
+    /// per message.
     fn append_batch(
         &self,
         py: Python<'_>,
         messages: Vec<Bound<'_, Message>>,
-    ) -> PyResult<Vec<(u64, u32, i64, i64)>> {
+    ) -> PyResult<AppendResult> {
         let refs: Vec<&Message> = messages.iter().map(|m| m.get()).collect();
         let placed = py
             .detach(|| {
@@ -289,10 +329,7 @@ impl Store {
                 self.inner.append_batch(&ins)
             })
             .map_err(to_py)?;
-        Ok(placed
-            .into_iter()
-            .map(|p| (p.physical_offset, p.size, p.queue_offset, p.store_timestamp))
-            .collect())
+        Ok(AppendResult { placed })
     }
 
     /// Appends `bodies` to one queue with shared properties: the fast path for benchmarks and
@@ -688,6 +725,7 @@ fn baseline_sequential_write(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Message>()?;
     m.add_class::<StoreBuffer>()?;
+    m.add_class::<AppendResult>()?;
     m.add_class::<Store>()?;
     m.add_class::<EpochFile>()?;
     m.add_function(wrap_pyfunction!(find_consistent_point, m)?)?;

@@ -30,8 +30,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use memmap2::{Mmap, MmapOptions};
 use rmq_wire::message::{
-    decode_record_checked, encode_blank, encode_record_with_crc, encoded_len_with_crc, peek_header,
-    DecodeError, Decoded, MessageIn, RecordView, StoreStamp, BLANK_HEADER_LEN, BLANK_MAGIC,
+    decode_record_checked, decode_record_structure, encode_blank, encode_record_with_crc,
+    encoded_len_with_crc, peek_header, DecodeError, Decoded, MessageIn, RecordView, StoreStamp,
+    BLANK_HEADER_LEN, BLANK_MAGIC,
 };
 
 use crate::error::{IoContext, Result, StoreError};
@@ -513,13 +514,13 @@ impl CommitLog {
     }
 
     /// Appends a batch: assigns physical offsets, takes queue offsets from `next_queue_offset`
-    /// (called once per message that consumes one), encodes, writes. On error nothing of the
+    /// (called once per message, with its index in `msgs`), encodes, writes. On error nothing of the
     /// batch is published (the max offset does not move).
     pub fn append_batch(
         &mut self,
         msgs: &[MessageIn<'_>],
         store_timestamp: i64,
-        next_queue_offset: &mut dyn FnMut(&MessageIn<'_>) -> i64,
+        next_queue_offset: &mut dyn FnMut(usize) -> i64,
     ) -> Result<Vec<Placement>> {
         let seg_size = self.cfg.segment_size;
         let store_v6 = self.cfg.store_host.is_ipv6();
@@ -539,8 +540,7 @@ impl CommitLog {
         buf.clear();
         let mut seg = self.writable_segment(offset)?;
         let mut chunk_start = offset;
-        let mut queue_offsets = Vec::with_capacity(msgs.len());
-        for m in msgs {
+        for (i, m) in msgs.iter().enumerate() {
             let len = encoded_len_with_crc(m, store_v6) as u64;
             if offset + len + BLANK_HEADER_LEN as u64 > seg.end() {
                 encode_blank((seg.end() - offset) as usize, &mut buf);
@@ -549,8 +549,7 @@ impl CommitLog {
                 seg = self.writable_segment(offset)?;
                 chunk_start = offset;
             }
-            let qo = next_queue_offset(m);
-            queue_offsets.push(qo);
+            let qo = next_queue_offset(i);
             let stamp = StoreStamp {
                 queue_offset: qo,
                 physical_offset: offset as i64,
@@ -580,8 +579,14 @@ impl CommitLog {
 
     /// Appends bytes replicated from a master at `offset` (must equal the max offset). The bytes
     /// must be whole records (and fillers) whose PHYSICALOFFSET matches their position; they are
-    /// validated before anything is written. Returns the validated records' count.
-    pub fn append_raw(&mut self, offset: u64, data: &[u8]) -> Result<usize> {
+    /// validated before anything is written; `on_record` sees each one (before the write, so a
+    /// caller must only apply what it collected once this returns Ok). Returns the count.
+    pub fn append_raw(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        on_record: &mut dyn FnMut(u64, &RecordView<'_>) -> Result<()>,
+    ) -> Result<usize> {
         let max = self.max_offset();
         if offset != max {
             return Err(StoreError::OffsetOutOfRange {
@@ -635,6 +640,7 @@ impl CommitLog {
                                 reason: "record leaves no room for the segment filler".into(),
                             });
                         }
+                        on_record(here, &r)?;
                         p += r.total_size();
                         count += 1;
                     }
@@ -766,11 +772,14 @@ impl CommitLog {
     }
 
     /// Iterates records in `[from, to)`, calling `f(offset, record)`; fillers are skipped.
-    /// Stops with an error at the first invalid record.
+    /// Stops with an error at the first invalid record. With `verify` false only the structure
+    /// is checked, not the CRCs: for ranges this process validated already (appended, replicated
+    /// or recovered), which is what the dispatcher scans.
     pub fn scan(
         &self,
         from: u64,
         to: u64,
+        verify: bool,
         f: &mut dyn FnMut(u64, &RecordView<'_>) -> Result<()>,
     ) -> Result<u64> {
         let to = to.min(self.max_offset());
@@ -781,8 +790,18 @@ impl CommitLog {
             let mut p = pos;
             while p < limit {
                 let here = seg.start + p as u64;
-                match decode(&data[p..]) {
+                let decoded = if verify {
+                    decode(&data[p..])
+                } else {
+                    decode_record_structure(&data[p..])
+                };
+                match decoded {
                     Ok(Decoded::Record(r)) => {
+                        // Only whole records below `to`: a confirm offset inside a record
+                        // must not expose it.
+                        if p + r.total_size() > limit {
+                            return Ok(here);
+                        }
                         f(here, &r)?;
                         p += r.total_size();
                     }

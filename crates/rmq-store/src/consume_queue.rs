@@ -204,6 +204,50 @@ impl ConsumeQueue {
     /// `OffsetOutOfRange { offset: index, min, max }`. The physical offset must exceed the
     /// last unit's and the size must be in (0, 64 MiB], else `CorruptRecord` (offset = index).
     pub fn append(&mut self, index: u64, unit: CqUnit) -> Result<()> {
+        self.append_batch(&[(index, unit)])
+    }
+
+    /// Appends many units with one positioned write per run of contiguous units in a file (the
+    /// dispatcher's path). Each unit is checked as by [`ConsumeQueue::append`]; on an error the
+    /// units before it are kept.
+    pub fn append_batch(&mut self, units: &[(u64, CqUnit)]) -> Result<()> {
+        let mut i = 0;
+        let mut buf: Vec<u8> = Vec::new();
+        while i < units.len() {
+            let (index, unit) = units[i];
+            self.check_append(index, &unit)?;
+            let k = self.segment_for_write(index)?;
+            let seg_end = self.segments[k].start + self.units_per_file;
+            buf.clear();
+            buf.extend_from_slice(&unit.encode());
+            let mut last = unit;
+            let mut next = index + 1;
+            i += 1;
+            // Extend the run while the next unit continues it in the same file; anything else
+            // goes through the full checks on the next turn of the outer loop.
+            while i < units.len()
+                && units[i].0 == next
+                && next < seg_end
+                && units[i].1.shape_error().is_none()
+                && units[i].1.phys_offset > last.phys_offset
+            {
+                last = units[i].1;
+                buf.extend_from_slice(&last.encode());
+                next += 1;
+                i += 1;
+            }
+            let seg = &mut self.segments[k];
+            let pos = (index - seg.start) * CQ_UNIT_SIZE;
+            seg.file.write_all_at(&buf, pos).at(&seg.path)?;
+            seg.dirty = true;
+            self.max = next;
+            self.last = Some(last);
+        }
+        Ok(())
+    }
+
+    /// The checks of [`ConsumeQueue::append`]; resets an empty queue that starts elsewhere.
+    fn check_append(&mut self, index: u64, unit: &CqUnit) -> Result<()> {
         if index >= MAX_INDEX {
             return Err(self.out_of_range(index));
         }
@@ -235,13 +279,6 @@ impl ConsumeQueue {
                 }
             }
         }
-        let k = self.segment_for_write(index)?;
-        let seg = &mut self.segments[k];
-        let pos = (index - seg.start) * CQ_UNIT_SIZE;
-        seg.file.write_all_at(&unit.encode(), pos).at(&seg.path)?;
-        seg.dirty = true;
-        self.max = index + 1;
-        self.last = Some(unit);
         Ok(())
     }
 
@@ -361,6 +398,21 @@ impl ConsumeQueue {
             self.dir_dirty = false;
         }
         Ok(())
+    }
+
+    /// Hands out what `flush` would sync, so a caller can sync it without holding the lock
+    /// that guards this queue: duplicated handles of the files written since the last call, and
+    /// the directory when files were created. The dirty marks are cleared; a caller whose sync
+    /// fails must treat the queue as not durable (the store stops writing checkpoints).
+    pub fn take_dirty(&mut self) -> Result<(Vec<(File, PathBuf)>, Option<PathBuf>)> {
+        let mut files = Vec::new();
+        for seg in self.segments.iter_mut().filter(|s| s.dirty) {
+            files.push((seg.file.try_clone().at(&seg.path)?, seg.path.clone()));
+            seg.dirty = false;
+        }
+        let dir = self.dir_dirty.then(|| self.dir.clone());
+        self.dir_dirty = false;
+        Ok((files, dir))
     }
 
     // ---- internals ----

@@ -12,6 +12,7 @@ pub mod baseline;
 pub mod checkpoint;
 pub mod commitlog;
 pub mod consume_queue;
+pub mod dispatch;
 pub mod epoch;
 pub mod error;
 pub mod fsutil;

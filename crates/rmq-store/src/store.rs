@@ -29,6 +29,7 @@ use crate::commitlog::{
     CommitLog, CommitLogConfig, Placement, RecordBuf, RecoveryReport, Shared, DEFAULT_SEGMENT_SIZE,
 };
 use crate::consume_queue::{ConsumeQueue, CqUnit};
+use crate::dispatch::{DispatchState, PendingUnit, QueueKey};
 use crate::error::{IoContext, Result, StoreError};
 
 /// SYSFLAG transaction type bits (bits 2-3).
@@ -164,8 +165,7 @@ pub struct GetResult {
 struct Inner {
     log: CommitLog,
     cqs: HashMap<(String, i32), ConsumeQueue>,
-    queue_table: HashMap<(String, i32), i64>,
-    ckpt_file: CheckpointFile,
+    state: DispatchState,
     last_store_ts: i64,
     closed: bool,
 }
@@ -186,6 +186,11 @@ struct Core {
     notify_r: OwnedFd,
     notify_w: OwnedFd,
     flush_error: Mutex<Option<String>>,
+    /// Set when a consume-queue sync failed: no checkpoint may be written after that.
+    ckpt_broken: Mutex<Option<String>>,
+    /// Serialises checkpoint writers (the flush thread, `checkpoint()`, truncation, close).
+    ckpt_lock: Mutex<()>,
+    ckpt_file: CheckpointFile,
     closed: AtomicBool,
 }
 
@@ -242,7 +247,8 @@ impl Core {
         cqs.get_mut(&key).ok_or(StoreError::Closed)
     }
 
-    /// Dispatches committed records into consume queues up to the confirm offset.
+    /// Dispatches committed records into consume queues up to the confirm offset: the queued
+    /// units of recent appends, plus a commitlog scan for any range they do not cover.
     fn dispatch(&self, inner: &mut Inner) -> Result<u64> {
         let max = inner.log.max_offset();
         let target = if self.cfg.confirm_follows_max {
@@ -254,79 +260,136 @@ impl Core {
         if from >= target {
             return Ok(from);
         }
-        let cfg = &self.cfg;
-        let Inner { log, cqs, .. } = inner;
-        let end = log.scan(from, target, &mut |off, r: &RecordView<'_>| {
-            if !is_dispatchable(r.sys_flag) {
-                return Ok(());
-            }
-            let topic = check_topic(r.topic).map_err(|reason| StoreError::CorruptRecord {
-                offset: off,
-                reason,
-            })?;
-            let q = Self::cq(cfg, cqs, topic, r.queue_id)?;
-            let index = u64::try_from(r.queue_offset).map_err(|_| StoreError::CorruptRecord {
-                offset: off,
-                reason: format!("negative queue offset {}", r.queue_offset),
-            })?;
-            if index < q.max_offset() {
-                // Already dispatched (e.g. replay after a crash between CQ write and checkpoint
-                // that recovery did not cut): the unit must point at this very record.
-                let u = q.get(index)?;
-                if u.phys_offset == off {
-                    return Ok(());
+        let Inner {
+            log, cqs, state, ..
+        } = inner;
+        let mut units: Vec<PendingUnit> = Vec::new();
+        if from < state.pending_from {
+            let to = state.pending_from.min(target);
+            log.scan(from, to, false, &mut |off, r: &RecordView<'_>| {
+                if let Some(u) = Self::unit_of(state, off, r)? {
+                    units.push(u);
                 }
+                Ok(())
+            })?;
+        }
+        state.take_until(target, &mut units);
+        // One consume-queue write per queue per call.
+        let mut groups: HashMap<QueueKey, Vec<(u64, CqUnit)>> = HashMap::new();
+        for u in units {
+            groups.entry(u.key).or_default().push((u.index, u.unit));
+        }
+        for ((topic, qid), units) in groups {
+            let q = Self::cq(&self.cfg, cqs, &topic, qid)?;
+            // Units already in the queue (a replay after a crash that left them) must point at
+            // the very same records; skip those and append the rest.
+            let mut skip = 0;
+            for &(index, unit) in &units {
+                if index >= q.max_offset() || q.get(index)?.phys_offset != unit.phys_offset {
+                    break;
+                }
+                skip += 1;
             }
-            q.append(
-                index,
-                CqUnit {
-                    phys_offset: off,
-                    size: r.total_size() as u32,
-                    tag_code: tag_code(r.properties),
-                },
-            )
-        })?;
-        self.dispatched.store(end, Ordering::Release);
-        Ok(end)
+            q.append_batch(&units[skip..])?;
+        }
+        self.dispatched.store(target, Ordering::Release);
+        Ok(target)
     }
 
+    /// The consume-queue unit of a record, or None when it is not dispatched (prepared or
+    /// rolled-back transaction halves).
+    fn unit_of(
+        state: &mut DispatchState,
+        off: u64,
+        r: &RecordView<'_>,
+    ) -> Result<Option<PendingUnit>> {
+        if !is_dispatchable(r.sys_flag) {
+            return Ok(None);
+        }
+        let topic = check_topic(r.topic).map_err(|reason| StoreError::CorruptRecord {
+            offset: off,
+            reason,
+        })?;
+        let index = u64::try_from(r.queue_offset).map_err(|_| StoreError::CorruptRecord {
+            offset: off,
+            reason: format!("negative queue offset {}", r.queue_offset),
+        })?;
+        Ok(Some(PendingUnit {
+            key: (state.intern(topic), r.queue_id),
+            index,
+            unit: CqUnit {
+                phys_offset: off,
+                size: r.total_size() as u32,
+                tag_code: tag_code(r.properties),
+            },
+        }))
+    }
+
+    /// Raises next queue offsets from the records in `[from, to)`.
     fn note_queue_offsets(
         log: &CommitLog,
-        table: &mut HashMap<(String, i32), i64>,
+        state: &mut DispatchState,
         from: u64,
         to: u64,
     ) -> Result<()> {
-        log.scan(from, to, &mut |off, r| {
-            if is_dispatchable(r.sys_flag) {
-                let topic = check_topic(r.topic).map_err(|reason| StoreError::CorruptRecord {
-                    offset: off,
-                    reason,
-                })?;
-                let e = table.entry((topic.to_string(), r.queue_id)).or_insert(0);
-                *e = (*e).max(r.queue_offset + 1);
+        log.scan(from, to, false, &mut |off, r| {
+            if let Some(u) = Self::unit_of(state, off, r)? {
+                state.raise_next(&u.key.0, u.key.1, r.queue_offset + 1);
             }
             Ok(())
         })?;
         Ok(())
     }
 
+    /// Syncs the consume queues and writes the checkpoint. Only the snapshot is taken under the
+    /// store lock; the fsyncs run outside it so appends are not stalled. The dispatched offset
+    /// written is the one snapshotted before the consume-queue files were synced, so the
+    /// checkpoint never claims more than is durable. After a failed sync checkpoints stop (the
+    /// dirty marks are gone), which costs a longer replay on restart but never loses data.
     fn checkpoint_now(&self) -> Result<Checkpoint> {
-        let mut inner = self.inner()?;
-        for q in inner.cqs.values_mut() {
-            q.flush()?;
+        if let Some(e) = lock(&self.ckpt_broken).clone() {
+            return Err(StoreError::Io {
+                path: self.cfg.root.join("checkpoint"),
+                source: std::io::Error::other(format!("checkpoints stopped after: {e}")),
+            });
+        }
+        let _one_at_a_time = lock(&self.ckpt_lock);
+        let (files, dirs, dispatched, confirm, ts) = {
+            let mut inner = self.inner()?;
+            let mut files = Vec::new();
+            let mut dirs = Vec::new();
+            for q in inner.cqs.values_mut() {
+                let (f, d) = q.take_dirty()?;
+                files.extend(f);
+                dirs.extend(d);
+            }
+            (
+                files,
+                dirs,
+                self.dispatched.load(Ordering::Acquire),
+                self.effective_confirm(),
+                inner.last_store_ts,
+            )
+        };
+        let synced = files
+            .iter()
+            .try_for_each(|(f, p)| f.sync_data().at(p))
+            .and_then(|_| dirs.iter().try_for_each(|d| crate::fsutil::sync_dir(d)));
+        if let Err(e) = synced {
+            *lock(&self.ckpt_broken) = Some(e.to_string());
+            return Err(e);
         }
         let flushed = self.shared.flushed_offset();
-        let dispatched = self.dispatched.load(Ordering::Acquire).min(flushed);
         let c = Checkpoint {
-            physic_msg_timestamp: inner.last_store_ts,
-            logics_msg_timestamp: inner.last_store_ts,
+            physic_msg_timestamp: ts,
+            logics_msg_timestamp: ts,
             index_msg_timestamp: 0,
             master_flushed_offset: flushed as i64,
-            confirm_offset: self.effective_confirm() as i64,
-            dispatched_offset: dispatched as i64,
+            confirm_offset: confirm as i64,
+            dispatched_offset: dispatched.min(flushed) as i64,
             flushed_offset: flushed as i64,
         };
-        inner.ckpt_file.store(&c)?;
+        self.ckpt_file.store(&c)?;
         Ok(c)
     }
 
@@ -459,11 +522,11 @@ impl Store {
                 }
             }
         }
-        let mut queue_table: HashMap<(String, i32), i64> = cqs
-            .iter()
-            .map(|(k, q)| (k.clone(), q.max_offset() as i64))
-            .collect();
-        Core::note_queue_offsets(&log, &mut queue_table, dispatch_start, end)?;
+        let mut state = DispatchState::new(end);
+        for ((topic, qid), q) in &cqs {
+            state.raise_next(topic, *qid, q.max_offset() as i64);
+        }
+        Core::note_queue_offsets(&log, &mut state, dispatch_start, end)?;
 
         let persisted_confirm = if trusted {
             ckpt.confirm_offset.max(0) as u64
@@ -478,8 +541,7 @@ impl Store {
             inner: Mutex::new(Inner {
                 log,
                 cqs,
-                queue_table,
-                ckpt_file,
+                state,
                 last_store_ts: ckpt.physic_msg_timestamp,
                 closed: false,
             }),
@@ -494,6 +556,9 @@ impl Store {
             notify_r,
             notify_w,
             flush_error: Mutex::new(None),
+            ckpt_broken: Mutex::new(None),
+            ckpt_lock: Mutex::new(()),
+            ckpt_file,
             closed: AtomicBool::new(false),
             cfg,
         });
@@ -551,25 +616,55 @@ impl Store {
         // Store timestamps never go backwards, even if the wall clock does: search by
         // timestamp relies on them being ordered.
         let ts = now_ms().max(inner.last_store_ts);
-        let Inner {
-            log, queue_table, ..
-        } = &mut *inner;
-        // Offsets are taken from a scratch copy so a failed write leaves the table untouched.
-        let mut taken: HashMap<(String, i32), i64> = HashMap::new();
-        let placements = log.append_batch(msgs, ts, &mut |m| {
+        let Inner { log, state, .. } = &mut *inner;
+        // Offsets are taken in a scratch list (batches touch few queues) and published only
+        // after the write succeeded, so a failed write leaves no gap in any queue.
+        let mut taken: Vec<(&[u8], i32, i64)> = Vec::new();
+        let placements = log.append_batch(msgs, ts, &mut |i| {
+            let m = &msgs[i];
             if !is_dispatchable(m.sys_flag) {
                 return 0;
             }
-            let topic = String::from_utf8_lossy(m.topic).into_owned();
-            let key = (topic, m.queue_id);
-            let next = taken
-                .get(&key)
-                .copied()
-                .unwrap_or_else(|| queue_table.get(&key).copied().unwrap_or(0));
-            taken.insert(key, next + 1);
+            if let Some(t) = taken
+                .iter_mut()
+                .find(|t| t.1 == m.queue_id && t.0 == m.topic)
+            {
+                t.2 += 1;
+                return t.2 - 1;
+            }
+            // check_topic above guarantees UTF-8.
+            let topic = std::str::from_utf8(m.topic).unwrap_or_default();
+            let next = state.next_offset(topic, m.queue_id);
+            taken.push((m.topic, m.queue_id, next + 1));
             next
         })?;
-        queue_table.extend(taken);
+        for (t, qid, next) in taken {
+            state.raise_next(std::str::from_utf8(t).unwrap_or_default(), qid, next);
+        }
+        let mut last_topic: Option<(&[u8], Arc<str>)> = None;
+        for (m, p) in msgs.iter().zip(&placements) {
+            if is_dispatchable(m.sys_flag) {
+                // Batches usually carry one topic: intern it once, not once per message.
+                let topic = match &last_topic {
+                    Some((raw, t)) if *raw == m.topic => t.clone(),
+                    _ => {
+                        let t = state.intern(std::str::from_utf8(m.topic).unwrap_or_default());
+                        last_topic = Some((m.topic, t.clone()));
+                        t
+                    }
+                };
+                state.push(
+                    (topic, m.queue_id),
+                    p.queue_offset as u64,
+                    CqUnit {
+                        phys_offset: p.physical_offset,
+                        size: p.size,
+                        tag_code: tag_code(m.properties),
+                    },
+                );
+            }
+        }
+        state.bound(log.max_offset());
         inner.last_store_ts = ts;
         self.core.dispatch(&mut inner)?;
         Ok(placements)
@@ -578,12 +673,19 @@ impl Store {
     /// Appends replicated bytes at `offset` (see [`CommitLog::append_raw`]).
     pub fn append_raw(&self, offset: u64, data: &[u8]) -> Result<usize> {
         let mut inner = self.core.inner()?;
-        let n = inner.log.append_raw(offset, data)?;
-        let end = inner.log.max_offset();
-        let Inner {
-            log, queue_table, ..
-        } = &mut *inner;
-        Core::note_queue_offsets(log, queue_table, offset, end)?;
+        let Inner { log, state, .. } = &mut *inner;
+        let mut units: Vec<(PendingUnit, i64)> = Vec::new();
+        let n = log.append_raw(offset, data, &mut |off, r| {
+            if let Some(u) = Core::unit_of(state, off, r)? {
+                units.push((u, r.queue_offset));
+            }
+            Ok(())
+        })?;
+        for (u, qo) in units {
+            state.raise_next(&u.key.0, u.key.1, qo + 1);
+            state.push(u.key, u.index, u.unit);
+        }
+        state.bound(log.max_offset());
         self.core.dispatch(&mut inner)?;
         Ok(n)
     }
@@ -727,12 +829,7 @@ impl Store {
 
     /// The next queue offset a new message to this queue would get (dispatched or not).
     pub fn next_queue_offset(&self, topic: &str, queue_id: i32) -> Result<i64> {
-        let inner = self.core.inner()?;
-        Ok(inner
-            .queue_table
-            .get(&(topic.to_string(), queue_id))
-            .copied()
-            .unwrap_or(0))
+        Ok(self.core.inner()?.state.next_offset(topic, queue_id))
     }
 
     /// SEARCH_OFFSET_BY_TIMESTAMP: the first queue offset whose store time is >= `ts_ms`.
@@ -784,16 +881,14 @@ impl Store {
             self.core.dispatched.fetch_min(offset, Ordering::AcqRel);
             let dispatched = self.core.dispatched.load(Ordering::Acquire);
             let Inner {
-                log,
-                cqs,
-                queue_table,
-                ..
+                log, cqs, state, ..
             } = &mut *inner;
-            *queue_table = cqs
-                .iter()
-                .map(|(k, q)| (k.clone(), q.max_offset() as i64))
-                .collect();
-            Core::note_queue_offsets(log, queue_table, dispatched, offset)?;
+            state.truncate(offset);
+            state.clear_next();
+            for ((topic, qid), q) in cqs.iter() {
+                state.raise_next(topic, *qid, q.max_offset() as i64);
+            }
+            Core::note_queue_offsets(log, state, dispatched, offset)?;
             self.core.dispatch(&mut inner)?;
         }
         self.core.checkpoint_now()?;

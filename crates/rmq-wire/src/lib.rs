@@ -6,7 +6,7 @@
 pub mod message;
 
 pub use message::{
-    body_crc, decode_record, decode_record_checked, encode_record, encode_record_with_crc,
-    encoded_len, encoded_len_with_crc, DecodeError, Decoded, EncodeError, MessageIn, RecordView,
-    StoreStamp, BLANK_MAGIC, MAGIC_V1, MAGIC_V2,
+    body_crc, decode_record, decode_record_checked, decode_record_structure, encode_record,
+    encode_record_with_crc, encoded_len, encoded_len_with_crc, DecodeError, Decoded, EncodeError,
+    MessageIn, RecordView, StoreStamp, BLANK_MAGIC, MAGIC_V1, MAGIC_V2,
 };
