@@ -6,10 +6,11 @@ PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.dev-stamp
-NATIVE_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/null) Cargo.toml pyproject.toml
+NATIVE_SRC := $(shell find crates -name target -prune -o \( -name '*.rs' -o -name Cargo.toml \) -print 2>/dev/null) Cargo.toml pyproject.toml
+FUZZ_SECONDS ?= 60
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo test test-rust test-py lint fmt bench clean stubcheck
+.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -29,10 +30,13 @@ dev: $(STAMP) ## create .venv, build the Rust core with maturin, install rmq_ha 
 demo: dev ## write/read a million messages, crash a writer mid-batch, recover, print what was cut
 	$(VENV)/bin/rmq-ha demo store
 
-test: dev test-rust test-py ## run every test (Rust and Python)
+test: dev test-rust test-py test-fuzz ## run every test (Rust, Python, a short fuzz replay)
 
 test-rust: ## cargo test for the whole workspace
 	cargo test --workspace --release -q
+
+test-fuzz: ## 20 s of the stable fuzz replay driver on the record decoder (`make fuzz` for longer)
+	cd crates/rmq-wire/fuzz && cargo run --release -q --bin replay -- 20
 
 test-py: dev ## pytest (exit code 5, "no tests collected", fails the target)
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
@@ -44,6 +48,10 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy, the .pyi stub ag
 	$(VENV)/bin/ruff format --check python tests
 	$(VENV)/bin/mypy
 	$(VPY) -m rmq_ha._stubcheck
+	cd crates/rmq-wire/fuzz && cargo fmt -- --check && cargo clippy --all-targets --release -- -D warnings
+
+fuzz: ## fuzz the record decoder: a stable replay driver, plus cargo fuzz when nightly is installed
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 fmt: dev ## format Rust and Python
 	cargo fmt --all

@@ -90,11 +90,6 @@ async def test_open_store_closes_the_store_when_the_body_raises(tmp_path: Path) 
     assert seen[0].native.flushed_offset == seen[0].native.max_offset
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: open_store yields inside its waker nursery, so an exception raised in the "
-    "`async with` body comes out wrapped in a nested ExceptionGroup, not as itself",
-)
 async def test_open_store_propagates_a_body_exception_unwrapped(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="boom"):
         async with open_store(tmp_path / "s", segment_size=64 * 1024):

@@ -151,11 +151,6 @@ def test_corrupt_main_without_backup_is_corrupt_file_error(path: Path) -> None:
         EpochFile(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: EpochFile with a bare relative file name fails every write with StoreIOError "
-    "'I/O error on : No such file': write_atomic syncs Path::parent() == \"\" instead of '.'",
-)
 def test_relative_file_name_in_the_current_directory_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

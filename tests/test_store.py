@@ -18,6 +18,7 @@ from rmq_ha._native import Message, Store
 from rmq_ha.errors import (
     ConfigError,
     CorruptRecordError,
+    InvalidArgumentError,
     MessageIllegalError,
     OffsetOutOfRangeError,
     StoreClosedError,
@@ -411,11 +412,6 @@ def test_reopen_with_a_smaller_segment_size_raises_config_error(
     assert len(scan_log(again)) == 100
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: reopening with a LARGER segment_size is accepted; recovery then deletes every "
-    "segment after the first as 'not contiguous' and extends the first file (data loss)",
-)
 def test_reopen_with_a_larger_segment_size_raises_config_error_and_keeps_data(
     open_native: StoreFactory, tmp_path: Path
 ) -> None:
@@ -431,13 +427,6 @@ def test_reopen_with_a_larger_segment_size_raises_config_error_and_keeps_data(
     assert len(scan_log(again)) == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: properties not ending in \\x02 (b'k\\x01v') are accepted and written, but the "
-    "__CRC32# trailer appended after them is not recognised, so the record fails its own "
-    "whole-record CRC check: reading it raises CorruptRecordError and reopen cuts it and every "
-    "later (acknowledged) record",
-)
 def test_properties_without_trailing_separator_stay_readable_and_survive_reopen(
     open_native: StoreFactory,
 ) -> None:
@@ -487,25 +476,25 @@ def test_unconfirmed_messages_are_invisible_until_the_confirm_offset_passes_them
     assert s.queue_max_offset("C", 0) == 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: set_confirm_offset inside a record: dispatched_offset becomes that mid-record "
-    "offset and is checkpointed, so the next open fails with CorruptRecordError (bad magic) and "
-    "the store cannot be reopened (at 86d22d3 the partly confirmed record was dispatched)",
-)
-def test_confirm_offset_inside_a_record_does_not_expose_that_record(
+def test_confirm_offset_inside_a_record_is_refused_and_changes_nothing(
     open_native: StoreFactory,
 ) -> None:
+    # Replicas ack whole records, so a confirm offset inside one is a caller bug: refused with a
+    # definite error, nothing exposed, and the store still reopens.
     s = open_native(confirm_follows_max=False)
     placed = s.append_batch(msgs("C", 0, [b"m%d" % i for i in range(10)]))
-    s.set_confirm_offset(placed[5][0] + 1)
-    assert s.dispatched_offset <= s.confirm_offset
+    s.set_confirm_offset(placed[5][0])
+    with pytest.raises(InvalidArgumentError):
+        s.set_confirm_offset(placed[5][0] + 1)
+    assert s.confirm_offset == s.dispatched_offset == placed[5][0]
     assert s.queue_max_offset("C", 0) == 5
     s.close()
     # After a reopen the dispatcher works from the commitlog instead of its in-memory queue.
     s = open_native(confirm_follows_max=False)
-    s.set_confirm_offset(placed[7][0] + 1)
-    assert s.dispatched_offset <= s.confirm_offset
+    assert s.queue_max_offset("C", 0) == 5
+    with pytest.raises(InvalidArgumentError):
+        s.set_confirm_offset(placed[7][0] + 1)
+    s.set_confirm_offset(placed[7][0])
     assert s.queue_max_offset("C", 0) == 7
 
 
@@ -669,12 +658,6 @@ def test_delete_expired_zero_deletes_all_but_the_active_segment_below_dispatch(
         s.get_messages("R", 0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when the max offset sits on a segment boundary (e.g. after truncate_to a segment "
-    "start), delete_segments_before deletes every segment; a reopen then finds an empty "
-    "commitlog and restarts physical AND queue offsets at 0, reusing offsets already handed out",
-)
 def test_retention_never_deletes_the_last_segment_so_offsets_never_go_backwards(
     open_native: StoreFactory,
 ) -> None:

@@ -17,9 +17,7 @@ def stub_names() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            out[node.name] = {
-                n.name for n in node.body if isinstance(n, ast.FunctionDef)
-            } - IGNORED
+            out[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} - IGNORED
         elif isinstance(node, ast.FunctionDef):
             out[node.name] = set()
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

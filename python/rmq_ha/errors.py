@@ -84,6 +84,12 @@ class ConfigError(RmqHaError, ValueError):
         self.key = key
 
 
+class InvalidArgumentError(StoreError, ValueError):
+    """An argument the operation cannot accept; nothing changed."""
+
+    definite = True
+
+
 class StoreClosedError(StoreError):
     """The store was closed."""
 
@@ -95,6 +101,7 @@ __all__ = [
     "CorruptFileError",
     "CorruptRecordError",
     "EpochConflictError",
+    "InvalidArgumentError",
     "MessageIllegalError",
     "OffsetOutOfRangeError",
     "RmqHaError",

@@ -3,15 +3,15 @@
 Appends go straight to `rmq_ha._native.Store` (one call per batch; the GIL is released while Rust
 encodes and writes). Waiting for durability must not block the event loop, so the native store
 exposes a non-blocking pipe that receives a byte whenever its flush thread advances the flushed
-offset; one waker task per store reads it with `trio.lowlevel.wait_readable` and wakes every task
-waiting for an offset at or below the new flushed offset. Many waiters share one fdatasync
-(group commit).
+offset. Waiters take turns reading it: one task at a time waits on the pipe with
+`trio.lowlevel.wait_readable`, and when a byte arrives it wakes every other waiter to re-check
+the flushed offset (and one of them takes over the pipe if it still has to wait). Many waiters
+share one fdatasync (group commit). There is no background task, so `open_store` needs no
+nursery and exceptions raised in its body come out as they are.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -25,12 +25,12 @@ from rmq_ha.errors import StoreClosedError, StoreIOError
 
 
 class AsyncStore:
-    """A native `Store` plus the waker task that serves `wait_durable`."""
+    """A native `Store` with an event-loop-friendly `wait_durable`."""
 
     def __init__(self, native: Store) -> None:
         self.native = native
-        self._waiters: list[tuple[int, int, trio.Event]] = []
-        self._seq = itertools.count()
+        self._reader_busy = False
+        self._changed = trio.Event()
         self._closed = False
 
     def append_batch(self, messages: Sequence[Message]) -> AppendResult:
@@ -40,46 +40,40 @@ class AsyncStore:
 
     async def wait_durable(self, offset: int) -> int:
         """Returns once everything below `offset` is fdatasync'ed; returns the flushed offset."""
-        flushed = self.native.flushed_offset
-        if flushed >= offset:
-            return flushed
-        if self._closed:
-            raise StoreClosedError("store is closed")
-        event = trio.Event()
-        heapq.heappush(self._waiters, (offset, next(self._seq), event))
-        self.native.request_flush(offset)
-        await event.wait()
-        self._raise_flush_error()
-        if self._closed and self.native.flushed_offset < offset:
-            raise StoreClosedError("store closed before the offset became durable")
-        return self.native.flushed_offset
-
-    def _raise_flush_error(self) -> None:
-        err = self.native.flush_error()
-        if err is not None:
-            raise StoreIOError(f"background flush failed: {err}")
-
-    def _wake(self, everyone: bool = False) -> None:
-        flushed = self.native.flushed_offset
-        while self._waiters and (everyone or self._waiters[0][0] <= flushed):
-            _, _, event = heapq.heappop(self._waiters)
-            event.set()
-
-    async def _waker(self) -> None:
         fd = self.native.flush_notify_fd()
         while True:
-            await trio.lowlevel.wait_readable(fd)
+            flushed = self.native.flushed_offset
+            if flushed >= offset:
+                return flushed
+            err = self.native.flush_error()
+            if err is not None:
+                raise StoreIOError(f"background flush failed: {err}")
+            if self._closed:
+                raise StoreClosedError("store closed before the offset became durable")
+            self.native.request_flush(offset)
+            if self._reader_busy:
+                await self._changed.wait()
+                continue
+            self._reader_busy = True
             try:
-                while os.read(fd, 4096):
+                await trio.lowlevel.wait_readable(fd)
+                try:
+                    while os.read(fd, 4096):
+                        pass
+                except BlockingIOError:
                     pass
-            except BlockingIOError:
-                pass
-            self._wake(everyone=self.native.flush_error() is not None)
+            finally:
+                self._reader_busy = False
+                changed, self._changed = self._changed, trio.Event()
+                changed.set()
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         await trio.to_thread.run_sync(self.native.close)
-        self._wake(everyone=True)
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
 
 
 @asynccontextmanager
@@ -89,11 +83,7 @@ async def open_store(root: str | os.PathLike[str], **options: Any) -> AsyncItera
     native = await trio.to_thread.run_sync(lambda: Store(path, **options))
     store = AsyncStore(native)
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(store._waker)
-            try:
-                yield store
-            finally:
-                nursery.cancel_scope.cancel()
+        yield store
     finally:
-        await store.aclose()
+        with trio.CancelScope(shield=True):
+            await store.aclose()

@@ -29,6 +29,7 @@ pyo3::import_exception!(rmq_ha.errors, EpochConflictError);
 pyo3::import_exception!(rmq_ha.errors, MessageIllegalError);
 pyo3::import_exception!(rmq_ha.errors, ConfigError);
 pyo3::import_exception!(rmq_ha.errors, StoreClosedError);
+pyo3::import_exception!(rmq_ha.errors, InvalidArgumentError);
 
 fn to_py(e: StoreError) -> PyErr {
     let msg = e.to_string();
@@ -46,6 +47,7 @@ fn to_py(e: StoreError) -> PyErr {
         StoreError::EpochConflict(_) => EpochConflictError::new_err(msg),
         StoreError::MessageIllegal(_) => MessageIllegalError::new_err(msg),
         StoreError::Config { key, .. } => ConfigError::new_err((msg, key)),
+        StoreError::InvalidArgument(_) => InvalidArgumentError::new_err(msg),
         StoreError::Closed => StoreClosedError::new_err(msg),
     }
 }

@@ -323,6 +323,7 @@ impl CommitLog {
             }
         }
         starts.sort_unstable();
+        Self::check_layout(&cfg, &starts)?;
         let mut report = RecoveryReport::default();
         // Segments must be contiguous and aligned; anything after a gap is unreachable.
         let mut segments: Vec<Arc<Segment>> = Vec::new();
@@ -365,6 +366,50 @@ impl CommitLog {
         };
         log.recover(recover_from, &mut report)?;
         Ok((log, report))
+    }
+
+    /// Refuses, before anything is changed on disk, a directory whose files do not fit the
+    /// configured segment size: a misconfigured reopen must not be mistaken for damage and
+    /// "repaired" by deleting segments.
+    fn check_layout(cfg: &CommitLogConfig, starts: &[u64]) -> Result<()> {
+        let mismatch = |why: String| StoreError::Config {
+            key: "segment_size",
+            reason: format!(
+                "{why}; the commitlog in {} was written with another segment size",
+                cfg.dir.display()
+            ),
+        };
+        for (i, &start) in starts.iter().enumerate() {
+            if start % cfg.segment_size != 0 {
+                return Err(mismatch(format!(
+                    "segment {} does not start at a multiple of {}",
+                    segment_name(start),
+                    cfg.segment_size
+                )));
+            }
+            let path = cfg.dir.join(segment_name(start));
+            let len = fs::metadata(&path).at(&path)?.len();
+            if len > cfg.segment_size {
+                return Err(mismatch(format!(
+                    "{} is {len} bytes, larger than {}",
+                    path.display(),
+                    cfg.segment_size
+                )));
+            }
+            // Every segment but the last is full size: a shorter one means another size was
+            // used (the last one may be short after damage, which recovery handles).
+            if i + 1 < starts.len() && len != cfg.segment_size {
+                let next = starts[i + 1];
+                if next - start != cfg.segment_size {
+                    return Err(mismatch(format!(
+                        "{} is {len} bytes and the next segment starts {} bytes later",
+                        path.display(),
+                        next - start
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn recover(&mut self, recover_from: u64, report: &mut RecoveryReport) -> Result<()> {
@@ -771,6 +816,18 @@ impl CommitLog {
         Ok((seg, pos, seg_limit))
     }
 
+    /// Whether `offset` is a record boundary: the end of the log, the start of a segment, or
+    /// the start of a valid record or end-of-segment filler.
+    pub fn is_boundary(&self, offset: u64) -> bool {
+        if offset == self.max_offset() || offset % self.cfg.segment_size == 0 {
+            return offset >= self.min_offset() && offset <= self.max_offset();
+        }
+        match self.locate(offset, self.max_offset()) {
+            Ok((seg, pos, _)) => decode(&seg.bytes()[pos..]).is_ok(),
+            Err(_) => false,
+        }
+    }
+
     /// Iterates records in `[from, to)`, calling `f(offset, record)`; fillers are skipped.
     /// Stops with an error at the first invalid record. With `verify` false only the structure
     /// is checked, not the CRCs: for ranges this process validated already (appended, replicated
@@ -896,8 +953,12 @@ impl CommitLog {
     }
 
     fn delete_front(&mut self, doomed: &[Arc<Segment>]) -> Result<Vec<String>> {
+        // The last segment is never deleted: it carries the log's position, and without it a
+        // reopen would restart offsets at 0 and hand them out twice.
+        let last = self.shared.segments().last().map(|s| s.start);
+        let doomed: Vec<&Arc<Segment>> = doomed.iter().filter(|s| Some(s.start) != last).collect();
         let mut names = Vec::new();
-        for s in doomed {
+        for s in &doomed {
             fs::remove_file(&s.path).at(&s.path)?;
             names.push(segment_name(s.start));
         }

@@ -35,6 +35,9 @@ const FILE_NAME_DIGITS: usize = 20;
 const MAX_INDEX: u64 = (i64::MAX as u64) / CQ_UNIT_SIZE / 2;
 
 /// One consume-queue entry.
+/// Duplicated handles of files written since the last sync, and a directory to sync.
+pub type DirtyFiles = (Vec<(File, PathBuf)>, Option<PathBuf>);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CqUnit {
     pub phys_offset: u64,
@@ -404,7 +407,7 @@ impl ConsumeQueue {
     /// that guards this queue: duplicated handles of the files written since the last call, and
     /// the directory when files were created. The dirty marks are cleared; a caller whose sync
     /// fails must treat the queue as not durable (the store stops writing checkpoints).
-    pub fn take_dirty(&mut self) -> Result<(Vec<(File, PathBuf)>, Option<PathBuf>)> {
+    pub fn take_dirty(&mut self) -> Result<DirtyFiles> {
         let mut files = Vec::new();
         for seg in self.segments.iter_mut().filter(|s| s.dirty) {
             files.push((seg.file.try_clone().at(&seg.path)?, seg.path.clone()));

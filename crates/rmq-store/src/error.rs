@@ -30,6 +30,9 @@ pub enum StoreError {
     /// A configuration value that is out of range; names the key.
     #[error("bad config {key}: {reason}")]
     Config { key: &'static str, reason: String },
+    /// An argument the operation cannot accept (e.g. a confirm offset inside a record).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// The store was closed.
     #[error("store is closed")]
     Closed,

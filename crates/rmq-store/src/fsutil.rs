@@ -13,7 +13,11 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Writes `data` to `path` atomically: temp file, fsync, rename, fsync of the directory.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    // A bare file name has the parent "": that is the current directory.
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);

@@ -493,7 +493,15 @@ impl Store {
         let end = log.max_offset();
         // Redispatch from the checkpoint's dispatch point, but never from before the part that
         // recovery validated (records before it were synced before the checkpoint was written).
+        // The dispatch point must be a record boundary; a checkpoint that says otherwise (from
+        // an older version, or damaged in a way its CRC missed) falls back to the start of the
+        // segment recovery validated, which only means more redispatching.
         let dispatch_start = dispatched_ckpt.clamp(min, end);
+        let dispatch_start = if log.is_boundary(dispatch_start) {
+            dispatch_start
+        } else {
+            cl_report.scanned_from.clamp(min, end)
+        };
 
         // Consume queues: open every one on disk, cut units past the dispatch point.
         let mut cqs = HashMap::new();
@@ -690,10 +698,17 @@ impl Store {
         Ok(n)
     }
 
-    /// Moves the confirm offset (clamped to the max offset) and dispatches up to it.
+    /// Moves the confirm offset (clamped to the max offset) and dispatches up to it. The
+    /// offset must be a record boundary (replicas ack whole records): a confirm offset inside a
+    /// record would expose part of it and is refused.
     pub fn set_confirm_offset(&self, offset: u64) -> Result<u64> {
         let mut inner = self.core.inner()?;
         let c = offset.min(inner.log.max_offset());
+        if !inner.log.is_boundary(c) {
+            return Err(StoreError::InvalidArgument(format!(
+                "confirm offset {c} is not a record boundary"
+            )));
+        }
         self.core.confirm.store(c, Ordering::Release);
         self.core.dispatch(&mut inner)?;
         Ok(c)

@@ -236,12 +236,17 @@ pub fn encode_record_with_crc(
     stamp: &StoreStamp,
     buf: &mut Vec<u8>,
 ) -> Result<usize, EncodeError> {
-    let with_trailer_len = msg.properties.len() + RECORD_CRC_TRAILER_LEN;
+    // The trailer must start a property: close a last property that lacks its separator.
+    let needs_sep = msg.properties.last().is_some_and(|&b| b != 2);
+    let with_trailer_len = msg.properties.len() + usize::from(needs_sep) + RECORD_CRC_TRAILER_LEN;
     if with_trailer_len > i16::MAX as usize {
         return Err(EncodeError::PropertiesTooLong(with_trailer_len));
     }
     let mut props = Vec::with_capacity(with_trailer_len);
     props.extend_from_slice(msg.properties);
+    if needs_sep {
+        props.push(2);
+    }
     props.extend_from_slice(RECORD_CRC_KEY);
     props.push(1);
     props.extend_from_slice(b"0000000000\x02");
@@ -276,7 +281,8 @@ fn host_extra(msg: &MessageIn<'_>, stamp: &StoreStamp) -> usize {
 
 /// Encoded length with the whole-record CRC trailer.
 pub fn encoded_len_with_crc(msg: &MessageIn<'_>, store_host_v6: bool) -> usize {
-    encoded_len(msg, store_host_v6) + RECORD_CRC_TRAILER_LEN
+    let needs_sep = msg.properties.last().is_some_and(|&b| b != 2);
+    encoded_len(msg, store_host_v6) + usize::from(needs_sep) + RECORD_CRC_TRAILER_LEN
 }
 
 /// Appends an end-of-segment filler of `len` bytes (len >= 8): TOTALSIZE, BLANK magic, zeros.
@@ -624,6 +630,19 @@ mod tests {
         let mut buf = Vec::new();
         encode_record(&msg, &stamp(false), &mut buf).expect("encode");
         assert!(decode_record(&buf).is_ok());
+    }
+
+    #[test]
+    fn record_crc_trailer_closes_properties_without_a_separator() {
+        // The helper's fuzzing found this: b"TAGS\x01a" (no trailing \x02) made the trailer
+        // unrecognisable, so the store wrote a record its own reads rejected.
+        for props in [&b"TAGS\x01a"[..], b"", b"K\x01V\x02"] {
+            let msg = sample(b"T", b"body", props, false);
+            let mut buf = Vec::new();
+            let n = encode_record_with_crc(&msg, &stamp(false), &mut buf).expect("encode");
+            assert_eq!(n, encoded_len_with_crc(&msg, false));
+            assert!(decode_record_checked(&buf, true).is_ok(), "props {props:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,62 @@
+"""The `rmq-ha` commands a newcomer runs first: the store demo and the store benchmark.
+
+These check that the commands work end to end and report what they promise; they assert no
+timing (performance lives in `make bench`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RMQ_HA = [sys.executable, "-m", "rmq_ha.cli"]
+
+
+def run(args: list[str], tmp_path: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(
+        [*RMQ_HA, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.timeout(120)
+def test_demo_store_crashes_a_writer_and_recovers(tmp_path: Path) -> None:
+    r = run(
+        ["demo", "store", "--messages", "20000", "--crash-seconds", "0.5", "--dir", str(tmp_path)],
+        tmp_path,
+        100,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "recovery kept every durable record" in r.stdout
+    assert "20,000" in r.stdout
+    assert list(tmp_path.iterdir()) == [], "the demo removes its data unless --keep"
+
+
+@pytest.mark.timeout(120)
+def test_bench_store_json_has_the_ratios(tmp_path: Path) -> None:
+    r = run(
+        [
+            "bench", "store", "--json", "--sizes", "1024", "--batches", "64",
+            "--mib", "8", "--seconds", "0.3", "--rounds", "1", "--dir", str(tmp_path),
+        ],
+        tmp_path,
+        100,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key in ("ratio_async", "ratio_sync", "mb_per_s_async", "baseline_mb_per_s_sync"):
+        assert isinstance(doc[key], float) and doc[key] > 0, key
+    modes = {c["mode"] for c in doc["cases"]}
+    assert modes == {"async", "sync"}
+    for c in doc["cases"]:
+        assert c["p99_us"] >= c["p50_us"] > 0
+        assert c["rss_kib"] and all(v > 0 for v in c["rss_kib"])
