@@ -60,3 +60,15 @@ def test_bench_store_json_has_the_ratios(tmp_path: Path) -> None:
     for c in doc["cases"]:
         assert c["p99_us"] >= c["p50_us"] > 0
         assert c["rss_kib"] and all(v > 0 for v in c["rss_kib"])
+
+
+def test_latency_histogram_quantiles_are_within_a_bucket() -> None:
+    from rmq_ha.bench import LatencyHistogram
+
+    h = LatencyHistogram()
+    for us in range(1, 10_001):
+        h.add(float(us))
+    assert h.n == 10_000
+    for q, exact in ((50, 5000), (99, 9900), (100, 10_000)):
+        assert exact <= h.quantile(q) <= exact * LatencyHistogram.RATIO, q
+    assert h.quantile(0) <= 1.0

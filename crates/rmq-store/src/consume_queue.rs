@@ -117,6 +117,23 @@ pub struct ConsumeQueue {
     last: Option<CqUnit>,
     /// A file was created in `dir` since the last flush.
     dir_dirty: bool,
+    /// Write-behind buffer: encoded units `[wbuf_start, max)`, all in the last file, not yet
+    /// written to it. Readers are served from it; it is written when full, before any other
+    /// file operation, and by `flush`/`take_dirty`, so a checkpoint only ever counts units
+    /// that reached the file.
+    wbuf: Vec<u8>,
+    wbuf_start: u64,
+}
+
+/// Bytes a queue buffers before writing (about 200 units): one write per buffer instead of one
+/// per dispatch call, with bounded memory per queue.
+const WBUF_BYTES: usize = 4096;
+
+impl Drop for ConsumeQueue {
+    fn drop(&mut self) {
+        // Best effort: units not written are redispatched from the checkpoint on reopen.
+        let _ = self.write_buffer();
+    }
 }
 
 fn file_name(start_index: u64) -> String {
@@ -170,6 +187,8 @@ impl ConsumeQueue {
             max: 0,
             last: None,
             dir_dirty: false,
+            wbuf: Vec::new(),
+            wbuf_start: 0,
         };
         let recovery = cq.recover()?;
         Ok((cq, recovery))
@@ -215,13 +234,19 @@ impl ConsumeQueue {
     /// units before it are kept.
     pub fn append_batch(&mut self, units: &[(u64, CqUnit)]) -> Result<()> {
         let mut i = 0;
-        let mut buf: Vec<u8> = Vec::new();
         while i < units.len() {
             let (index, unit) = units[i];
             self.check_append(index, &unit)?;
             let k = self.segment_for_write(index)?;
-            let seg_end = self.segments[k].start + self.units_per_file;
-            buf.clear();
+            let seg_start = self.segments[k].start;
+            let seg_end = seg_start + self.units_per_file;
+            if !self.wbuf.is_empty() && self.wbuf_start < seg_start {
+                self.write_buffer()?; // the buffer belongs to the previous file
+            }
+            if self.wbuf.is_empty() {
+                self.wbuf_start = index;
+            }
+            let mut buf = std::mem::take(&mut self.wbuf);
             buf.extend_from_slice(&unit.encode());
             let mut last = unit;
             let mut next = index + 1;
@@ -239,14 +264,48 @@ impl ConsumeQueue {
                 next += 1;
                 i += 1;
             }
-            let seg = &mut self.segments[k];
-            let pos = (index - seg.start) * CQ_UNIT_SIZE;
-            seg.file.write_all_at(&buf, pos).at(&seg.path)?;
-            seg.dirty = true;
+            self.wbuf = buf;
             self.max = next;
             self.last = Some(last);
+            if self.wbuf.len() >= WBUF_BYTES {
+                self.write_buffer()?;
+            }
         }
         Ok(())
+    }
+
+    /// Writes the buffered units to their file.
+    fn write_buffer(&mut self) -> Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let start = self.wbuf_start;
+        let seg = self
+            .segments
+            .iter_mut()
+            .rev()
+            .find(|s| s.start <= start)
+            .ok_or_else(|| StoreError::CorruptFile {
+                path: self.dir.clone(),
+                reason: format!("no file for buffered consume-queue index {start}"),
+            })?;
+        seg.file
+            .write_all_at(&self.wbuf, (start - seg.start) * CQ_UNIT_SIZE)
+            .at(&seg.path)?;
+        seg.dirty = true;
+        self.wbuf.clear();
+        Ok(())
+    }
+
+    /// The buffered unit at `index`, if it is buffered.
+    fn buffered(&self, index: u64) -> Option<CqUnit> {
+        if self.wbuf.is_empty() || index < self.wbuf_start {
+            return None;
+        }
+        let at = usize::try_from((index - self.wbuf_start) * CQ_UNIT_SIZE).ok()?;
+        self.wbuf
+            .get(at..at + CQ_UNIT_SIZE as usize)
+            .map(CqUnit::decode)
     }
 
     /// The checks of [`ConsumeQueue::append`]; resets an empty queue that starts elsewhere.
@@ -305,8 +364,17 @@ impl ConsumeQueue {
         let mut buf = Vec::new();
         let mut i = index;
         while i < end {
+            if let Some(u) = self.buffered(i) {
+                out.push(u);
+                i += 1;
+                continue;
+            }
             let seg = self.segment_of(i)?;
-            let n = (seg.start + self.units_per_file).min(end) - i;
+            let mut file_end = (seg.start + self.units_per_file).min(end);
+            if !self.wbuf.is_empty() && self.wbuf_start > i {
+                file_end = file_end.min(self.wbuf_start);
+            }
+            let n = file_end - i;
             buf.resize(usize::try_from(n * CQ_UNIT_SIZE).unwrap_or(0), 0);
             seg.file
                 .read_exact_at(&mut buf, (i - seg.start) * CQ_UNIT_SIZE)
@@ -325,6 +393,7 @@ impl ConsumeQueue {
     /// Physically present units below `min` (hidden by retention) are cut too.
     /// Returns how many readable units (in `[min, max)`) were dropped.
     pub fn truncate_by_phys_offset(&mut self, phys: u64) -> Result<u64> {
+        self.write_buffer()?;
         let cut = self.lower_bound(self.base, self.max, |u| u.phys_offset >= phys)?;
         if cut >= self.max {
             return Ok(0);
@@ -372,6 +441,7 @@ impl ConsumeQueue {
     /// file is never deleted (it holds max, or max - 1 when max is at a file boundary), so
     /// max survives a reopen. Returns how many files were deleted.
     pub fn delete_before_phys(&mut self, commitlog_min: u64) -> Result<usize> {
+        self.write_buffer()?;
         let new_min = self.lower_bound(self.min, self.max, |u| u.phys_offset >= commitlog_min)?;
         self.min = self.min.max(new_min);
         let mut deleted = 0;
@@ -392,6 +462,7 @@ impl ConsumeQueue {
     /// fdatasyncs the files written since the last flush (and the directory when files were
     /// created).
     pub fn flush(&mut self) -> Result<()> {
+        self.write_buffer()?;
         for seg in self.segments.iter_mut().filter(|s| s.dirty) {
             seg.file.sync_data().at(&seg.path)?;
             seg.dirty = false;
@@ -408,6 +479,7 @@ impl ConsumeQueue {
     /// the directory when files were created. The dirty marks are cleared; a caller whose sync
     /// fails must treat the queue as not durable (the store stops writing checkpoints).
     pub fn take_dirty(&mut self) -> Result<DirtyFiles> {
+        self.write_buffer()?;
         let mut files = Vec::new();
         for seg in self.segments.iter_mut().filter(|s| s.dirty) {
             files.push((seg.file.try_clone().at(&seg.path)?, seg.path.clone()));
@@ -446,6 +518,9 @@ impl ConsumeQueue {
 
     /// Reads and checks one unit, without the `[min, max)` check.
     fn read_unit(&self, index: u64) -> Result<CqUnit> {
+        if let Some(u) = self.buffered(index) {
+            return Ok(u);
+        }
         let seg = self.segment_of(index)?;
         let mut b = [0u8; CQ_UNIT_SIZE as usize];
         seg.file
@@ -504,6 +579,7 @@ impl ConsumeQueue {
 
     /// Deletes every file and restarts the (empty) queue at `index`.
     fn reset(&mut self, index: u64) -> Result<()> {
+        self.wbuf.clear();
         self.base = index;
         self.min = index;
         self.max = index;
@@ -534,8 +610,14 @@ impl ConsumeQueue {
             seg.file.sync_all().at(&seg.path)?;
             seg.dirty = false;
         }
+        self.remove_files_from(cut)?;
+        Ok(())
+    }
+
+    /// Deletes the files that start at or after `index`, newest first, then syncs the directory.
+    fn remove_files_from(&mut self, index: u64) -> Result<()> {
         let mut deleted = false;
-        while self.segments.last().is_some_and(|s| s.start >= cut) {
+        while self.segments.last().is_some_and(|s| s.start >= index) {
             if let Some(seg) = self.segments.pop() {
                 fs::remove_file(&seg.path).at(&seg.path)?;
                 deleted = true;
@@ -686,16 +768,7 @@ impl ConsumeQueue {
                 }
             }
         }
-        let mut deleted = false;
-        while self.segments.last().is_some_and(|s| s.start >= stop) {
-            if let Some(seg) = self.segments.pop() {
-                fs::remove_file(&seg.path).at(&seg.path)?;
-                deleted = true;
-            }
-        }
-        if deleted {
-            fsutil::sync_dir(&self.dir)?;
-        }
+        self.remove_files_from(stop)?;
         self.base = base;
         self.min = base;
         self.max = stop;
@@ -1074,6 +1147,7 @@ mod tests {
         // A file shortened under an open queue: reads fail, no panic.
         let mut cq = cq;
         cq.append(4, unit(phys_of(4))).unwrap();
+        cq.flush().unwrap(); // out of the write-behind buffer, into the file
         OpenOptions::new()
             .write(true)
             .open(seg_path(dir, 4))
@@ -1082,6 +1156,38 @@ mod tests {
             .unwrap();
         assert!(cq.get(4).is_err());
         assert!(cq.get_range(3, 4).is_err());
+    }
+
+    #[test]
+    fn buffered_units_are_readable_and_reach_the_file_on_flush() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (mut cq, _) = ConsumeQueue::open(dir, 1000).unwrap();
+        for i in 0..10 {
+            cq.append(i, unit(phys_of(i))).unwrap();
+        }
+        // Served from memory before any write...
+        assert_eq!(cq.get(9).unwrap(), unit(phys_of(9)));
+        assert_eq!(cq.get_range(0, 100).unwrap().len(), 10);
+        assert!(read_raw(dir, 1000, 9).iter().all(|&b| b == 0));
+        // ...and in the file after flush, and counted by take_dirty.
+        cq.flush().unwrap();
+        assert_eq!(read_raw(dir, 1000, 9), unit(phys_of(9)).encode().to_vec());
+        cq.append(10, unit(phys_of(10))).unwrap();
+        let (files, _) = cq.take_dirty().unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(read_raw(dir, 1000, 10), unit(phys_of(10)).encode().to_vec());
+        // A full buffer is written without a flush.
+        for i in 11..400 {
+            cq.append(i, unit(phys_of(i))).unwrap();
+        }
+        assert_eq!(
+            read_raw(dir, 1000, 200),
+            unit(phys_of(200)).encode().to_vec()
+        );
+        // Truncation sees buffered units too.
+        assert_eq!(cq.truncate_by_phys_offset(phys_of(390)).unwrap(), 10);
+        assert_eq!(cq.max_offset(), 390);
     }
 
     #[test]

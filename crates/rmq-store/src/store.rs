@@ -968,12 +968,9 @@ impl Store {
     /// min(flushed, dispatched), then consume-queue files that point only below the new min.
     pub fn delete_expired(&self, older_than: SystemTime) -> Result<Vec<String>> {
         let mut inner = self.core.inner()?;
-        let limit = self
-            .core
-            .shared
-            .flushed_offset()
-            .min(self.core.dispatched.load(Ordering::Acquire));
-        let names = inner.log.delete_expired(older_than, limit)?;
+        let names = inner
+            .log
+            .delete_expired(older_than, self.retention_limit())?;
         self.trim_queues(&mut inner)?;
         Ok(names)
     }
@@ -981,14 +978,19 @@ impl Store {
     /// Deletes whole segments that end at or below `offset` (bounded like `delete_expired`).
     pub fn delete_segments_before(&self, offset: u64) -> Result<Vec<String>> {
         let mut inner = self.core.inner()?;
-        let limit = self
-            .core
-            .shared
-            .flushed_offset()
-            .min(self.core.dispatched.load(Ordering::Acquire));
-        let names = inner.log.delete_segments_before(offset.min(limit))?;
+        let names = inner
+            .log
+            .delete_segments_before(offset.min(self.retention_limit()))?;
         self.trim_queues(&mut inner)?;
         Ok(names)
+    }
+
+    /// Retention never deletes what is not yet flushed or dispatched.
+    fn retention_limit(&self) -> u64 {
+        self.core
+            .shared
+            .flushed_offset()
+            .min(self.core.dispatched.load(Ordering::Acquire))
     }
 
     fn trim_queues(&self, inner: &mut Inner) -> Result<()> {

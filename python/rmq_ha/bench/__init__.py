@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
@@ -43,9 +44,34 @@ def rss_kib() -> dict[str, int]:
     return out
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list (q in [0, 100])."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, round(q / 100 * (len(sorted_values) - 1))))
-    return sorted_values[k]
+class LatencyHistogram:
+    """Log-bucketed latencies (2% wide buckets): constant memory however long the run, so the
+    benchmark's RSS figure measures the system under test, not the list of samples."""
+
+    RATIO = 1.02
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.n = 0
+
+    def add(self, us: float) -> None:
+        b = 0 if us <= 1.0 else int(math.log(us) / math.log(self.RATIO)) + 1
+        self.counts[b] = self.counts.get(b, 0) + 1
+        self.n += 1
+
+    def merge(self, other: LatencyHistogram) -> None:
+        for b, c in other.counts.items():
+            self.counts[b] = self.counts.get(b, 0) + c
+        self.n += other.n
+
+    def quantile(self, q: float) -> float:
+        """Upper edge of the bucket holding the q-th percentile (q in [0, 100])."""
+        if self.n == 0:
+            return float("nan")
+        rank = max(1, math.ceil(q / 100 * self.n))
+        seen = 0
+        for b in sorted(self.counts):
+            seen += self.counts[b]
+            if seen >= rank:
+                return 1.0 if b == 0 else self.RATIO**b
+        return self.RATIO ** max(self.counts)

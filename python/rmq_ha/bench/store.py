@@ -28,7 +28,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rmq_ha._native import Message, Store, baseline_sequential_write
-from rmq_ha.bench import machine, percentile, rss_kib
+from rmq_ha.bench import LatencyHistogram, machine, rss_kib
 
 HEADLINE = (1024, 64)  # the case whose ratios the targets speak of
 
@@ -53,7 +53,7 @@ class Case:
 
 def _ours(
     d: Path, mode: str, size: int, batch: int, max_bytes: int, max_seconds: float
-) -> tuple[int, int, float, list[float], list[int], list[int]]:
+) -> tuple[int, int, float, LatencyHistogram, list[int], list[int]]:
     """One store run; returns (bytes, batches, seconds, latencies_us, rss, rss_anon)."""
     store = Store(d, flush_interval_ms=500)
     body = bytes((i * 7) % 251 for i in range(size))
@@ -61,7 +61,7 @@ def _ours(
         Message("BenchTopic", i % 8, body, b"TAGS\x01bench\x02", born_host="127.0.0.1:5000")
         for i in range(batch)
     ]
-    lat: list[float] = []
+    lat = LatencyHistogram()
     rss: list[int] = []
     anon: list[int] = []
     n_batches = 0
@@ -73,7 +73,7 @@ def _ours(
         placed = store.append_batch(msgs)
         if mode == "sync":
             store.wait_flushed(placed.end_offset, 30.0)
-        lat.append((time.perf_counter_ns() - t) / 1000)
+        lat.add((time.perf_counter_ns() - t) / 1000)
         n_batches += 1
         elapsed = time.perf_counter() - t0
         if elapsed >= next_sample:
@@ -105,7 +105,7 @@ def run_case(
     """`rounds` alternating runs of the store and the baseline; medians of each."""
     ours_mb: list[float] = []
     base_mb: list[float] = []
-    lat_all: list[float] = []
+    lat_all = LatencyHistogram()
     rss: list[int] = []
     anon: list[int] = []
     msgs = 0
@@ -118,7 +118,7 @@ def run_case(
         )
         shutil.rmtree(d / "store", ignore_errors=True)
         ours_mb.append(written / 1e6 / seconds)
-        lat_all.extend(lat)
+        lat_all.merge(lat)
         msgs = n_batches * batch
         os.sync()
         _, base_s, _ = baseline_sequential_write(
@@ -128,7 +128,6 @@ def run_case(
         base_mb.append(written / 1e6 / base_s if base_s > 0 else float("inf"))
     ours = statistics.median(ours_mb)
     base = statistics.median(base_mb)
-    lat_all.sort()
     return Case(
         mode=mode,
         size=size,
@@ -138,8 +137,8 @@ def run_case(
         seconds=round(seconds, 3),
         msgs_per_s=round(ours * 1e6 / (written / msgs)) if msgs else 0,
         mb_per_s=round(ours, 1),
-        p50_us=round(percentile(lat_all, 50), 1),
-        p99_us=round(percentile(lat_all, 99), 1),
+        p50_us=round(lat_all.quantile(50), 1),
+        p99_us=round(lat_all.quantile(99), 1),
         rss_kib=rss,
         rss_anon_kib=anon,
         baseline_mb_per_s=round(base, 1),
