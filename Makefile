@@ -35,7 +35,7 @@ test: dev test-rust test-py test-fuzz ## run every test (Rust, Python, a short f
 test-rust: ## cargo test for the whole workspace
 	cargo test --workspace --release -q
 
-test-fuzz: ## 20 s of the stable fuzz replay driver on the record decoder (`make fuzz` for longer)
+test-fuzz: ## 20 s of the stable fuzz replay driver: records, frames, batch bodies (`make fuzz` for longer)
 	cd crates/rmq-wire/fuzz && cargo run --release -q --bin replay -- 20
 
 test-py: dev ## pytest (exit code 5, "no tests collected", fails the target)

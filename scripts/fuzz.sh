@@ -20,7 +20,7 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
-for t in decode_record decode_stream; do
+for t in decode_record decode_stream decode_frames decode_batch; do
     corpus="$fuzz/corpus/$t"
     if [ ! -d "$corpus" ]; then
         (cd "$fuzz" && cargo run -q --release --bin replay -- --write-corpus "corpus/$t")

@@ -726,3 +726,25 @@ def test_append_raw_replicates_read_range_output_byte_for_byte(
     assert fresh.max_offset == 0
     with pytest.raises(OffsetOutOfRangeError):
         replica.append_raw(replica.max_offset + 1, master.read_record(0).tobytes())
+
+
+def test_tag_filter_returns_only_matching_tags_and_advances_past_the_rest(
+    open_native: StoreFactory,
+) -> None:
+    # RocketMQ filters pulls on the broker by the consume-queue tag code (Java hashCode).
+    s = open_native()
+    batch = [
+        Message("F", 0, b"%d" % i, b"TAGS\x01" + (b"a" if i % 3 == 0 else b"b") + b"\x02")
+        for i in range(30)
+    ]
+    s.append_batch(batch)
+    bufs, nxt, _, qmax = s.get_messages("F", 0, 0, 32, tag_codes=[java_string_hash("a")])
+    assert [decode(b)["body"] for b in bufs] == [b"%d" % i for i in range(0, 30, 3)]
+    assert nxt == qmax == 30
+    # max_count counts matches; the next offset stops right after the last match returned.
+    bufs, nxt, _, _ = s.get_messages("F", 0, 0, 2, tag_codes=[java_string_hash("a")])
+    assert [decode(b)["body"] for b in bufs] == [b"0", b"3"]
+    assert nxt == 4
+    # No tag matches: nothing returned, the whole range is skipped.
+    bufs, nxt, _, _ = s.get_messages("F", 0, 0, 32, tag_codes=[java_string_hash("zzz")])
+    assert bufs == [] and nxt == 30

@@ -1,7 +1,7 @@
 """Type stub for the Rust extension `rmq_ha._native` (crates/rmq-py). Checked against the built
 module by `python -m rmq_ha._stubcheck` (part of `make lint`)."""
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from os import PathLike
 
 TRANSACTION_PREPARED_TYPE: int
@@ -86,6 +86,7 @@ class Store:
         queue_offset: int,
         max_count: int = 32,
         max_bytes: int = 4194304,
+        tag_codes: Sequence[int] | None = None,
     ) -> tuple[list[StoreBuffer], int, int, int]: ...
     def queue_min_offset(self, topic: str, queue_id: int) -> int: ...
     def queue_max_offset(self, topic: str, queue_id: int) -> int: ...
@@ -148,3 +149,16 @@ def baseline_sequential_write(
     every_batch: bool,
     interval_ms: int = 500,
 ) -> tuple[int, float, int]: ...
+
+# Remoting codec (crates/rmq-py/src/remoting.rs). Wire tuple, as in rmq_ha.protocol.command:
+# (code, language, version, opaque, flag, remark, ext_fields, body, serialize_type).
+_WireTuple = tuple[int, int, int, int, int, str | None, dict[str, str] | None, bytes | None, int]
+_Buffer = bytes | bytearray | memoryview
+
+#: Largest frame, counting its 4-byte length field (16 MiB).
+MAX_FRAME_LEN: int
+
+def decode_frames(buf: _Buffer, max_frame_len: int = 16777216) -> tuple[list[_WireTuple], int]: ...
+def encode_frames(frames: Iterable[_WireTuple]) -> bytes: ...
+def decode_batch_body(data: _Buffer) -> list[tuple[int, bytes, bytes]]: ...
+def encode_batch_body(messages: Iterable[tuple[int, _Buffer, _Buffer]]) -> bytes: ...

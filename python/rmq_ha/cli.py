@@ -10,6 +10,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rmq-ha", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
 
+    from rmq_ha import roles
+
+    roles.add_parsers(sub)
+
     bench = sub.add_parser("bench", help="benchmarks (figure, baseline and ratio in one run)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     from rmq_ha.bench import store as bench_store

@@ -104,8 +104,40 @@ __all__ = [
     "InvalidArgumentError",
     "MessageIllegalError",
     "OffsetOutOfRangeError",
+    "RemotingClosedError",
+    "RemotingConnectError",
+    "RemotingDecodeError",
+    "RemotingError",
+    "RemotingTimeoutError",
     "RmqHaError",
     "StoreClosedError",
     "StoreError",
     "StoreIOError",
 ]
+
+
+class RemotingError(RmqHaError):
+    """A remoting (network protocol) failure."""
+
+
+class RemotingConnectError(RemotingError):
+    """Could not connect: the request was never sent."""
+
+    definite = True
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response in time: the request may or may not have taken effect."""
+
+
+class RemotingClosedError(RemotingError):
+    """The connection closed while a request was outstanding: outcome unknown."""
+
+
+class RemotingDecodeError(RemotingError):
+    """Malformed bytes from a peer (a remoting frame or a batch body); ``offset`` is where the
+    bad frame (or batch entry) starts. The connection cannot be trusted after it."""
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset

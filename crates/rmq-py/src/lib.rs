@@ -12,6 +12,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod remoting;
+
 use rmq_store::baseline::{sequential_write, SyncCadence};
 use rmq_store::commitlog::{Placement, RecordBuf};
 use rmq_store::epoch::{find_consistent_point as fcp, EpochFile as RsEpochFile, EpochLoadSource};
@@ -409,7 +411,9 @@ impl Store {
     }
 
     /// Messages of a queue from `queue_offset`: (buffers, next_offset, min_offset, max_offset).
-    #[pyo3(signature = (topic, queue_id, queue_offset, max_count=32, max_bytes=4*1024*1024))]
+    /// `tag_codes` keeps only units whose tag code (Java hashCode of the tag) is listed.
+    #[pyo3(signature = (topic, queue_id, queue_offset, max_count=32, max_bytes=4*1024*1024, tag_codes=None))]
+    #[allow(clippy::too_many_arguments)]
     fn get_messages(
         &self,
         py: Python<'_>,
@@ -418,11 +422,18 @@ impl Store {
         queue_offset: u64,
         max_count: usize,
         max_bytes: usize,
+        tag_codes: Option<Vec<i64>>,
     ) -> PyResult<(Vec<StoreBuffer>, u64, u64, u64)> {
         let r = py
             .detach(|| {
-                self.inner
-                    .get_messages(topic, queue_id, queue_offset, max_count, max_bytes)
+                self.inner.get_messages(
+                    topic,
+                    queue_id,
+                    queue_offset,
+                    max_count,
+                    max_bytes,
+                    tag_codes.as_deref(),
+                )
             })
             .map_err(to_py)?;
         Ok((
@@ -733,6 +744,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(find_consistent_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode_stored_record, m)?)?;
     m.add_function(wrap_pyfunction!(baseline_sequential_write, m)?)?;
+    remoting::register(m)?;
     m.add("TRANSACTION_PREPARED_TYPE", 0x4)?;
     m.add("TRANSACTION_COMMIT_TYPE", 0x8)?;
     m.add("TRANSACTION_ROLLBACK_TYPE", 0xC)?;

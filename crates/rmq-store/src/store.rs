@@ -32,6 +32,9 @@ use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::dispatch::{DispatchState, PendingUnit, QueueKey};
 use crate::error::{IoContext, Result, StoreError};
 
+/// Units a filtered read looks at per call at most (RocketMQ's maxFilterMessageCount).
+pub const MAX_FILTER_SCAN: usize = 16_000;
+
 /// SYSFLAG transaction type bits (bits 2-3).
 const TRANSACTION_TYPE_MASK: i32 = 0xC;
 const TRANSACTION_PREPARED: i32 = 0x4;
@@ -748,6 +751,9 @@ impl Store {
     }
 
     /// Reads up to `max_count` messages / `max_bytes` from a queue starting at `queue_offset`.
+    /// With `tag_codes`, only units whose tag code is in the list are returned (RocketMQ's
+    /// broker-side tag filter: consumers re-check the tag string); skipped units still advance
+    /// `next_offset`, and at most `MAX_FILTER_SCAN` units are looked at per call.
     pub fn get_messages(
         &self,
         topic: &str,
@@ -755,6 +761,7 @@ impl Store {
         queue_offset: u64,
         max_count: usize,
         max_bytes: usize,
+        tag_codes: Option<&[i64]>,
     ) -> Result<GetResult> {
         let mut inner = self.core.inner()?;
         let Inner { log, cqs, .. } = &mut *inner;
@@ -775,32 +782,45 @@ impl Store {
                 max,
             });
         }
-        let units = q.get_range(queue_offset, max_count)?;
-        let mut records = Vec::with_capacity(units.len());
+        let mut records = Vec::new();
         let mut bytes = 0usize;
         let mut next = queue_offset;
-        for u in units {
-            if u.phys_offset < log.min_offset() {
-                next += 1; // deleted by retention: skip
-                continue;
-            }
-            if !records.is_empty() && bytes + u.size as usize > max_bytes {
+        let mut scanned = 0usize;
+        'scan: while next < max && records.len() < max_count && scanned < MAX_FILTER_SCAN {
+            let chunk = if tag_codes.is_some() { 256 } else { max_count };
+            let units = q.get_range(next, chunk.min(max_count.max(1) * 4).max(1))?;
+            if units.is_empty() {
                 break;
             }
-            let r = log.read_record(u.phys_offset)?;
-            if r.len() != u.size as usize {
-                return Err(StoreError::CorruptRecord {
-                    offset: u.phys_offset,
-                    reason: format!(
-                        "consume queue says {} bytes, record has {}",
-                        u.size,
-                        r.len()
-                    ),
-                });
+            for u in units {
+                if records.len() >= max_count {
+                    break 'scan;
+                }
+                scanned += 1;
+                let deleted = u.phys_offset < log.min_offset(); // retention: skip
+                let filtered = tag_codes.is_some_and(|t| !t.contains(&u.tag_code));
+                if deleted || filtered {
+                    next += 1;
+                    continue;
+                }
+                if !records.is_empty() && bytes + u.size as usize > max_bytes {
+                    break 'scan;
+                }
+                let r = log.read_record(u.phys_offset)?;
+                if r.len() != u.size as usize {
+                    return Err(StoreError::CorruptRecord {
+                        offset: u.phys_offset,
+                        reason: format!(
+                            "consume queue says {} bytes, record has {}",
+                            u.size,
+                            r.len()
+                        ),
+                    });
+                }
+                bytes += r.len();
+                records.push(r);
+                next += 1;
             }
-            bytes += r.len();
-            records.push(r);
-            next += 1;
         }
         Ok(GetResult {
             records,

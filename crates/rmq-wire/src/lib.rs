@@ -1,9 +1,14 @@
 //! Pure-Rust RocketMQ encodings used by rmq_ha.
 //!
-//! Today: the stored-message (CommitLog record) layout. The remoting frame codec and the HA
-//! handshake/transfer formats join this crate with their own issues.
+//! * [`message`]: the stored-message (CommitLog record) layout, with the whole-record CRC;
+//! * [`remoting`]: remoting frames with JSON and ROCKETMQ binary headers;
+//! * [`batch`]: the SEND_BATCH_MESSAGE body.
+//!
+//! The HA handshake/transfer formats join this crate with their own issue.
 
+pub mod batch;
 pub mod message;
+pub mod remoting;
 
 pub use message::{
     body_crc, decode_record, decode_record_checked, decode_record_structure, encode_record,

@@ -2,6 +2,10 @@
 //! `fuzz_targets/` (nightly, `cargo fuzz run <target> --features fuzz`) and the stable `replay`
 //! binary, which runs the same bodies over seed records and deterministic mutations of them.
 //!
+//! The remoting codecs have their own bodies, seeds and mutators in [`frames`]
+//! (`decode_frames` target) and [`batch`] (`decode_batch` target), run by the generic loop in
+//! [`driver`]; this file's docs below are about the record targets.
+//!
 //! The bodies panic on a broken invariant: that is how a fuzzer sees a failure.
 //!
 //! Decoders: `decode_record_structure` ⊇ `decode_record` ⊇ `decode_record_checked(_, true)` in
@@ -31,6 +35,10 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
+
+pub mod batch;
+pub mod driver;
+pub mod frames;
 
 use rmq_wire::message::{
     body_crc, decode_record, decode_record_checked, decode_record_structure, encode_blank,

@@ -2,28 +2,46 @@
 //! time. Exits 1 and saves the input under `artifacts/replay/` on the first crash.
 //!
 //! ```text
-//! cargo run --release --bin replay -- [SECONDS=10] [--seed N] [--write-corpus DIR]
+//! cargo run --release --bin replay -- [SECONDS=10] [--seed N] [--target T] [--write-corpus DIR]
 //! ```
 //!
-//! `--write-corpus DIR` writes the seed inputs to DIR (for `cargo fuzz run <target> DIR`) and
-//! exits.
+//! Targets: `records` (the `decode_record` and `decode_stream` bodies, which share seeds),
+//! `decode_frames`, `decode_batch`; by default all of them, splitting SECONDS evenly.
+//!
+//! `--write-corpus DIR` writes the seed inputs of one target to DIR (for
+//! `cargo fuzz run <target> DIR`) and exits: the `--target`'s, else the target DIR is named
+//! after (`corpus/decode_frames`), else the record seeds.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rmq_wire_fuzz::{replay, seeds, Crash};
+use rmq_wire_fuzz::driver::{replay_target, Target};
+use rmq_wire_fuzz::{batch, frames, replay, seeds, Crash};
+
+const TARGETS: [Target; 2] = [frames::TARGET, batch::TARGET];
 
 struct Args {
     seconds: f64,
     seed: u64,
+    /// None: every target.
+    target: Option<String>,
     write_corpus: Option<PathBuf>,
+}
+
+fn is_record_target(name: &str) -> bool {
+    matches!(name, "records" | "decode_record" | "decode_stream")
+}
+
+fn find_target(name: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.name == name)
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         seconds: 10.0,
         seed: 0x5EED_F022,
+        target: None,
         write_corpus: None,
     };
     let mut it = std::env::args().skip(1);
@@ -33,11 +51,24 @@ fn parse_args() -> Result<Args, String> {
                 let v = it.next().ok_or("--seed needs a value")?;
                 args.seed = v.parse().map_err(|e| format!("--seed {v}: {e}"))?;
             }
+            "--target" => {
+                let t = it.next().ok_or("--target needs a name")?;
+                if !is_record_target(&t) && find_target(&t).is_none() {
+                    return Err(format!(
+                        "unknown target {t}: records, decode_record, decode_stream, \
+                         decode_frames, decode_batch"
+                    ));
+                }
+                args.target = Some(t);
+            }
             "--write-corpus" => {
                 args.write_corpus = Some(it.next().ok_or("--write-corpus needs a DIR")?.into());
             }
             "-h" | "--help" => {
-                return Err("usage: replay [SECONDS=10] [--seed N] [--write-corpus DIR]".to_string())
+                return Err(
+                    "usage: replay [SECONDS=10] [--seed N] [--target T] [--write-corpus DIR]"
+                        .to_string(),
+                )
             }
             s => {
                 args.seconds = s
@@ -57,9 +88,13 @@ fn fnv1a(data: &[u8]) -> u64 {
     })
 }
 
-fn write_corpus(dir: &Path) -> std::io::Result<usize> {
+fn write_corpus(dir: &Path, target: Option<&str>) -> std::io::Result<usize> {
     std::fs::create_dir_all(dir)?;
-    let seeds = seeds();
+    let named = dir.file_name().and_then(|n| n.to_str());
+    let seeds = match target.or(named).and_then(find_target) {
+        Some(t) => (t.seeds)(),
+        None => seeds(),
+    };
     for s in &seeds {
         std::fs::write(dir.join(format!("seed-{:016x}", fnv1a(s))), s)?;
     }
@@ -100,7 +135,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(dir) = args.write_corpus {
-        return match write_corpus(&dir) {
+        return match write_corpus(&dir, args.target.as_deref()) {
             Ok(n) => {
                 println!("replay: wrote {n} seeds to {}", dir.display());
                 ExitCode::SUCCESS
@@ -111,28 +146,59 @@ fn main() -> ExitCode {
             }
         };
     }
-    match replay(Duration::from_secs_f64(args.seconds), args.seed) {
-        Ok(s) => {
-            let secs = s.elapsed.as_secs_f64();
-            println!(
-                "replay: {} execs in {secs:.1}s ({:.0}/s, seed {}): {} byte-exact round trips ({} with a record CRC), \
-                 {} allowed re-spellings, {} fillers, {} rejected; stream walks went past \
-                 {} further records; 0 crashes",
-                s.execs,
-                s.execs as f64 / secs.max(1e-9),
-                args.seed,
-                s.records,
-                s.records_with_crc,
-                s.non_canonical,
-                s.blanks,
-                s.errors,
-                s.stream_records,
-            );
-            ExitCode::SUCCESS
-        }
-        Err(crash) => {
+    let want = |name: &str| match &args.target {
+        None => true,
+        Some(t) => t == name || (is_record_target(t) && name == "records"),
+    };
+    let runs = usize::from(want("records")) + TARGETS.iter().filter(|t| want(t.name)).count();
+    let budget = Duration::from_secs_f64(args.seconds / runs.max(1) as f64);
+    if want("records") {
+        if let Err(crash) = run_records(budget, args.seed) {
             report_crash(&crash);
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
     }
+    for t in TARGETS.iter().filter(|t| want(t.name)) {
+        match replay_target(t, budget, args.seed) {
+            Ok(s) => {
+                let secs = s.elapsed.as_secs_f64();
+                println!(
+                    "replay {}: {} execs in {secs:.1}s ({:.0}/s, seed {}): {} accepted ({} items \
+                     decoded and re-encoded), {} rejected; 0 crashes",
+                    t.name,
+                    s.execs,
+                    s.execs as f64 / secs.max(1e-9),
+                    args.seed,
+                    s.accepted,
+                    s.items,
+                    s.rejected,
+                );
+            }
+            Err(crash) => {
+                report_crash(&crash);
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn run_records(budget: Duration, seed: u64) -> Result<(), Crash> {
+    let s = replay(budget, seed)?;
+    let secs = s.elapsed.as_secs_f64();
+    println!(
+        "replay: {} execs in {secs:.1}s ({:.0}/s, seed {}): {} byte-exact round trips ({} with a record CRC), \
+         {} allowed re-spellings, {} fillers, {} rejected; stream walks went past \
+         {} further records; 0 crashes",
+        s.execs,
+        s.execs as f64 / secs.max(1e-9),
+        seed,
+        s.records,
+        s.records_with_crc,
+        s.non_canonical,
+        s.blanks,
+        s.errors,
+        s.stream_records,
+    );
+    Ok(())
 }

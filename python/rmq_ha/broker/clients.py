@@ -1,0 +1,103 @@
+"""Producers and consumers known to a broker, from their heartbeats (RocketMQ's
+ConsumerManager / ProducerManager). A consumer group's membership change is announced to its
+members (NOTIFY_CONSUMER_IDS_CHANGED) so they rebalance at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rmq_ha.net.connection import Connection
+from rmq_ha.protocol.models import ConsumerData, SubscriptionData
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    conn: Connection
+    language: int
+    version: int
+    last_update_ms: int
+
+
+@dataclass
+class ConsumerGroup:
+    clients: dict[str, ClientInfo] = field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+    consume_type: str | None = None
+    message_model: str | None = None
+    consume_from_where: str | None = None
+
+
+class ClientManager:
+    def __init__(self, expire_ms: int = 120_000) -> None:
+        self.expire_ms = expire_ms
+        self.consumers: dict[str, ConsumerGroup] = {}
+        self.producers: dict[str, dict[str, ClientInfo]] = {}
+
+    def register_consumer(self, data: ConsumerData, info: ClientInfo) -> bool:
+        """Returns True when the group's membership changed."""
+        g = self.consumers.setdefault(data.group_name, ConsumerGroup())
+        changed = info.client_id not in g.clients
+        g.clients[info.client_id] = info
+        g.consume_type = data.consume_type
+        g.message_model = data.message_model
+        g.consume_from_where = data.consume_from_where
+        for sub in data.subscription_data_set:
+            g.subscriptions[sub.topic] = sub
+        return changed
+
+    def register_producer(self, group: str, info: ClientInfo) -> None:
+        self.producers.setdefault(group, {})[info.client_id] = info
+
+    def unregister(
+        self, client_id: str, producer_group: str | None, consumer_group: str | None
+    ) -> list[str]:
+        """Returns the consumer groups whose membership changed."""
+        if producer_group:
+            self.producers.get(producer_group, {}).pop(client_id, None)
+        changed = []
+        if consumer_group:
+            g = self.consumers.get(consumer_group)
+            if g is not None and g.clients.pop(client_id, None) is not None:
+                changed.append(consumer_group)
+                if not g.clients:
+                    del self.consumers[consumer_group]
+        return changed
+
+    def drop_connection(self, conn: Connection) -> list[str]:
+        """A connection closed: every client on it leaves its groups."""
+        return self._drop(lambda c: c.conn is conn)
+
+    def expire(self, now_ms: int) -> list[str]:
+        return self._drop(lambda c: now_ms - c.last_update_ms > self.expire_ms)
+
+    def _drop(self, pred: Callable[[ClientInfo], bool]) -> list[str]:
+        changed = []
+        for group, g in list(self.consumers.items()):
+            gone = [cid for cid, c in g.clients.items() if pred(c)]
+            for cid in gone:
+                del g.clients[cid]
+            if gone:
+                changed.append(group)
+            if not g.clients:
+                del self.consumers[group]
+        for _, clients in self.producers.items():
+            for cid in [cid for cid, c in clients.items() if pred(c)]:
+                del clients[cid]
+        return changed
+
+    def consumer_ids(self, group: str) -> list[str]:
+        g = self.consumers.get(group)
+        return sorted(g.clients) if g else []
+
+    def subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        g = self.consumers.get(group)
+        return g.subscriptions.get(topic) if g else None
+
+    def producer_connection(self, group: str) -> Connection | None:
+        """A live connection of the producer group (for CHECK_TRANSACTION_STATE)."""
+        for c in self.producers.get(group, {}).values():
+            if not c.conn.closed:
+                return c.conn
+        return None

@@ -1,0 +1,45 @@
+"""Parked pulls (RocketMQ's PullRequestHoldService): a pull that finds nothing waits until a
+message arrives on its queue or its suspend timeout passes."""
+
+from __future__ import annotations
+
+import trio
+
+
+class PullHold:
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[str, int], list[tuple[int, trio.Event]]] = {}
+
+    async def wait(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        """Waits until the queue's max offset passes `offset`; False on timeout."""
+        ev = trio.Event()
+        entry = (offset, ev)
+        lst = self._waiters.setdefault((topic, queue_id), [])
+        lst.append(entry)
+        try:
+            with trio.move_on_after(timeout_s):
+                await ev.wait()
+                return True
+            return False
+        finally:
+            lst = self._waiters.get((topic, queue_id), [])
+            if entry in lst:
+                lst.remove(entry)
+            if not lst:
+                self._waiters.pop((topic, queue_id), None)
+
+    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """New messages: wake every pull on this queue waiting below `max_offset`."""
+        lst = self._waiters.get((topic, queue_id))
+        if not lst:
+            return
+        keep = []
+        for offset, ev in lst:
+            if offset < max_offset:
+                ev.set()
+            else:
+                keep.append((offset, ev))
+        self._waiters[(topic, queue_id)] = keep
+
+    def waiting(self) -> int:
+        return sum(len(v) for v in self._waiters.values())

@@ -1,0 +1,135 @@
+"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), with long polling.
+
+Outcomes follow RocketMQ's store statuses and their response codes:
+* messages found -> SUCCESS, body = the stored records concatenated (as clients decode them);
+* offset == max (nothing new) -> park until a message arrives or the suspend timeout, then
+  PULL_NOT_FOUND;
+* offset > max, or below min -> PULL_OFFSET_MOVED with nextBeginOffset corrected to max/min;
+* an empty queue asked for a non-zero offset -> PULL_OFFSET_MOVED to 0;
+* units exist but none matches the tag filter -> PULL_RETRY_IMMEDIATELY past them.
+A pull that carries a commit offset also commits it (sysFlag bit 0).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rmq_ha.errors import OffsetOutOfRangeError
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from rmq_ha.protocol.message import java_hash, parse_tag_expression
+from rmq_ha.protocol.perm import is_readable
+
+if TYPE_CHECKING:
+    from rmq_ha.broker.broker import Broker
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+MAX_PULL_BYTES = 4 << 20
+
+
+def register(d: Dispatcher, broker: Broker) -> None:
+    async def pull(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return await pull_message(broker, cmd)
+
+    d.register(RC.PULL_MESSAGE, pull)
+    d.register(RC.LITE_PULL_MESSAGE, pull)
+
+
+def _tag_codes(broker: Broker, h: PullMessageRequestHeader) -> tuple[list[int] | None, str | None]:
+    """Tag codes to filter on, or an error remark."""
+    if h.sys_flag & FLAG_SUBSCRIPTION:
+        expr, etype = h.subscription, h.expression_type
+    else:
+        sub = broker.clients.subscription(h.consumer_group, h.topic)
+        expr, etype = (sub.sub_string, sub.expression_type) if sub is not None else (None, None)
+    if etype and etype.upper() != "TAG":
+        return None, f"expression type {etype} is not supported (only TAG)"
+    tags = parse_tag_expression(expr)
+    return ([java_hash(t) for t in tags] if tags is not None else None), None
+
+
+async def pull_message(broker: Broker, cmd: RemotingCommand) -> RemotingCommand:
+    h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+    if not is_readable(broker.cfg.broker_permission):
+        return cmd.response(
+            Resp.NO_PERMISSION, f"the broker[{broker.cfg.broker_name}] pulling message is forbidden"
+        )
+    tc = broker.topics.get(h.topic)
+    if tc is None:
+        return cmd.response(
+            Resp.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
+        )
+    if not is_readable(tc.perm):
+        return cmd.response(
+            Resp.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
+        )
+    if not 0 <= h.queue_id < tc.read_queue_nums:
+        return cmd.response(
+            Resp.SYSTEM_ERROR,
+            f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+            f"[{tc.read_queue_nums}]",
+        )
+    tag_codes, err = _tag_codes(broker, h)
+    if err is not None:
+        return cmd.response(Resp.SUBSCRIPTION_PARSE_FAILED, err)
+    if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+        broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    may_suspend = bool(h.sys_flag & FLAG_SUSPEND) and broker.cfg.long_polling_enable
+    timeout_s = (h.suspend_timeout_millis if may_suspend else 0) / 1000
+    max_bytes = min(h.max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
+    store = broker.store.native
+    while True:
+        qmin = store.queue_min_offset(h.topic, h.queue_id)
+        qmax = store.queue_max_offset(h.topic, h.queue_id)
+        if qmax == 0:
+            if h.queue_offset != 0:
+                return _respond(cmd, Resp.PULL_OFFSET_MOVED, 0, qmin, qmax)
+            status, nxt = Resp.PULL_NOT_FOUND, 0
+        elif h.queue_offset < qmin:
+            return _respond(cmd, Resp.PULL_OFFSET_MOVED, qmin, qmin, qmax)
+        elif h.queue_offset > qmax:
+            return _respond(cmd, Resp.PULL_OFFSET_MOVED, qmax, qmin, qmax)
+        elif h.queue_offset == qmax:
+            status, nxt = Resp.PULL_NOT_FOUND, h.queue_offset
+        else:
+            try:
+                bufs, nxt, qmin, qmax = store.get_messages(
+                    h.topic,
+                    h.queue_id,
+                    h.queue_offset,
+                    max(1, h.max_msg_nums),
+                    max_bytes,
+                    tag_codes,
+                )
+            except OffsetOutOfRangeError:
+                continue  # retention moved the minimum between the checks: look again
+            if bufs:
+                body = b"".join(memoryview(b) for b in bufs)
+                return _respond(cmd, Resp.SUCCESS, nxt, qmin, qmax, body)
+            return _respond(cmd, Resp.PULL_RETRY_IMMEDIATELY, nxt, qmin, qmax)
+        if timeout_s <= 0:
+            return _respond(cmd, status, nxt, qmin, qmax)
+        arrived = await broker.hold.wait(h.topic, h.queue_id, h.queue_offset, timeout_s)
+        timeout_s = 0  # one more look after waking, then answer
+        if not arrived:
+            return _respond(cmd, status, nxt, qmin, qmax)
+
+
+def _respond(
+    cmd: RemotingCommand,
+    code: int,
+    next_offset: int,
+    qmin: int,
+    qmax: int,
+    body: bytes | None = None,
+) -> RemotingCommand:
+    rh = PullMessageResponseHeader(
+        suggest_which_broker_id=0, next_begin_offset=next_offset, min_offset=qmin, max_offset=qmax
+    )
+    return cmd.response(code, None, rh.to_ext(), body)

@@ -1,0 +1,206 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36).
+
+Checks in RocketMQ's order: topic name, topic existence (auto-created from the default topic
+when allowed), write permission, queue id, message size; then one store append per request
+(a batch is one append), a wait for durability when the broker flushes synchronously, and the
+response with the offset message id and queue offset. Parked pulls on the queue are woken.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+import trio
+
+from rmq_ha._native import AppendResult, Message, decode_batch_body, decode_stored_record
+from rmq_ha.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, check_topic_name
+from rmq_ha.config import FlushDiskType
+from rmq_ha.errors import MessageIllegalError, RemotingDecodeError
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageResponseHeader,
+    parse_send_message_header,
+)
+from rmq_ha.protocol.message import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_WAIT,
+    decode_properties,
+    encode_properties,
+    offset_msg_id,
+)
+from rmq_ha.protocol.perm import PERM_READ, PERM_WRITE, is_writeable
+
+if TYPE_CHECKING:
+    from rmq_ha.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_RECONSUME_TIMES = 16
+
+
+def register(d: Dispatcher, broker: Broker) -> None:
+    async def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return await send_message(broker, conn, cmd)
+
+    async def send_back(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return await consumer_send_msg_back(broker, conn, cmd)
+
+    for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
+        d.register(code, send)
+    d.register(RC.CONSUMER_SEND_MSG_BACK, send_back)
+
+
+async def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    h = parse_send_message_header(cmd.code, cmd.ext_fields)
+    if not is_writeable(broker.cfg.broker_permission):
+        return cmd.response(
+            Resp.NO_PERMISSION, f"the broker {broker.cfg.broker_name} sending message is forbidden"
+        )
+    why = check_topic_name(h.topic)
+    if why is not None:
+        return cmd.response(Resp.SYSTEM_ERROR, why)
+    tc = broker.topic_for_write(h.topic, h.default_topic, h.default_topic_queue_nums)
+    if tc is None:
+        return cmd.response(
+            Resp.TOPIC_NOT_EXIST,
+            f"topic[{h.topic}] not exist, apply first please!",
+        )
+    if not is_writeable(tc.perm):
+        return cmd.response(
+            Resp.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden"
+        )
+    queue_id = h.queue_id
+    if queue_id < 0:
+        queue_id = random.randrange(tc.write_queue_nums)
+    if queue_id >= tc.write_queue_nums:
+        return cmd.response(
+            Resp.SYSTEM_ERROR,
+            f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
+            f"{tc.write_queue_nums} write queues",
+        )
+    body = cmd.body or b""
+    props = (h.properties or "").encode()
+    is_batch = cmd.code == RC.SEND_BATCH_MESSAGE or bool(h.batch)
+    try:
+        entries = decode_batch_body(body) if is_batch else [(h.flag, body, props)]
+    except RemotingDecodeError as e:
+        return cmd.response(Resp.MESSAGE_ILLEGAL, f"the batch body does not decode: {e}")
+    if not entries:
+        return cmd.response(Resp.MESSAGE_ILLEGAL, "the batch is empty")
+    for _, b, p in entries:
+        if len(b) > broker.cfg.max_message_size:
+            return cmd.response(
+                Resp.MESSAGE_ILLEGAL,
+                f"the message body size over max value, MAX: {broker.cfg.max_message_size}",
+            )
+        if len(p) > 32767:
+            return cmd.response(Resp.MESSAGE_ILLEGAL, "the message properties are too long")
+    msgs = [
+        Message(
+            h.topic,
+            queue_id,
+            b,
+            p,
+            flag=f,
+            sys_flag=h.sys_flag,
+            born_timestamp=h.born_timestamp,
+            born_host=conn.peer,
+            reconsume_times=h.reconsume_times or 0,
+        )
+        for f, b, p in entries
+    ]
+    return await append_and_respond(broker, cmd, msgs, wait=_wants_wait(props))
+
+
+def _wants_wait(props: bytes) -> bool:
+    return decode_properties(props).get(PROPERTY_WAIT, "true").lower() != "false"
+
+
+async def append_and_respond(
+    broker: Broker, cmd: RemotingCommand, msgs: list[Message], *, wait: bool
+) -> RemotingCommand:
+    try:
+        placed = broker.store.append_batch(msgs)
+    except MessageIllegalError as e:
+        return cmd.response(Resp.MESSAGE_ILLEGAL, str(e))
+    topic, queue_id = msgs[0].topic, msgs[0].queue_id
+    broker.hold.notify(topic, queue_id, broker.store.native.queue_max_offset(topic, queue_id))
+    if wait and broker.cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        with trio.move_on_after(broker.cfg.sync_flush_timeout_ms / 1000) as scope:
+            await broker.store.wait_durable(placed.end_offset)
+        if scope.cancelled_caught:
+            # Written but not yet durable: RocketMQ answers FLUSH_DISK_TIMEOUT, which the
+            # client treats as a send that may or may not survive a crash.
+            return _send_response(broker, cmd, placed, queue_id, Resp.FLUSH_DISK_TIMEOUT)
+    return _send_response(broker, cmd, placed, queue_id, Resp.SUCCESS)
+
+
+def _send_response(
+    broker: Broker, cmd: RemotingCommand, placed: AppendResult, queue_id: int, code: int
+) -> RemotingCommand:
+    host, port = broker.store_host
+    offsets = placed.physical_offsets()
+    queue_offsets = placed.queue_offsets()
+    msg_id = ",".join(offset_msg_id(host, port, o) for o in offsets)
+    rh = SendMessageResponseHeader(msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offsets[0])
+    ext = rh.to_ext()
+    ext["MSG_REGION"] = "DefaultRegion"
+    ext["TRACE_ON"] = "true"
+    return cmd.response(code, None, ext)
+
+
+async def consumer_send_msg_back(
+    broker: Broker, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand:
+    """A consumer failed a message: re-store it on the group's retry topic, or on its
+    dead-letter topic once it has been retried maxReconsumeTimes (or when delayLevel < 0).
+
+    Not done yet: RocketMQ delays the retry by delay level (3 + reconsumeTimes) through the
+    schedule topic; scheduled delivery belongs to the delayed-message work, so the retry is
+    delivered at once."""
+    h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+    try:
+        buf = broker.store.native.read_record(h.offset)
+    except Exception as e:  # out of range or not a record: nothing to send back
+        return cmd.response(Resp.SYSTEM_ERROR, f"look message by offset failed, {h.offset}: {e}")
+    orig = decode_stored_record(buf.tobytes())
+    props = decode_properties(orig["properties"])  # type: ignore[arg-type]
+    orig_topic = str(orig["topic"])
+    reconsume = int(orig["reconsume_times"]) + 1  # type: ignore[call-overload]
+    max_times = (
+        h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
+    )
+    if not orig_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        # Consumers read the original topic back from this property.
+        props[PROPERTY_RETRY_TOPIC] = orig_topic
+    props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or "")
+    if reconsume > max_times or h.delay_level < 0:
+        topic = DLQ_GROUP_TOPIC_PREFIX + h.group
+        broker.topics.create_system(topic, 1, PERM_WRITE)
+        broker.topics_changed()
+    else:
+        topic = RETRY_GROUP_TOPIC_PREFIX + h.group
+        broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+    msg = Message(
+        topic,
+        0,
+        orig["body"],  # type: ignore[arg-type]
+        encode_properties(props).encode(),
+        flag=int(orig["flag"]),  # type: ignore[call-overload]
+        sys_flag=int(orig["sys_flag"]) & ~0xC,  # type: ignore[call-overload]
+        born_timestamp=int(orig["born_timestamp"]),  # type: ignore[call-overload]
+        born_host=str(orig["born_host"]),
+        reconsume_times=reconsume,
+    )
+    resp = await append_and_respond(broker, cmd, [msg], wait=True)
+    # The retry's answer carries no message id; RocketMQ answers plain SUCCESS.
+    return cmd.response(resp.code, resp.remark)

@@ -1,0 +1,144 @@
+"""Topic configs of a broker (RocketMQ's TopicConfigManager), persisted as topics.json in the
+shape of TopicConfigSerializeWrapper: {"topicConfigTable": {...}, "dataVersion": {...}}.
+
+System topics are created at start. With autoCreateTopicEnable the default topic TBW102 carries
+PERM_INHERIT, which is how a producer's first send to a new topic finds a broker; the broker then
+creates the topic on that first send."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from rmq_ha.broker.offsets import write_atomic
+from rmq_ha.errors import CorruptFileError
+from rmq_ha.protocol.json_compat import BodyDecodeError
+from rmq_ha.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from rmq_ha.protocol.perm import PERM_INHERIT, PERM_READ, PERM_WRITE
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TOPIC_MAX_LENGTH = 127
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def check_topic_name(topic: str) -> str | None:
+    """None if valid, else why not (RocketMQ's TopicValidator rules)."""
+    if not topic:
+        return "the topic is blank"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"the topic is longer than {TOPIC_MAX_LENGTH} characters"
+    if not _TOPIC_RE.match(topic):
+        return f"the topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TopicConfigManager:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        cluster_name: str,
+        broker_name: str,
+        broker_permission: int,
+        auto_create: bool,
+        default_queue_nums: int,
+    ) -> None:
+        self.path = path
+        self.default_queue_nums = default_queue_nums
+        self.auto_create = auto_create
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion.initial(now_ms())
+        self._load()
+        rw = PERM_READ | PERM_WRITE
+        system = {
+            SELF_TEST_TOPIC: TopicConfig(
+                topic_name=SELF_TEST_TOPIC, read_queue_nums=1, write_queue_nums=1
+            ),
+            OFFSET_MOVED_EVENT: TopicConfig(
+                topic_name=OFFSET_MOVED_EVENT, read_queue_nums=1, write_queue_nums=1
+            ),
+            # Clients find every broker of a cluster (or a broker by name) through these routes.
+            cluster_name: TopicConfig(
+                topic_name=cluster_name,
+                read_queue_nums=16,
+                write_queue_nums=16,
+                perm=broker_permission & rw,
+            ),
+            broker_name: TopicConfig(
+                topic_name=broker_name,
+                read_queue_nums=1,
+                write_queue_nums=1,
+                perm=broker_permission & rw,
+            ),
+        }
+        if auto_create:
+            system[AUTO_CREATE_TOPIC_KEY] = TopicConfig(
+                topic_name=AUTO_CREATE_TOPIC_KEY,
+                read_queue_nums=8,
+                write_queue_nums=8,
+                perm=PERM_INHERIT | rw,
+            )
+        for name, tc in system.items():
+            self.table.setdefault(name, tc)
+
+    def _load(self) -> None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            w = TopicConfigSerializeWrapper.from_json(raw)
+        except BodyDecodeError as e:
+            raise CorruptFileError(
+                f"topic configs {self.path} are unreadable: {e}", str(self.path)
+            ) from None
+        self.table.update(w.topic_config_table)
+        self.data_version = w.data_version
+
+    def persist(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        wrapper = TopicConfigSerializeWrapper(
+            topic_config_table=self.table, data_version=self.data_version
+        )
+        write_atomic(self.path, wrapper.to_json())
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def update(self, tc: TopicConfig) -> None:
+        assert tc.topic_name
+        self.table[tc.topic_name] = tc
+        self.data_version = self.data_version.next_version(now_ms())
+        self.persist()
+
+    def create_on_send(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
+        """A send to a topic that does not exist: created from the default topic when it exists
+        and carries PERM_INHERIT (RocketMQ's createTopicInSendMessageMethod)."""
+        base = self.table.get(default_topic)
+        if base is None or not (base.perm & PERM_INHERIT):
+            return None
+        n = max(1, min(queue_nums, base.write_queue_nums))
+        tc = TopicConfig(
+            topic_name=topic, read_queue_nums=n, write_queue_nums=n, perm=base.perm & ~PERM_INHERIT
+        )
+        self.update(tc)
+        return tc
+
+    def create_system(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """Retry/DLQ topics, created on demand."""
+        tc = self.table.get(topic)
+        if tc is None:
+            tc = TopicConfig(
+                topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm
+            )
+            self.update(tc)
+        return tc

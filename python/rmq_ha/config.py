@@ -1,0 +1,218 @@
+"""Role configuration: small frozen records with units in their names.
+
+A config can come from a TOML file (snake_case names or RocketMQ's camelCase names) or from a
+RocketMQ `.conf` / `.properties` file with RocketMQ's own keys (`brokerClusterName`,
+`listenPort`, `namesrvAddr`, `storePathRootDir`, ...), so an operator can reuse a broker config.
+Every field names the RocketMQ key it maps to. A bad value raises `ConfigError` naming the key
+and the reason; keys we do not know are returned as warnings, not errors, because RocketMQ
+configs carry hundreds of keys for features rmq_ha does not have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+from rmq_ha.errors import ConfigError
+
+
+def rmq(key: str, default: Any, doc: str = "") -> Any:
+    """A config field with its RocketMQ key."""
+    return field(default=default, metadata={"rocketmq": key, "doc": doc})
+
+
+class FlushDiskType(enum.Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class BrokerRole(enum.Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+@dataclass(frozen=True)
+class NamesrvConfig:
+    listen_host: str = rmq("listenHost", "127.0.0.1", "address to bind")
+    listen_port: int = rmq("listenPort", 9876, "0 picks a free port")
+    scan_not_active_broker_interval_ms: int = rmq(
+        "scanNotActiveBrokerInterval", 5000, "how often expired brokers are unregistered"
+    )
+    broker_channel_expired_time_ms: int = rmq(
+        "brokerChannelExpiredTime",
+        120_000,
+        "heartbeat timeout of a broker that does not send its own at registration",
+    )
+    support_acting_master: bool = rmq("supportActingMaster", False, "RIP-32 route rewrite")
+    notify_min_broker_id_changed: bool = rmq("notifyMinBrokerIdChanged", False, "send 905")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    cluster_name: str = rmq("brokerClusterName", "DefaultCluster")
+    broker_name: str = rmq("brokerName", "broker-a")
+    broker_id: int = rmq("brokerId", 0, "0 is the master in classic mode")
+    broker_ip: str = rmq("brokerIP1", "127.0.0.1", "address announced to name servers")
+    listen_port: int = rmq("listenPort", 10911, "0 picks a free port")
+    namesrv_addr: str = rmq("namesrvAddr", "", "host:port;host:port")
+    store_path_root_dir: str = rmq("storePathRootDir", "store")
+    commitlog_segment_bytes: int = rmq("mappedFileSizeCommitLog", 1 << 30)
+    consume_queue_file_bytes: int = rmq("mappedFileSizeConsumeQueue", 300_000 * 20)
+    flush_disk_type: FlushDiskType = rmq("flushDiskType", FlushDiskType.ASYNC_FLUSH)
+    flush_interval_ms: int = rmq("flushIntervalCommitLog", 500)
+    sync_flush_timeout_ms: int = rmq("syncFlushTimeout", 5000)
+    broker_role: BrokerRole = rmq("brokerRole", BrokerRole.ASYNC_MASTER)
+    broker_permission: int = rmq("brokerPermission", 6, "perm bits: 2 write, 4 read")
+    auto_create_topic_enable: bool = rmq("autoCreateTopicEnable", True)
+    default_topic_queue_nums: int = rmq("defaultTopicQueueNums", 4)
+    max_message_size: int = rmq("maxMessageSize", 4 * 1024 * 1024)
+    register_name_server_period_ms: int = rmq("registerNameServerPeriod", 30_000)
+    broker_heartbeat_interval_ms: int = rmq("brokerHeartbeatInterval", 1000)
+    broker_not_active_timeout_ms: int = rmq("brokerNotActiveTimeoutMillis", 10_000)
+    long_polling_enable: bool = rmq("longPollingEnable", True)
+    short_polling_time_ms: int = rmq("shortPollingTimeMills", 1000)
+    max_reconsume_times: int = rmq("maxReconsumeTimes", 16, "then the message goes to the DLQ")
+    lock_expire_ms: int = rmq("rebalanceLockMaxLiveTime", 60_000, "queue lock lifetime")
+    consumer_offset_flush_interval_ms: int = rmq("flushConsumerOffsetInterval", 5000)
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def cq_units_per_file(self) -> int:
+        return self.consume_queue_file_bytes // 20
+
+    @property
+    def store_root(self) -> Path:
+        return Path(self.store_path_root_dir).expanduser()
+
+
+C = TypeVar("C")
+
+_BOOL_TRUE = {"true", "1", "yes", "on"}
+_BOOL_FALSE = {"false", "0", "no", "off"}
+
+
+def _convert(key: str, typ: Any, raw: Any) -> Any:
+    if isinstance(typ, type) and issubclass(typ, enum.Enum):
+        try:
+            return typ(str(raw).strip())
+        except ValueError:
+            allowed = ", ".join(m.value for m in typ)
+            raise ConfigError(f"bad config {key}: {raw!r} is not one of {allowed}", key) from None
+    if typ is bool:
+        if isinstance(raw, bool):
+            return raw
+        s = str(raw).strip().lower()
+        if s in _BOOL_TRUE:
+            return True
+        if s in _BOOL_FALSE:
+            return False
+        raise ConfigError(f"bad config {key}: {raw!r} is not a boolean", key)
+    if typ is int:
+        if isinstance(raw, bool):
+            raise ConfigError(f"bad config {key}: {raw!r} is not an integer", key)
+        if isinstance(raw, int):
+            return raw
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"bad config {key}: {raw!r} is not an integer", key) from None
+    if typ is str:
+        return str(raw).strip() if not isinstance(raw, str) else raw.strip()
+    raise ConfigError(f"bad config {key}: unsupported type {typ}", key)
+
+
+def from_mapping(cls: type[C], values: Mapping[str, Any]) -> tuple[C, list[str]]:
+    """Builds `cls` from a mapping keyed by RocketMQ names or field names; returns the record
+    and the keys it did not know."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls} is not a config dataclass")
+    hints = get_type_hints(cls)
+    by_key: dict[str, dataclasses.Field[Any]] = {}
+    for f in dataclasses.fields(cls):
+        by_key[f.name] = f
+        if "rocketmq" in f.metadata:
+            by_key[f.metadata["rocketmq"]] = f
+    kwargs: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, raw in values.items():
+        target = by_key.get(key)
+        if target is None:
+            unknown.append(key)
+            continue
+        kwargs[target.name] = _convert(key, hints[target.name], raw)
+    record = cls(**kwargs)
+    _validate(record)
+    return record, unknown
+
+
+def _validate(record: Any) -> None:
+    for f in dataclasses.fields(record):
+        v = getattr(record, f.name)
+        key = f.metadata.get("rocketmq", f.name)
+        if isinstance(v, int) and not isinstance(v, bool):
+            if f.name.endswith("_port") and not 0 <= v <= 65535:
+                raise ConfigError(f"bad config {key}: port {v} is outside 0..65535", key)
+            if (
+                f.name.endswith(("_ms", "_bytes", "_nums", "_size")) or "interval" in f.name
+            ) and v <= 0:
+                raise ConfigError(f"bad config {key}: {v} must be positive", key)
+    if isinstance(record, BrokerConfig):
+        if record.broker_id < 0:
+            raise ConfigError("bad config brokerId: must be >= 0", "brokerId")
+        if record.broker_permission & ~0xF:
+            raise ConfigError(
+                f"bad config brokerPermission: {record.broker_permission} has bits beyond 1|2|4|8",
+                "brokerPermission",
+            )
+        if record.consume_queue_file_bytes % 20:
+            raise ConfigError(
+                "bad config mappedFileSizeConsumeQueue: must be a multiple of 20 (unit size)",
+                "mappedFileSizeConsumeQueue",
+            )
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """RocketMQ `.conf` / `.properties`: `key=value` or `key: value` lines, `#`/`!` comments,
+    trailing-backslash continuation."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            out[line] = ""
+            continue
+        out[line[:sep].strip()] = line[sep + 1 :].strip()
+    return out
+
+
+def load(cls: type[C], path: str | Path) -> tuple[C, list[str]]:
+    """Loads a config file: TOML by its `.toml` suffix, else RocketMQ properties format."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}", str(p)) from None
+    if p.suffix == ".toml":
+        try:
+            values: Mapping[str, Any] = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {p} is not valid TOML: {e}", str(p)) from None
+    else:
+        values = parse_properties(text)
+    return from_mapping(cls, values)

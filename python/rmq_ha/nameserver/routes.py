@@ -1,0 +1,178 @@
+"""The name server's route tables (RocketMQ's RouteInfoManager), pure: time is passed in.
+
+* clusters: cluster name -> broker names
+* groups: broker name -> its cluster and replicas (broker id -> address)
+* topics: topic -> broker name -> queue data (read/write queue counts, perm, sys flag)
+* live: broker address -> last heartbeat, heartbeat timeout, data version, HA address
+
+A master's registration carries its topic configs; slaves' registrations do not change topics.
+Brokers whose heartbeat timed out are removed by `scan`.
+
+Routes come out as the protocol's `TopicRouteData` model, which emits RocketMQ's JSON shape
+(standard JSON: the broker-id map has string keys, which every client parses).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from rmq_ha.protocol.models import (
+    BrokerData,
+    BrokerMemberGroup,
+    ClusterInfo,
+    DataVersion,
+    QueueData,
+    TopicRouteData,
+)
+
+MASTER_ID = 0
+
+
+@dataclass
+class Live:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    last_update_ms: int
+    timeout_ms: int
+    data_version: DataVersion
+    ha_server_addr: str = ""
+
+
+@dataclass
+class RegisterResult:
+    master_addr: str | None
+    ha_server_addr: str | None
+
+
+@dataclass
+class RouteTable:
+    default_timeout_ms: int = 120_000
+    clusters: dict[str, set[str]] = field(default_factory=dict)
+    groups: dict[str, BrokerData] = field(default_factory=dict)
+    topics: dict[str, dict[str, QueueData]] = field(default_factory=dict)
+    live: dict[str, Live] = field(default_factory=dict)
+
+    def register(
+        self,
+        *,
+        cluster: str,
+        addr: str,
+        broker_name: str,
+        broker_id: int,
+        now_ms: int,
+        ha_server_addr: str = "",
+        topics: dict[str, QueueData] | None = None,
+        data_version: DataVersion | None = None,
+        timeout_ms: int | None = None,
+        enable_acting_master: bool = False,
+        zone_name: str | None = None,
+    ) -> RegisterResult:
+        self.clusters.setdefault(cluster, set()).add(broker_name)
+        group = self.groups.get(broker_name)
+        first = group is None
+        if group is None:
+            group = BrokerData(cluster=cluster, broker_name=broker_name)
+            self.groups[broker_name] = group
+        group.enable_acting_master = enable_acting_master
+        group.zone_name = zone_name
+        # One address has one id: a slave promoted to master re-registers with id 0 at the same
+        # address, and its old entry must go.
+        for bid, a in list(group.broker_addrs.items()):
+            if a == addr and bid != broker_id:
+                del group.broker_addrs[bid]
+        group.broker_addrs[broker_id] = addr
+        dv = data_version or DataVersion()
+        prev = self.live.get(addr)
+        changed = prev is None or prev.data_version != dv
+        if broker_id == MASTER_ID and topics is not None and (changed or first):
+            for topic, qd in topics.items():
+                qd = copy.copy(qd)
+                qd.broker_name = broker_name
+                self.topics.setdefault(topic, {})[broker_name] = qd
+        self.live[addr] = Live(
+            cluster,
+            broker_name,
+            broker_id,
+            now_ms,
+            timeout_ms if timeout_ms and timeout_ms > 0 else self.default_timeout_ms,
+            dv,
+            ha_server_addr,
+        )
+        if broker_id == MASTER_ID:
+            return RegisterResult(None, None)
+        master = group.broker_addrs.get(MASTER_ID)
+        master_live = self.live.get(master) if master else None
+        return RegisterResult(master, master_live.ha_server_addr if master_live else None)
+
+    def heartbeat(self, addr: str, now_ms: int) -> bool:
+        """A light heartbeat; False when the broker is not registered (it must register)."""
+        lv = self.live.get(addr)
+        if lv is None:
+            return False
+        lv.last_update_ms = now_ms
+        return True
+
+    def data_version_changed(self, addr: str, data_version: DataVersion, now_ms: int) -> bool:
+        """QUERY_DATA_VERSION: also counts as a heartbeat."""
+        lv = self.live.get(addr)
+        if lv is None:
+            return True
+        lv.last_update_ms = now_ms
+        return lv.data_version != data_version
+
+    def unregister(self, addr: str) -> None:
+        lv = self.live.pop(addr, None)
+        for name, group in list(self.groups.items()):
+            for bid, a in list(group.broker_addrs.items()):
+                if a == addr:
+                    del group.broker_addrs[bid]
+            if not group.broker_addrs:
+                del self.groups[name]
+                names = self.clusters.get(group.cluster)
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del self.clusters[group.cluster]
+                for topic in list(self.topics):
+                    self.topics[topic].pop(name, None)
+                    if not self.topics[topic]:
+                        del self.topics[topic]
+        del lv
+
+    def scan(self, now_ms: int) -> list[str]:
+        """Unregisters brokers whose heartbeat expired; returns their addresses."""
+        expired = [a for a, lv in self.live.items() if now_ms - lv.last_update_ms > lv.timeout_ms]
+        for a in expired:
+            self.unregister(a)
+        return expired
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        """The topic's route, or None when it has none (TOPIC_NOT_EXIST)."""
+        queues = self.topics.get(topic)
+        if not queues:
+            return None
+        brokers = [copy.deepcopy(self.groups[n]) for n in sorted(queues) if n in self.groups]
+        if not brokers:
+            return None
+        return TopicRouteData(
+            queue_datas=[copy.copy(q) for _, q in sorted(queues.items())],
+            broker_datas=brokers,
+        )
+
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo(
+            broker_addr_table={n: copy.deepcopy(g) for n, g in self.groups.items()},
+            cluster_addr_table={c: set(ns) for c, ns in self.clusters.items()},
+        )
+
+    def member_group(self, cluster: str, broker_name: str) -> BrokerMemberGroup:
+        """The group's replicas for GET_BROKER_MEMBER_GROUP (empty if unknown)."""
+        g = self.groups.get(broker_name)
+        addrs = dict(g.broker_addrs) if g is not None and g.cluster == cluster else {}
+        return BrokerMemberGroup(cluster=cluster, broker_name=broker_name, broker_addrs=addrs)
+
+    def topics_of_cluster(self, cluster: str) -> list[str]:
+        names = self.clusters.get(cluster, set())
+        return sorted(t for t, qs in self.topics.items() if names & qs.keys())

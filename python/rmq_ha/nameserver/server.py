@@ -1,0 +1,190 @@
+"""The name server role (`rmq-ha namesrv`): route tables over the remoting protocol.
+
+Brokers register (103) with their topic configs every 30 s and keep alive with light
+heartbeats (904, or 322 from older brokers); a scan every scanNotActiveBrokerInterval drops
+brokers whose heartbeat timed out. Clients ask for routes (105) and cluster info (106). Several
+name servers run side by side with no state shared: brokers register with all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import trio
+
+from rmq_ha.config import NamesrvConfig
+from rmq_ha.nameserver.routes import RouteTable
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.net.server import RemotingServer
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import (
+    BrokerHeartbeatRequestHeader,
+    GetBrokerMemberGroupRequestHeader,
+    GetRouteInfoRequestHeader,
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+)
+from rmq_ha.protocol.models import (
+    DataVersion,
+    GetBrokerMemberGroupResponseBody,
+    KVTable,
+    QueueData,
+)
+from rmq_ha.protocol.register_body import decode_register_body
+
+log = logging.getLogger(__name__)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Nameserver:
+    def __init__(self, cfg: NamesrvConfig, now_ms: Callable[[], int] = wall_ms) -> None:
+        self.cfg = cfg
+        self.now_ms = now_ms
+        self.routes = RouteTable(default_timeout_ms=cfg.broker_channel_expired_time_ms)
+        self.kv: dict[str, dict[str, str]] = {}
+        d = Dispatcher("namesrv")
+        d.register(RC.REGISTER_BROKER, self.register_broker)
+        d.register(RC.UNREGISTER_BROKER, self.unregister_broker)
+        d.register(RC.BROKER_HEARTBEAT, self.broker_heartbeat)
+        d.register(RC.QUERY_DATA_VERSION, self.query_data_version)
+        d.register(RC.GET_ROUTEINFO_BY_TOPIC, self.get_route)
+        d.register(RC.GET_BROKER_CLUSTER_INFO, self.get_cluster_info)
+        d.register(RC.GET_BROKER_MEMBER_GROUP, self.get_member_group)
+        d.register(RC.PUT_KV_CONFIG, self.put_kv)
+        d.register(RC.GET_KV_CONFIG, self.get_kv)
+        d.register(RC.DELETE_KV_CONFIG, self.delete_kv)
+        self.dispatcher = d
+        self.server = RemotingServer(d, cfg.listen_host, cfg.listen_port)
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.server.serve)
+            nursery.start_soon(self._scan_loop)
+            log.info("name server ready on %s", self.address)
+            task_status.started(self.address)
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await trio.sleep(self.cfg.scan_not_active_broker_interval_ms / 1000)
+            for addr in self.routes.scan(self.now_ms()):
+                log.warning("broker %s expired (no heartbeat): unregistered", addr)
+
+    # ---- brokers --------------------------------------------------------------------------
+
+    async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = RegisterBrokerRequestHeader.from_ext(cmd.ext_fields)
+        body = decode_register_body(cmd.body, compressed=h.compressed, version=cmd.version)
+        wrapper = body.topic_config_serialize_wrapper
+        topics = {
+            name: QueueData(
+                read_queue_nums=tc.read_queue_nums,
+                write_queue_nums=tc.write_queue_nums,
+                perm=tc.perm,
+                topic_sys_flag=tc.topic_sys_flag,
+            )
+            for name, tc in wrapper.topic_config_table.items()
+        }
+        res = self.routes.register(
+            cluster=h.cluster_name,
+            addr=h.broker_addr,
+            broker_name=h.broker_name,
+            broker_id=h.broker_id,
+            now_ms=self.now_ms(),
+            ha_server_addr=h.ha_server_addr,
+            topics=topics,
+            data_version=wrapper.data_version,
+            timeout_ms=h.heartbeat_timeout_millis,
+            enable_acting_master=bool(h.enable_acting_master),
+            zone_name=h.zone_name,
+        )
+        resp_header = RegisterBrokerResponseHeader(
+            ha_server_addr=res.ha_server_addr, master_addr=res.master_addr
+        )
+        order_conf = KVTable(table=dict(self.kv.get("ORDER_TOPIC_CONFIG", {})))
+        return cmd.response(Resp.SUCCESS, None, resp_header.to_ext(), order_conf.to_json())
+
+    async def unregister_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = UnRegisterBrokerRequestHeader.from_ext(cmd.ext_fields)
+        self.routes.unregister(h.broker_addr)
+        return cmd.response(Resp.SUCCESS)
+
+    async def broker_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
+        self.routes.heartbeat(h.broker_addr, self.now_ms())
+        return cmd.response(Resp.SUCCESS)
+
+    async def query_data_version(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = QueryDataVersionRequestHeader.from_ext(cmd.ext_fields)
+        dv = DataVersion.from_json(cmd.body) if cmd.body else DataVersion()
+        changed = self.routes.data_version_changed(h.broker_addr, dv, self.now_ms())
+        live = self.routes.live.get(h.broker_addr)
+        body = live.data_version.to_json() if live is not None else None
+        return cmd.response(
+            Resp.SUCCESS, None, QueryDataVersionResponseHeader(changed=changed).to_ext(), body
+        )
+
+    async def get_member_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetBrokerMemberGroupRequestHeader.from_ext(cmd.ext_fields)
+        group = self.routes.member_group(h.cluster_name, h.broker_name)
+        body = GetBrokerMemberGroupResponseBody(broker_member_group=group)
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+    # ---- clients --------------------------------------------------------------------------
+
+    async def get_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)
+        route = self.routes.route(h.topic)
+        if route is None:
+            return cmd.response(
+                Resp.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {h.topic}",
+            )
+        order = self.kv.get("ORDER_TOPIC_CONFIG", {}).get(h.topic)
+        route.order_topic_conf = order
+        return cmd.response(Resp.SUCCESS, None, None, route.to_json())
+
+    async def get_cluster_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(Resp.SUCCESS, None, None, self.routes.cluster_info().to_json())
+
+    # ---- KV config (RocketMQ keeps e.g. ORDER_TOPIC_CONFIG here) -------------------------
+
+    async def put_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns, key, value = (cmd.ext_fields.get(k) for k in ("namespace", "key", "value"))
+        if not ns or not key or value is None:
+            return cmd.response(Resp.SYSTEM_ERROR, "namespace, key and value are required")
+        self.kv.setdefault(ns, {})[key] = value
+        return cmd.response(Resp.SUCCESS)
+
+    async def get_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns, key = cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", "")
+        value = self.kv.get(ns, {}).get(key)
+        if value is None:
+            return cmd.response(Resp.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
+        return cmd.response(Resp.SUCCESS, None, {"value": value})
+
+    async def delete_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ns, key = cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", "")
+        self.kv.get(ns, {}).pop(key, None)
+        return cmd.response(Resp.SUCCESS)
+
+
+async def serve(
+    cfg: NamesrvConfig, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Runs a name server until cancelled; reports its address when listening."""
+    await Nameserver(cfg).serve(task_status=task_status)

@@ -1,0 +1,96 @@
+"""The remoting client: one cached connection per address, reconnecting on demand."""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+
+import trio
+
+from rmq_ha.errors import RemotingConnectError
+from rmq_ha.net.connection import Connection, Handler
+from rmq_ha.protocol.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 3.0  # RocketMQ's mqClientApiTimeout
+CONNECT_TIMEOUT_S = 3.0
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise RemotingConnectError(f"bad address {addr!r}: expected host:port")
+    return host, int(port)
+
+
+class RemotingClient:
+    """Use as `async with RemotingClient() as c: resp = await c.invoke(addr, cmd)`.
+
+    `handler` answers requests the server sends back on the same connection (e.g. a broker
+    asking a producer CHECK_TRANSACTION_STATE)."""
+
+    def __init__(self, handler: Handler | None = None) -> None:
+        self._handler = handler
+        self._conns: dict[str, Connection] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def __aenter__(self) -> RemotingClient:
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return await self._nursery_cm.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        for conn in list(self._conns.values()):
+            await conn.aclose()
+        self._conns.clear()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._locks.setdefault(addr, trio.Lock())
+        async with lock:
+            conn = self._conns.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            host, port = split_addr(addr)
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as e:
+                raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
+            conn = Connection(stream, self._handler, addr)
+            if self._nursery is None:
+                raise RuntimeError("RemotingClient used outside `async with`")
+            self._nursery.start_soon(conn.run)
+            self._conns[addr] = conn
+            return conn
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> RemotingCommand:
+        conn = await self.connection(addr)
+        return await conn.request(cmd, timeout_s)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        cmd.flag |= 2
+        await conn.send(cmd)
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None and self._nursery is not None:
+            self._nursery.start_soon(conn.aclose)

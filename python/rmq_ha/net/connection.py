@@ -1,0 +1,193 @@
+"""One remoting connection, used the same way by servers and clients.
+
+* Reading: one task receives into a buffer and decodes every complete frame in it with one
+  native call (`_native.decode_frames`). A malformed frame closes this connection only.
+* Responses are matched to outstanding requests by opaque. Requests (either direction: a broker
+  also calls clients, e.g. CHECK_TRANSACTION_STATE) go to the handler, each in its own task so a
+  parked long-poll does not hold up the connection; a limiter bounds them.
+* Writing: frames go through a bounded channel (backpressure on the sender); one task drains
+  whatever is queued and encodes it into one buffer for one `send_all` (coalesced writes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from rmq_ha._native import decode_frames, encode_frames
+from rmq_ha.errors import (
+    RemotingClosedError,
+    RemotingDecodeError,
+    RemotingTimeoutError,
+)
+from rmq_ha.protocol.command import FLAG_RESPONSE, RemotingCommand, WireTuple
+
+log = logging.getLogger(__name__)
+
+#: A handler answers a request (or returns None for oneway / no answer).
+Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+SYSTEM_ERROR = 1
+SYSTEM_BUSY = 2
+
+#: Bounds. Frames waiting to be written; requests handled at once per connection; bytes per
+#: coalesced write; bytes read per receive.
+WRITE_QUEUE_FRAMES = 4096
+MAX_INFLIGHT_REQUESTS = 1024
+MAX_WRITE_BATCH_BYTES = 4 << 20
+RECEIVE_BYTES = 256 << 10
+
+
+class Connection:
+    def __init__(self, stream: trio.SocketStream, handler: Handler | None, peer: str) -> None:
+        self.stream = stream
+        self.peer = peer
+        self._handler = handler
+        self._send, self._outbox = trio.open_memory_channel[WireTuple](WRITE_QUEUE_FRAMES)
+        self._pending: dict[int, trio.MemorySendChannel[RemotingCommand]] = {}
+        self._limiter = trio.CapacityLimiter(MAX_INFLIGHT_REQUESTS)
+        self._closed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        #: Free-form per-connection state for the roles (e.g. the client id of a consumer).
+        self.attrs: dict[str, Any] = {}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def run(self) -> None:
+        """Serves the connection until either side closes it or a frame is malformed."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._send.close()
+        for ch in self._pending.values():
+            ch.close()
+        self._pending.clear()
+
+    async def aclose(self) -> None:
+        self._close_now()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        with trio.CancelScope(shield=True):
+            await self.stream.aclose()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def _reader(self) -> None:
+        buf = bytearray()
+        while True:
+            try:
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            buf += data
+            try:
+                frames, used = decode_frames(buf)
+            except RemotingDecodeError as e:
+                log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
+                return
+            if used:
+                del buf[:used]
+            for t in frames:
+                self._dispatch(RemotingCommand.from_wire(t))
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if cmd.flag & FLAG_RESPONSE:
+            ch = self._pending.pop(cmd.opaque, None)
+            if ch is None:
+                log.debug(
+                    "response with no pending request (opaque %d) from %s", cmd.opaque, self.peer
+                )
+                return
+            try:
+                ch.send_nowait(cmd)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            return
+        if self._handler is None or self._nursery is None:
+            return
+        self._nursery.start_soon(self._handle, cmd)
+
+    async def _handle(self, cmd: RemotingCommand) -> None:
+        assert self._handler is not None
+        try:
+            async with self._limiter:
+                resp = await self._handler(self, cmd)
+        except trio.Cancelled:
+            raise
+        except Exception as e:  # the server must answer, never crash; the error is logged
+            log.exception("handler failed for code %d from %s", cmd.code, self.peer)
+            resp = cmd.response(SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        if resp is None or cmd.is_oneway:
+            return
+        try:
+            await self._send.send(resp.to_wire())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _writer(self) -> None:
+        async with self._outbox:
+            async for first in self._outbox:
+                batch = [first]
+                size = len(first[7] or b"")
+                while size < MAX_WRITE_BATCH_BYTES:
+                    try:
+                        t = self._outbox.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    batch.append(t)
+                    size += len(t[7] or b"")
+                try:
+                    await self.stream.send_all(encode_frames(batch))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._close_now()
+                    return
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        """Queues a frame (request, response or oneway) without waiting for an answer."""
+        if self.closed:
+            raise RemotingClosedError(f"connection to {self.peer} is closed")
+        try:
+            await self._send.send(cmd.to_wire())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise RemotingClosedError(f"connection to {self.peer} is closed") from None
+
+    async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Sends a request and waits for its response. A timeout or a closed connection means
+        the outcome is unknown (not definite)."""
+        send_ch, recv_ch = trio.open_memory_channel[RemotingCommand](1)
+        self._pending[cmd.opaque] = send_ch
+        try:
+            with trio.move_on_after(timeout_s if timeout_s > 0 else math.inf) as scope:
+                await self.send(cmd)
+                try:
+                    return await recv_ch.receive()
+                except trio.EndOfChannel:
+                    raise RemotingClosedError(
+                        f"connection to {self.peer} closed before the response to code "
+                        f"{cmd.code} (opaque {cmd.opaque})"
+                    ) from None
+            assert scope.cancelled_caught
+            raise RemotingTimeoutError(
+                f"no response from {self.peer} to code {cmd.code} within {timeout_s:.3f} s"
+            )
+        finally:
+            self._pending.pop(cmd.opaque, None)

@@ -1,0 +1,57 @@
+"""The remoting server: accepts connections and runs each one with the role's handler."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from rmq_ha.net.connection import Connection, Handler
+
+log = logging.getLogger(__name__)
+
+
+class RemotingServer:
+    """Listens on (host, port); `port=0` picks a free port, reported by `serve`'s
+    `task_status.started(port)` and kept in `self.port`."""
+
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.connections: set[Connection] = set()
+        self._listeners: list[trio.SocketListener] | None = None
+
+    async def bind(self) -> int:
+        """Binds now (before `serve`), so the real port is known early; returns it."""
+        if self._listeners is None:
+            self._listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+            self.port = self._listeners[0].socket.getsockname()[1]
+        return self.port
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.bind()
+        listeners = self._listeners
+        assert listeners is not None
+        log.info("remoting server listening on %s", self.address)
+        task_status.started(self.port)
+        await trio.serve_listeners(self._serve_one, listeners)
+
+    async def _serve_one(self, stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            peer = "?"
+        conn = Connection(stream, self.handler, peer)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()

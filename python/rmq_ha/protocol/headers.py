@@ -1,0 +1,676 @@
+"""Typed custom headers of the requests and responses rmq_ha speaks.
+
+Field lists and `@CFNotNull` (required) markers follow RocketMQ 5.3.x
+(`remoting/.../protocol/header/**`); wire names are the Java field names. The mechanism is in
+`headerbase`. Each class lists in `CODES` the codes it travels with.
+
+Lock/unlock (41/42), heartbeat (34) and the bulk metadata reads carry JSON bodies instead; see
+`models`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Final
+
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.headerbase import (
+    I32,
+    CommandHeader,
+    HeaderError,
+    MalformedHeaderField,
+    MissingHeaderField,
+    header_fields,
+    wire,
+)
+
+__all__ = [
+    "I32",
+    "REQUEST_HEADERS",
+    "RESPONSE_HEADERS",
+    "BrokerHeartbeatRequestHeader",
+    "CheckTransactionStateRequestHeader",
+    "CommandHeader",
+    "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
+    "EndTransactionRequestHeader",
+    "ExchangeHAInfoRequestHeader",
+    "ExchangeHAInfoResponseHeader",
+    "GetBrokerMemberGroupRequestHeader",
+    "GetConsumerListByGroupRequestHeader",
+    "GetEarliestMsgStoretimeRequestHeader",
+    "GetEarliestMsgStoretimeResponseHeader",
+    "GetMaxOffsetRequestHeader",
+    "GetMaxOffsetResponseHeader",
+    "GetMinOffsetRequestHeader",
+    "GetMinOffsetResponseHeader",
+    "GetRouteInfoRequestHeader",
+    "HeaderError",
+    "LockBatchMqRequestHeader",
+    "MalformedHeaderField",
+    "MissingHeaderField",
+    "NotifyConsumerIdsChangedRequestHeader",
+    "NotifyMinBrokerIdChangeRequestHeader",
+    "PullMessageRequestHeader",
+    "PullMessageResponseHeader",
+    "QueryConsumerOffsetRequestHeader",
+    "QueryConsumerOffsetResponseHeader",
+    "QueryDataVersionRequestHeader",
+    "QueryDataVersionResponseHeader",
+    "RegisterBrokerRequestHeader",
+    "RegisterBrokerResponseHeader",
+    "RpcRequestHeader",
+    "SearchOffsetRequestHeader",
+    "SearchOffsetResponseHeader",
+    "SendMessageRequestHeader",
+    "SendMessageRequestHeaderV2",
+    "SendMessageResponseHeader",
+    "TopicQueueRequestHeader",
+    "TopicRequestHeader",
+    "UnRegisterBrokerRequestHeader",
+    "UnlockBatchMqRequestHeader",
+    "UnregisterClientRequestHeader",
+    "UpdateConsumerOffsetRequestHeader",
+    "UpdateConsumerOffsetResponseHeader",
+    "ViewMessageRequestHeader",
+    "header_fields",
+    "parse_send_message_header",
+    "wire",
+]
+
+# ---------------------------------------------------------------------------------------------
+# RPC base fields (remoting/.../rpc/RpcRequestHeader, TopicRequestHeader, TopicQueueRequestHeader)
+
+
+@dataclass(kw_only=True, slots=True)
+class RpcRequestHeader(CommandHeader):
+    """ns: namespace, nsd: namespaced flag, bname: target broker name, oway: oneway flag."""
+
+    ns: str | None = None
+    nsd: bool | None = None
+    bname: str | None = None
+    oway: bool | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class TopicRequestHeader(RpcRequestHeader):
+    """lo: logical-queue (static topic) flag."""
+
+    lo: bool | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class TopicQueueRequestHeader(TopicRequestHeader):
+    """Same fields as TopicRequestHeader; kept for fidelity with the Java class tree."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Send
+
+
+@dataclass(kw_only=True, slots=True)
+class SendMessageRequestHeader(TopicQueueRequestHeader):
+    """SEND_MESSAGE (10). `bname` (the base field) is the target broker name."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.SEND_MESSAGE, RC.SEND_REPLY_MESSAGE)
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: I32
+    queue_id: I32
+    sys_flag: I32
+    born_timestamp: int
+    flag: I32
+    properties: str | None = None
+    reconsume_times: I32 | None = None
+    unit_mode: bool | None = None
+    batch: bool | None = None
+    max_reconsume_times: I32 | None = None
+
+    def to_v2(self) -> SendMessageRequestHeaderV2:
+        """RocketMQ's createSendMessageRequestHeaderV2 (base RPC fields are kept too)."""
+        return SendMessageRequestHeaderV2(
+            ns=self.ns,
+            nsd=self.nsd,
+            bname=self.bname,
+            oway=self.oway,
+            lo=self.lo,
+            producer_group=self.producer_group,
+            topic=self.topic,
+            default_topic=self.default_topic,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            queue_id=self.queue_id,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            flag=self.flag,
+            properties=self.properties,
+            reconsume_times=self.reconsume_times,
+            unit_mode=self.unit_mode,
+            max_reconsume_times=self.max_reconsume_times,
+            batch=self.batch,
+            broker_name=self.bname,
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class SendMessageRequestHeaderV2(TopicQueueRequestHeader):
+    """SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): one-letter keys a..n.
+
+    `l` carries maxReconsumeTimes (the Java comment says consumeRetryTimes, but both
+    conversions map it to maxReconsumeTimes); `n` carries the V1 header's `bname`.
+    """
+
+    CODES: ClassVar[tuple[int, ...]] = (
+        RC.SEND_MESSAGE_V2,
+        RC.SEND_BATCH_MESSAGE,
+        RC.SEND_REPLY_MESSAGE_V2,
+    )
+
+    producer_group: str = field(metadata=wire("a"))
+    topic: str = field(metadata=wire("b"))
+    default_topic: str = field(metadata=wire("c"))
+    default_topic_queue_nums: I32 = field(metadata=wire("d"))
+    queue_id: I32 = field(metadata=wire("e"))
+    sys_flag: I32 = field(metadata=wire("f"))
+    born_timestamp: int = field(metadata=wire("g"))
+    flag: I32 = field(metadata=wire("h"))
+    properties: str | None = field(default=None, metadata=wire("i"))
+    reconsume_times: I32 | None = field(default=None, metadata=wire("j"))
+    unit_mode: bool | None = field(default=None, metadata=wire("k"))
+    max_reconsume_times: I32 | None = field(default=None, metadata=wire("l"))
+    batch: bool | None = field(default=None, metadata=wire("m"))
+    broker_name: str | None = field(default=None, metadata=wire("n"))
+
+    def to_v1(self) -> SendMessageRequestHeader:
+        """RocketMQ's createSendMessageRequestHeaderV1; `n` becomes the V1 `bname`."""
+        return SendMessageRequestHeader(
+            ns=self.ns,
+            nsd=self.nsd,
+            bname=self.broker_name if self.broker_name is not None else self.bname,
+            oway=self.oway,
+            lo=self.lo,
+            producer_group=self.producer_group,
+            topic=self.topic,
+            default_topic=self.default_topic,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            queue_id=self.queue_id,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            flag=self.flag,
+            properties=self.properties,
+            reconsume_times=self.reconsume_times,
+            unit_mode=self.unit_mode,
+            batch=self.batch,
+            max_reconsume_times=self.max_reconsume_times,
+        )
+
+
+_V2_CODES: Final = frozenset(SendMessageRequestHeaderV2.CODES)
+
+
+def parse_send_message_header(code: int, ext: Mapping[str, str] | None) -> SendMessageRequestHeader:
+    """Decode a send request's header the way the broker does: V2 keys for 310/320/325,
+    long names otherwise, always returned as the V1 (long-named) header."""
+    if code in _V2_CODES:
+        return SendMessageRequestHeaderV2.from_ext(ext).to_v1()
+    return SendMessageRequestHeader.from_ext(ext)
+
+
+@dataclass(kw_only=True, slots=True)
+class SendMessageResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE)
+
+    msg_id: str
+    queue_id: I32
+    queue_offset: int
+    transaction_id: str | None = None
+    batch_uniq_id: str | None = None
+    recall_handle: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Pull and offsets
+
+
+@dataclass(kw_only=True, slots=True)
+class PullMessageRequestHeader(TopicQueueRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.PULL_MESSAGE, RC.LITE_PULL_MESSAGE)
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    queue_offset: int
+    max_msg_nums: I32
+    sys_flag: I32
+    commit_offset: int
+    suspend_timeout_millis: int
+    subscription: str | None = None
+    sub_version: int
+    expression_type: str | None = None
+    max_msg_bytes: I32 | None = None
+    request_source: I32 | None = None
+    # [sic] RocketMQ's wire name is misspelt.
+    proxy_forward_client_id: str | None = field(default=None, metadata=wire("proxyFrowardClientId"))
+
+
+@dataclass(kw_only=True, slots=True)
+class PullMessageResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.PULL_MESSAGE, RC.LITE_PULL_MESSAGE)
+
+    suggest_which_broker_id: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    offset_delta: int | None = None
+    topic_sys_flag: I32 | None = None
+    group_sys_flag: I32 | None = None
+    forbidden_type: I32 | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryConsumerOffsetRequestHeader(TopicQueueRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_CONSUMER_OFFSET,)
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    set_zero_if_not_found: bool | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryConsumerOffsetResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_CONSUMER_OFFSET,)
+
+    offset: int
+
+
+@dataclass(kw_only=True, slots=True)
+class UpdateConsumerOffsetRequestHeader(TopicQueueRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.UPDATE_CONSUMER_OFFSET,)
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    commit_offset: int
+
+
+@dataclass(kw_only=True, slots=True)
+class UpdateConsumerOffsetResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.UPDATE_CONSUMER_OFFSET,)
+
+
+@dataclass(kw_only=True, slots=True)
+class GetMaxOffsetRequestHeader(TopicQueueRequestHeader):
+    """`committed` (default true): cap at confirmOffset rather than the raw max."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_MAX_OFFSET,)
+
+    topic: str
+    queue_id: I32
+    committed: bool = True
+
+
+@dataclass(kw_only=True, slots=True)
+class GetMaxOffsetResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_MAX_OFFSET,)
+
+    offset: int
+
+
+@dataclass(kw_only=True, slots=True)
+class GetMinOffsetRequestHeader(TopicQueueRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_MIN_OFFSET,)
+
+    topic: str
+    queue_id: I32
+
+
+@dataclass(kw_only=True, slots=True)
+class GetMinOffsetResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_MIN_OFFSET,)
+
+    offset: int
+
+
+@dataclass(kw_only=True, slots=True)
+class GetEarliestMsgStoretimeRequestHeader(TopicQueueRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_EARLIEST_MSG_STORETIME,)
+
+    topic: str
+    queue_id: I32
+
+
+@dataclass(kw_only=True, slots=True)
+class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_EARLIEST_MSG_STORETIME,)
+
+    timestamp: int
+
+
+BOUNDARY_LOWER: Final = "lower"
+BOUNDARY_UPPER: Final = "upper"
+
+
+@dataclass(kw_only=True, slots=True)
+class SearchOffsetRequestHeader(TopicQueueRequestHeader):
+    """`boundaryType`: Java sends the enum name ("LOWER"/"UPPER"); parsing is
+    case-insensitive and anything but "upper" means lower (BoundaryType.getType)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.SEARCH_OFFSET_BY_TIMESTAMP,)
+
+    topic: str
+    queue_id: I32
+    timestamp: int
+    boundary_type: str | None = None
+
+    @property
+    def is_upper(self) -> bool:
+        return (self.boundary_type or "").lower() == BOUNDARY_UPPER
+
+
+@dataclass(kw_only=True, slots=True)
+class SearchOffsetResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.SEARCH_OFFSET_BY_TIMESTAMP,)
+
+    offset: int
+
+
+@dataclass(kw_only=True, slots=True)
+class ViewMessageRequestHeader(CommandHeader):
+    """`offset` is the commitlog (physical) offset decoded from the offset message id."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.VIEW_MESSAGE_BY_ID,)
+
+    topic: str | None = None
+    offset: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Consumer groups, retries, transactions, client lifecycle
+
+
+@dataclass(kw_only=True, slots=True)
+class GetConsumerListByGroupRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_CONSUMER_LIST_BY_GROUP,)
+
+    consumer_group: str
+
+
+@dataclass(kw_only=True, slots=True)
+class ConsumerSendMsgBackRequestHeader(RpcRequestHeader):
+    """`offset` is the failed message's commitlog offset; delayLevel 0 lets the broker pick
+    (3 + reconsumeTimes), -1 sends it straight to the dead-letter queue."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONSUMER_SEND_MSG_BACK,)
+
+    offset: int
+    group: str
+    delay_level: I32
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: I32 | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class EndTransactionRequestHeader(RpcRequestHeader):
+    """`commitOrRollback` is a transaction sysflag: 0 not-type, 8 commit, 12 rollback."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.END_TRANSACTION,)
+
+    topic: str | None = None
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: I32
+    from_transaction_check: bool | None = False
+    msg_id: str
+    transaction_id: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class CheckTransactionStateRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.CHECK_TRANSACTION_STATE,)
+
+    topic: str | None = None
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class NotifyConsumerIdsChangedRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.NOTIFY_CONSUMER_IDS_CHANGED,)
+
+    consumer_group: str
+
+
+@dataclass(kw_only=True, slots=True)
+class UnregisterClientRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.UNREGISTER_CLIENT,)
+
+    client_id: str = field(metadata=wire("clientID"))
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class LockBatchMqRequestHeader(RpcRequestHeader):
+    """No fields of its own: the request is in the LockBatchRequestBody."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.LOCK_BATCH_MQ,)
+
+
+@dataclass(kw_only=True, slots=True)
+class UnlockBatchMqRequestHeader(RpcRequestHeader):
+    """No fields of its own: the request is in the UnlockBatchRequestBody."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.UNLOCK_BATCH_MQ,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Topics and routes
+
+
+@dataclass(kw_only=True, slots=True)
+class CreateTopicRequestHeader(TopicRequestHeader):
+    """`topicFilterType` is "SINGLE_TAG" or "MULTI_TAG"; `attributes` is "+k=v,-k" text."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.UPDATE_AND_CREATE_TOPIC,)
+
+    topic: str
+    default_topic: str
+    read_queue_nums: I32
+    write_queue_nums: I32
+    perm: I32
+    topic_filter_type: str
+    topic_sys_flag: I32 | None = None
+    order: bool = field(default=False, metadata=wire(required=True))
+    attributes: str | None = None
+    force: bool | None = False
+
+
+@dataclass(kw_only=True, slots=True)
+class GetRouteInfoRequestHeader(TopicRequestHeader):
+    """acceptStandardJsonOnly: ask for quoted map keys even from an old-version client."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_ROUTEINFO_BY_TOPIC,)
+
+    topic: str
+    accept_standard_json_only: bool | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Broker <-> name server
+
+
+@dataclass(kw_only=True, slots=True)
+class RegisterBrokerRequestHeader(CommandHeader):
+    """REGISTER_BROKER (103). `bodyCrc32` = CRC32(body) & 0x7FFFFFFF, 0 = unchecked.
+
+    `zone_name` is not a field of the Java header: the name server reads the `__ZONE_NAME`
+    extField beside it.
+    """
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.REGISTER_BROKER,)
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    heartbeat_timeout_millis: int | None = None
+    enable_acting_master: bool | None = None
+    compressed: bool = False
+    body_crc32: I32 = 0
+    zone_name: str | None = field(default=None, metadata=wire("__ZONE_NAME"))
+
+
+@dataclass(kw_only=True, slots=True)
+class RegisterBrokerResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.REGISTER_BROKER,)
+
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class UnRegisterBrokerRequestHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.UNREGISTER_BROKER,)
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclass(kw_only=True, slots=True)
+class BrokerHeartbeatRequestHeader(CommandHeader):
+    """BROKER_HEARTBEAT (904), to the name server (liveness only) and to the controller
+    (which also keeps epoch, maxOffset, confirmOffset and electionPriority for elections).
+    `heartbeatTimeoutMills` [sic] is the sender's expiry."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.BROKER_HEARTBEAT,)
+
+    cluster_name: str
+    broker_addr: str
+    broker_name: str
+    broker_id: int | None = None
+    epoch: I32 | None = None
+    max_offset: int | None = None
+    confirm_offset: int | None = None
+    heartbeat_timeout_mills: int | None = None
+    election_priority: I32 | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class GetBrokerMemberGroupRequestHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_BROKER_MEMBER_GROUP,)
+
+    cluster_name: str
+    broker_name: str
+
+
+@dataclass(kw_only=True, slots=True)
+class NotifyMinBrokerIdChangeRequestHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.NOTIFY_MIN_BROKER_ID_CHANGE,)
+
+    min_broker_id: int | None = None
+    broker_name: str | None = None
+    min_broker_addr: str | None = None
+    offline_broker_addr: str | None = None
+    ha_broker_addr: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryDataVersionRequestHeader(CommandHeader):
+    """QUERY_DATA_VERSION (322): body is the broker's topic-config DataVersion."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_DATA_VERSION,)
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryDataVersionResponseHeader(CommandHeader):
+    """`changed`: the name server's DataVersion differs; body is the name server's copy."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_DATA_VERSION,)
+
+    changed: bool
+
+
+@dataclass(kw_only=True, slots=True)
+class ExchangeHAInfoRequestHeader(CommandHeader):
+    """EXCHANGE_BROKER_HA_INFO (906): a master pushes its HA info (all set), or a slave asks
+    for the master's (masterHaAddress absent)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.EXCHANGE_BROKER_HA_INFO,)
+
+    master_ha_address: str | None = None
+    master_flush_offset: int | None = None
+    master_address: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class ExchangeHAInfoResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.EXCHANGE_BROKER_HA_INFO,)
+
+    master_ha_address: str | None = None
+    master_flush_offset: int | None = None
+    master_address: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookup tables (also used by gen_docs)
+
+REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader,
+    SearchOffsetRequestHeader,
+    ViewMessageRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
+    CheckTransactionStateRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    UnregisterClientRequestHeader,
+    LockBatchMqRequestHeader,
+    UnlockBatchMqRequestHeader,
+    CreateTopicRequestHeader,
+    GetRouteInfoRequestHeader,
+    RegisterBrokerRequestHeader,
+    UnRegisterBrokerRequestHeader,
+    BrokerHeartbeatRequestHeader,
+    GetBrokerMemberGroupRequestHeader,
+    NotifyMinBrokerIdChangeRequestHeader,
+    QueryDataVersionRequestHeader,
+    ExchangeHAInfoRequestHeader,
+)
+
+RESPONSE_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
+    SendMessageResponseHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetResponseHeader,
+    UpdateConsumerOffsetResponseHeader,
+    GetMaxOffsetResponseHeader,
+    GetMinOffsetResponseHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    SearchOffsetResponseHeader,
+    RegisterBrokerResponseHeader,
+    QueryDataVersionResponseHeader,
+    ExchangeHAInfoResponseHeader,
+)

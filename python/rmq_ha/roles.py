@@ -1,0 +1,114 @@
+"""`rmq-ha namesrv` and `rmq-ha broker`: run a role in the foreground until SIGINT/SIGTERM.
+
+`--ready-file PATH` writes "host:port" to PATH (atomically) once the role is listening, so
+scripts and tests can wait for readiness without parsing logs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rmq_ha import config
+from rmq_ha.errors import ConfigError
+
+
+def _write_ready(path: str | None, addr: str) -> None:
+    if not path:
+        return
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(addr)
+    os.replace(tmp, p)
+
+
+async def _run(serve: Any, cfg: Any, ready_file: str | None) -> None:
+    async with trio.open_nursery() as nursery:
+        addr = await nursery.start(serve, cfg)
+        _write_ready(ready_file, addr)
+        print(f"ready {addr}", flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                logging.getLogger("rmq_ha").info("shutting down")
+                nursery.cancel_scope.cancel()
+                break
+
+
+def _load(cls: Any, args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
+    if args.config:
+        cfg, unknown = config.load(cls, args.config)
+    else:
+        cfg, unknown = config.from_mapping(cls, {})
+    if unknown:
+        logging.getLogger("rmq_ha").info(
+            "config keys not used by rmq_ha: %s", ", ".join(sorted(unknown))
+        )
+    set_ = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(cfg, **set_) if set_ else cfg
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run_namesrv(args: argparse.Namespace) -> int:
+    from rmq_ha.nameserver.server import serve
+
+    _setup_logging(args.log_level)
+    try:
+        cfg = _load(
+            config.NamesrvConfig,
+            args,
+            {"listen_port": args.listen_port, "listen_host": args.listen_host},
+        )
+    except ConfigError as e:
+        print(f"rmq-ha namesrv: {e}", file=sys.stderr)
+        return 2
+    trio.run(_run, serve, cfg, args.ready_file)
+    return 0
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    from rmq_ha.broker.broker import serve
+
+    _setup_logging(args.log_level)
+    try:
+        cfg = _load(
+            config.BrokerConfig,
+            args,
+            {"listen_port": args.listen_port, "namesrv_addr": args.namesrv},
+        )
+    except ConfigError as e:
+        print(f"rmq-ha broker: {e}", file=sys.stderr)
+        return 2
+    trio.run(_run, serve, cfg, args.ready_file)
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("namesrv", help="run a name server")
+    p.add_argument("-c", "--config", help="TOML or RocketMQ .conf/.properties file")
+    p.add_argument("--listen-port", type=int, help="overrides listenPort (0: any free port)")
+    p.add_argument("--listen-host", help="overrides listenHost")
+    p.add_argument("--ready-file", help="write host:port here once listening")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=run_namesrv)
+
+    b = sub.add_parser("broker", help="run a broker")
+    b.add_argument("-c", "--config", help="TOML or RocketMQ .conf/.properties file")
+    b.add_argument("--listen-port", type=int, help="overrides listenPort (0: any free port)")
+    b.add_argument("-n", "--namesrv", help="overrides namesrvAddr (host:port;host:port)")
+    b.add_argument("--ready-file", help="write host:port here once listening")
+    b.add_argument("--log-level", default="info")
+    b.set_defaults(func=run_broker)

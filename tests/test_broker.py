@@ -1,0 +1,370 @@
+"""The broker over real sockets on loopback, with a name server: send (V1, V2, batch), pull
+(long polling, tag filter, offset correction), consumer offsets, client heartbeats and
+consumer lists, queue locks, retry/DLQ, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+
+from rmq_ha._native import decode_batch_body, encode_batch_body
+from rmq_ha.broker.broker import serve as serve_broker
+from rmq_ha.config import BrokerConfig, NamesrvConfig
+from rmq_ha.nameserver.server import Nameserver
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import SERIALIZE_ROCKETMQ, RemotingCommand
+from rmq_ha.protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+)
+from rmq_ha.protocol.message import encode_properties, parse_offset_msg_id
+from rmq_ha.protocol.models import (
+    ConsumerData,
+    HeartbeatData,
+    LockBatchRequestBody,
+    MessageQueue,
+    SubscriptionData,
+)
+
+assert decode_batch_body  # imported for the batch round trip below
+
+
+@dataclass
+class Cluster:
+    namesrv: str
+    broker: str
+    client: RemotingClient
+    store_root: Path
+
+
+@asynccontextmanager
+async def cluster(tmp_path: Path, **broker_kw: object) -> AsyncIterator[Cluster]:
+    async with trio.open_nursery() as n:
+        ns = Nameserver(NamesrvConfig(listen_port=0))
+        await n.start(ns.serve)
+        cfg = BrokerConfig(
+            listen_port=0,
+            namesrv_addr=ns.address,
+            store_path_root_dir=str(tmp_path / "store"),
+            commitlog_segment_bytes=1 << 20,
+            **broker_kw,  # type: ignore[arg-type]
+        )
+        addr = await n.start(serve_broker, cfg)
+        async with RemotingClient() as c:
+            yield Cluster(ns.address, addr, c, tmp_path / "store")
+        n.cancel_scope.cancel()
+
+
+def send_cmd(
+    topic: str, body: bytes, queue_id: int = 0, tags: str = "", v2: bool = True
+) -> RemotingCommand:
+    props = {"UNIQ_KEY": f"u-{body.hex()}"}
+    if tags:
+        props["TAGS"] = tags
+    h = SendMessageRequestHeader(
+        producer_group="pg",
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=encode_properties(props),
+    )
+    if v2:
+        return RemotingCommand.request(RC.SEND_MESSAGE_V2, h.to_v2().to_ext(), body)
+    return RemotingCommand.request(RC.SEND_MESSAGE, h.to_ext(), body)
+
+
+def pull_cmd(topic: str, queue_id: int, offset: int, *, group: str = "cg", suspend_ms: int = 0,
+             expr: str = "*", commit: int = -1) -> RemotingCommand:  # fmt: skip
+    flag = 0x4 | (0x2 if suspend_ms else 0) | (0x1 if commit >= 0 else 0)
+    h = PullMessageRequestHeader(
+        consumer_group=group,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=32,
+        sys_flag=flag,
+        commit_offset=max(commit, 0),
+        suspend_timeout_millis=suspend_ms,
+        subscription=expr,
+        sub_version=0,
+        expression_type="TAG",
+    )
+    return RemotingCommand.request(RC.PULL_MESSAGE, h.to_ext())
+
+
+def bodies_of(pull_body: bytes | None) -> list[bytes]:
+    """Splits a pull body (stored records back to back) into message bodies."""
+    from rmq_ha._native import decode_stored_record
+
+    out, data, pos = [], pull_body or b"", 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        rec = decode_stored_record(data[pos : pos + size])
+        out.append(rec["body"])  # type: ignore[arg-type]
+        pos += size
+    return out
+
+
+async def test_send_auto_creates_the_topic_and_pull_reads_it_back(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        ids = []
+        for i, v2 in enumerate([True, False, True]):
+            r = await c.client.invoke(c.broker, send_cmd("Orders", b"m%d" % i, 1, v2=v2))
+            assert r.code == Resp.SUCCESS, r.remark
+            assert r.ext_fields["queueOffset"] == str(i)
+            ids.append(r.ext_fields["msgId"])
+        host, port, off = parse_offset_msg_id(ids[1])
+        assert f"{host}:{port}" == c.broker and off > 0
+        # The route appears at the name server (registered on topic creation).
+        with trio.fail_after(5):
+            while True:
+                r = await c.client.invoke(
+                    c.namesrv,
+                    RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}),
+                )
+                if r.code == Resp.SUCCESS:
+                    break
+                await trio.sleep(0.05)
+        route = json.loads(r.body or b"")
+        assert route["brokerDatas"][0]["brokerAddrs"]["0"] == c.broker
+        for ser in (0, SERIALIZE_ROCKETMQ):
+            cmd = pull_cmd("Orders", 1, 0)
+            cmd.serialize_type = ser
+            r = await c.client.invoke(c.broker, cmd)
+            assert r.code == Resp.SUCCESS
+            assert bodies_of(r.body) == [b"m0", b"m1", b"m2"]
+            assert r.ext_fields["nextBeginOffset"] == "3"
+        # VIEW_MESSAGE_BY_ID with the offset from the message id.
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.VIEW_MESSAGE_BY_ID, {"offset": str(off)})
+        )
+        assert bodies_of(r.body) == [b"m1"]
+
+
+async def test_long_poll_wakes_on_arrival_and_times_out_otherwise(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        assert (await c.client.invoke(c.broker, send_cmd("LP", b"first"))).code == Resp.SUCCESS
+        t0 = time.monotonic()
+        r = await c.client.invoke(c.broker, pull_cmd("LP", 0, 1, suspend_ms=300))
+        assert r.code == Resp.PULL_NOT_FOUND and time.monotonic() - t0 >= 0.28
+        got: list[RemotingCommand] = []
+
+        async def parked() -> None:
+            got.append(await c.client.invoke(c.broker, pull_cmd("LP", 0, 1, suspend_ms=10_000), 15))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(parked)
+            await trio.sleep(0.2)
+            t0 = time.monotonic()
+            await c.client.invoke(c.broker, send_cmd("LP", b"second"))
+        assert time.monotonic() - t0 < 5, "the parked pull was woken, not timed out"
+        assert got[0].code == Resp.SUCCESS and bodies_of(got[0].body) == [b"second"]
+
+
+async def test_offsets_out_of_range_are_corrected(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        for i in range(3):
+            await c.client.invoke(c.broker, send_cmd("OR", b"%d" % i))
+        r = await c.client.invoke(c.broker, pull_cmd("OR", 0, 99))
+        assert (r.code, r.ext_fields["nextBeginOffset"]) == (Resp.PULL_OFFSET_MOVED, "3")
+        r = await c.client.invoke(c.broker, pull_cmd("OR", 1, 5))  # empty queue, non-zero offset
+        assert (r.code, r.ext_fields["nextBeginOffset"]) == (Resp.PULL_OFFSET_MOVED, "0")
+        r = await c.client.invoke(c.broker, pull_cmd("OR", 9, 0))
+        assert r.code == Resp.SYSTEM_ERROR and "queueId" in (r.remark or "")
+        r = await c.client.invoke(c.broker, pull_cmd("Missing", 0, 0))
+        assert r.code == Resp.TOPIC_NOT_EXIST
+
+
+async def test_tag_filter_on_pull(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        for i in range(6):
+            await c.client.invoke(c.broker, send_cmd("TG", b"%d" % i, tags="a" if i % 2 else "b"))
+        r = await c.client.invoke(c.broker, pull_cmd("TG", 0, 0, expr="a || c"))
+        assert bodies_of(r.body) == [b"1", b"3", b"5"]
+        r = await c.client.invoke(c.broker, pull_cmd("TG", 0, 0, expr="zzz"))
+        assert r.code == Resp.PULL_RETRY_IMMEDIATELY and r.ext_fields["nextBeginOffset"] == "6"
+
+
+async def test_batch_send_is_one_append_with_a_message_id_per_message(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        entries = [
+            (0, b"b%d" % i, encode_properties({"UNIQ_KEY": f"k{i}"}).encode()) for i in range(5)
+        ]
+        cmd = send_cmd("Batch", b"", 2)
+        cmd.code = RC.SEND_BATCH_MESSAGE
+        cmd.body = encode_batch_body(entries)
+        r = await c.client.invoke(c.broker, cmd)
+        assert r.code == Resp.SUCCESS, r.remark
+        assert len(r.ext_fields["msgId"].split(",")) == 5
+        assert r.ext_fields["queueOffset"] == "0"
+        r = await c.client.invoke(c.broker, pull_cmd("Batch", 2, 0))
+        assert bodies_of(r.body) == [b"b%d" % i for i in range(5)]
+
+
+async def test_consumer_offsets_heartbeat_consumer_list_and_locks(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        await c.client.invoke(c.broker, send_cmd("CO", b"x"))
+        q = RemotingCommand.request(
+            RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "CO", "queueId": "0"}
+        )
+        r = await c.client.invoke(c.broker, q)
+        assert (r.code, r.ext_fields.get("offset")) == (Resp.SUCCESS, "0"), (
+            "new group, queue from 0"
+        )
+        u = {"consumerGroup": "g", "topic": "CO", "queueId": "0", "commitOffset": "1"}
+        await c.client.invoke(c.broker, RemotingCommand.request(RC.UPDATE_CONSUMER_OFFSET, u))
+        r = await c.client.invoke(c.broker, q)
+        assert r.ext_fields["offset"] == "1"
+        # A pull can commit too.
+        await c.client.invoke(c.broker, pull_cmd("CO", 0, 1, group="g", commit=7))
+        assert (await c.client.invoke(c.broker, q)).ext_fields["offset"] == "7"
+
+        hb = HeartbeatData(
+            client_id="client-1",
+            consumer_data_set=[
+                ConsumerData(
+                    group_name="g",
+                    consume_type="CONSUME_PASSIVELY",
+                    message_model="CLUSTERING",
+                    consume_from_where="CONSUME_FROM_LAST_OFFSET",
+                    subscription_data_set=[SubscriptionData(topic="CO", sub_string="*")],
+                )
+            ],
+        )
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.HEART_BEAT, body=hb.to_json())
+        )
+        assert r.code == Resp.SUCCESS
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g"})
+        )
+        assert json.loads(r.body or b"")["consumerIdList"] == ["client-1"]
+
+        mq = MessageQueue(topic="CO", broker_name="broker-a", queue_id=0)
+        for client, expect in (("client-1", 1), ("client-2", 0), ("client-1", 1)):
+            body = LockBatchRequestBody(consumer_group="g", client_id=client, mq_set={mq}).to_json()
+            r = await c.client.invoke(
+                c.broker, RemotingCommand.request(RC.LOCK_BATCH_MQ, body=body)
+            )
+            assert len(json.loads(r.body or b"")["lockOKMQSet"]) == expect, client
+
+
+async def test_send_back_goes_to_retry_then_dead_letter(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        r = await c.client.invoke(c.broker, send_cmd("RT", b"fails"))
+        _, _, off = parse_offset_msg_id(r.ext_fields["msgId"])
+        h = ConsumerSendMsgBackRequestHeader(
+            offset=off, group="g", delay_level=0, max_reconsume_times=1
+        )
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.CONSUMER_SEND_MSG_BACK, h.to_ext())
+        )
+        assert r.code == Resp.SUCCESS, r.remark
+        r = await c.client.invoke(c.broker, pull_cmd("%RETRY%g", 0, 0))
+        from rmq_ha._native import decode_stored_record
+
+        rec = decode_stored_record((r.body or b"")[: int.from_bytes((r.body or b"")[:4], "big")])
+        assert rec["body"] == b"fails" and rec["reconsume_times"] == 1
+        assert b"RETRY_TOPIC\x01RT" in rec["properties"]  # type: ignore[operator]
+        # Failing again past maxReconsumeTimes: the dead-letter topic.
+        h.offset = int(rec["physical_offset"])  # type: ignore[call-overload]
+        await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.CONSUMER_SEND_MSG_BACK, h.to_ext())
+        )
+        tc = json.loads(
+            (await c.client.invoke(c.broker, RemotingCommand.request(RC.GET_ALL_TOPIC_CONFIG))).body
+            or b""
+        )["topicConfigTable"]
+        assert "%DLQ%g" in tc
+
+
+async def test_bad_sends_get_clear_codes_and_write_nothing(tmp_path: Path) -> None:
+    async with cluster(tmp_path, max_message_size=1024) as c:
+        r = await c.client.invoke(c.broker, send_cmd("bad topic!", b"x"))
+        assert r.code == Resp.SYSTEM_ERROR and "characters" in (r.remark or "")
+        r = await c.client.invoke(c.broker, send_cmd("Big", b"x" * 2000))
+        assert r.code == Resp.MESSAGE_ILLEGAL
+        r = await c.client.invoke(c.broker, send_cmd("Q", b"x", queue_id=99))
+        assert r.code == Resp.SYSTEM_ERROR and "queueId" in (r.remark or "")
+        cmd = send_cmd("Batch", b"", 0)
+        cmd.code, cmd.body = RC.SEND_BATCH_MESSAGE, b"\x00\x00\x00\x09garbage!!"
+        r = await c.client.invoke(c.broker, cmd)
+        assert r.code == Resp.MESSAGE_ILLEGAL
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.SEND_MESSAGE_V2, {"b": "T"}, b"x")
+        )
+        assert r.code == Resp.SYSTEM_ERROR and "null" in (r.remark or "")
+        r = await c.client.invoke(c.broker, RemotingCommand.request(12345))
+        assert r.code == Resp.REQUEST_CODE_NOT_SUPPORTED
+        # The broker still works.
+        assert (await c.client.invoke(c.broker, send_cmd("Fine", b"ok"))).code == Resp.SUCCESS
+
+
+async def test_sync_flush_acks_only_durable_messages(tmp_path: Path) -> None:
+    from rmq_ha.config import FlushDiskType
+
+    async with cluster(
+        tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH, flush_interval_ms=60_000
+    ) as c:
+        t0 = time.monotonic()
+        for i in range(20):
+            r = await c.client.invoke(c.broker, send_cmd("SF", b"%d" % i))
+            assert r.code == Resp.SUCCESS
+        # 20 acks in far less than the 60 s flush interval: each ack waited for a requested sync.
+        assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.timeout(60)
+def test_processes_start_from_the_cli_and_stop_on_sigterm(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    cli = [sys.executable, "-m", "rmq_ha.cli"]
+    ns = subprocess.Popen(
+        [*cli, "namesrv", "--listen-port", "0", "--ready-file", str(tmp_path / "ns")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    procs = [ns]
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "ns").exists():
+            assert time.monotonic() < deadline and ns.poll() is None
+            time.sleep(0.05)
+        conf = tmp_path / "broker.conf"
+        conf.write_text(
+            f"brokerName=broker-x\nlistenPort=0\nnamesrvAddr={(tmp_path / 'ns').read_text()}\n"
+            f"storePathRootDir={tmp_path / 'store'}\n"
+        )
+        b = subprocess.Popen(
+            [*cli, "broker", "-c", str(conf), "--ready-file", str(tmp_path / "b")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        procs.append(b)
+        while not (tmp_path / "b").exists():
+            assert time.monotonic() < deadline and b.poll() is None
+            time.sleep(0.05)
+        for p in (b, ns):
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=10) == 0
+        assert (tmp_path / "store" / "config" / "topics.json").exists()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

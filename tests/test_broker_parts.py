@@ -1,0 +1,76 @@
+"""Broker parts that stand alone: consumer offsets, parked pulls, queue locks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from rmq_ha.broker.locks import QueueLocks
+from rmq_ha.broker.longpoll import PullHold
+from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.errors import CorruptFileError
+
+
+def test_offsets_persist_in_rocketmq_shape_and_reload(tmp_path: Path) -> None:
+    p = tmp_path / "config" / "consumerOffset.json"
+    m = ConsumerOffsetManager(p)
+    m.commit("g", "T", 0, 5)
+    m.commit("g", "T", 3, 9)
+    m.commit("g2", "T", 0, 1)
+    assert m.persist()
+    assert not m.persist(), "nothing changed since"
+    doc = json.loads(p.read_text())
+    assert doc["offsetTable"]["T@g"] == {"0": 5, "3": 9}
+    assert doc["dataVersion"]["counter"] == 3
+    m2 = ConsumerOffsetManager(p)
+    assert m2.query("g", "T", 3) == 9
+    assert m2.query("g", "T", 1) is None
+    assert sorted(m2.groups_of_topic("T")) == ["g", "g2"]
+    assert m2.counter == 3
+
+
+def test_corrupt_offsets_file_is_a_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "consumerOffset.json"
+    p.write_text('{"offsetTable": {"T@g": {"x": 1}}}')
+    with pytest.raises(CorruptFileError, match="unreadable"):
+        ConsumerOffsetManager(p)
+
+
+async def test_parked_pull_wakes_on_new_messages_and_times_out() -> None:
+    hold = PullHold()
+    results: list[bool] = []
+
+    async def pull(offset: int, timeout: float) -> None:
+        results.append(await hold.wait("T", 1, offset, timeout))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(pull, 5, 10.0)
+        n.start_soon(pull, 9, 0.05)
+        await trio.testing.wait_all_tasks_blocked()
+        assert hold.waiting() == 2
+        hold.notify("T", 1, 5)  # max offset 5: nothing new for a pull at 5
+        hold.notify("T", 2, 100)  # another queue
+        await trio.sleep(0.1)  # the second pull times out
+        hold.notify("T", 1, 6)
+    assert sorted(results) == [False, True]
+    assert hold.waiting() == 0
+
+
+def test_queue_locks_exclusive_until_expiry() -> None:
+    locks = QueueLocks(expire_ms=1000)
+    mq = ("T", "broker-a", 0)
+    mq2 = ("T", "broker-a", 1)
+    assert locks.try_lock_batch("g", [mq, mq2], "c1", now_ms=0) == [mq, mq2]
+    assert locks.try_lock_batch("g", [mq], "c2", now_ms=500) == []
+    assert locks.try_lock_batch("g", [mq], "c1", now_ms=900) == [mq], "renewal"
+    assert locks.try_lock_batch("other-group", [mq], "c2", now_ms=900) == [mq]
+    assert locks.try_lock_batch("g", [mq], "c2", now_ms=1800) == []
+    assert locks.try_lock_batch("g", [mq], "c2", now_ms=1901) == [mq], "expired"
+    locks.unlock_batch("g", [mq2], "c2")  # not the holder: no effect
+    assert locks.holder("g", mq2, now_ms=999) == "c1"
+    locks.unlock_batch("g", [mq2], "c1")
+    assert locks.holder("g", mq2, now_ms=999) is None

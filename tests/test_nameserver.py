@@ -1,0 +1,117 @@
+"""The name server over real sockets on loopback: registration, routes, expiry, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+from rmq_ha.config import NamesrvConfig
+from rmq_ha.nameserver.server import Nameserver
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import SERIALIZE_ROCKETMQ, RemotingCommand
+from rmq_ha.protocol.headers import RegisterBrokerRequestHeader
+from rmq_ha.protocol.models import DataVersion, TopicConfig, TopicConfigAndMappingSerializeWrapper
+from rmq_ha.protocol.register_body import RegisterBrokerBody, encode_register_body
+
+
+def register_cmd(
+    addr: str, broker_id: int, topics: list[str], timeout_ms: int = 30_000
+) -> RemotingCommand:
+    h = RegisterBrokerRequestHeader(
+        broker_name="broker-a",
+        broker_addr=addr,
+        cluster_name="c",
+        ha_server_addr=addr.replace(":10911", ":10912"),
+        broker_id=broker_id,
+        heartbeat_timeout_millis=timeout_ms,
+    )
+    body = RegisterBrokerBody(
+        topic_config_serialize_wrapper=TopicConfigAndMappingSerializeWrapper(
+            topic_config_table={
+                t: TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4) for t in topics
+            },
+            data_version=DataVersion(counter=1, timestamp=1),
+        )
+    )
+    return RemotingCommand.request(RC.REGISTER_BROKER, h.to_ext(), encode_register_body(body))
+
+
+async def start(nursery: trio.Nursery, **kw: int) -> Nameserver:
+    ns = Nameserver(NamesrvConfig(listen_port=0, **kw))
+    await nursery.start(ns.serve)
+    return ns
+
+
+async def test_register_then_route_in_both_serializations() -> None:
+    async with trio.open_nursery() as n:
+        ns = await start(n)
+        async with RemotingClient() as c:
+            r = await c.invoke(ns.address, register_cmd("127.0.0.1:10911", 0, ["T"]))
+            assert r.code == Resp.SUCCESS, r.remark
+            for ser in (0, SERIALIZE_ROCKETMQ):
+                q = RemotingCommand.request(
+                    RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, serialize_type=ser
+                )
+                r = await c.invoke(ns.address, q)
+                assert r.code == Resp.SUCCESS and r.serialize_type == ser
+                route = json.loads(r.body or b"")
+                assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
+                assert route["queueDatas"][0]["writeQueueNums"] == 4
+            r = await c.invoke(
+                ns.address, RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"})
+            )
+            assert r.code == Resp.TOPIC_NOT_EXIST and "Nope" in (r.remark or "")
+            # A slave learns its master and HA address.
+            r = await c.invoke(ns.address, register_cmd("127.0.0.2:10911", 1, ["T"]))
+            assert r.ext_fields["masterAddr"] == "127.0.0.1:10911"
+            assert r.ext_fields["haServerAddr"] == "127.0.0.1:10912"
+            r = await c.invoke(ns.address, RemotingCommand.request(RC.GET_BROKER_CLUSTER_INFO))
+            info = json.loads(r.body or b"")
+            assert info["clusterAddrTable"] == {"c": ["broker-a"]}
+        n.cancel_scope.cancel()
+
+
+async def test_brokers_without_heartbeats_expire() -> None:
+    async with trio.open_nursery() as n:
+        ns = await start(n, scan_not_active_broker_interval_ms=20)
+        async with RemotingClient() as c:
+            await c.invoke(ns.address, register_cmd("127.0.0.1:10911", 0, ["T"], timeout_ms=150))
+            for _ in range(5):  # light heartbeats keep it alive
+                await trio.sleep(0.05)
+                hb = RemotingCommand.request(
+                    RC.BROKER_HEARTBEAT,
+                    {"clusterName": "c", "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a"},
+                )
+                assert (await c.invoke(ns.address, hb)).code == Resp.SUCCESS
+            assert ns.routes.route("T") is not None
+            with trio.fail_after(5):
+                while ns.routes.route("T") is not None:
+                    await trio.sleep(0.02)
+        n.cancel_scope.cancel()
+
+
+async def test_bad_input_gets_clear_answers_and_breaks_only_its_connection() -> None:
+    async with trio.open_nursery() as n:
+        ns = await start(n)
+        async with RemotingClient() as c:
+            r = await c.invoke(ns.address, RemotingCommand.request(9999))
+            assert r.code == Resp.REQUEST_CODE_NOT_SUPPORTED and "9999" in (r.remark or "")
+            r = await c.invoke(ns.address, RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {}))
+            assert r.code == Resp.SYSTEM_ERROR and "topic" in (r.remark or "")
+            r = await c.invoke(
+                ns.address, RemotingCommand.request(RC.REGISTER_BROKER, {"brokerName": "x"}, b"{")
+            )
+            assert r.code == Resp.SYSTEM_ERROR
+            # Garbage on another connection: that connection is closed, the server lives on.
+            host, port = ns.address.split(":")
+            raw = await trio.open_tcp_stream(host, int(port))
+            await raw.send_all(b"\x00\x00\x00\x08\x05\xff\xff\xffjunkjunk")
+            with trio.fail_after(5):
+                assert await raw.receive_some(100) == b""
+            await raw.aclose()
+            r = await c.invoke(ns.address, RemotingCommand.request(RC.GET_BROKER_CLUSTER_INFO))
+            assert r.code == Resp.SUCCESS
+        n.cancel_scope.cancel()

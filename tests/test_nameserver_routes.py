@@ -1,0 +1,88 @@
+"""The name server's route tables (pure)."""
+
+from __future__ import annotations
+
+import json
+
+from rmq_ha.nameserver.routes import RouteTable
+from rmq_ha.protocol.models import DataVersion, QueueData
+
+
+def qd(n: int) -> QueueData:
+    return QueueData(read_queue_nums=n, write_queue_nums=n, perm=6)
+
+
+def reg(t: RouteTable, addr: str, bid: int, now: int, **kw: object) -> object:
+    kw.setdefault("topics", {"T": qd(4)})
+    return t.register(
+        cluster="c",
+        addr=addr,
+        broker_name="broker-a",
+        broker_id=bid,
+        now_ms=now,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_master_registration_creates_the_route_in_rocketmq_shape() -> None:
+    t = RouteTable()
+    reg(t, "127.0.0.1:10911", 0, 0, ha_server_addr="127.0.0.1:10912")
+    r = t.route("T")
+    assert r is not None
+    doc = json.loads(r.to_json())  # standard JSON
+    assert doc["queueDatas"] == [
+        {
+            "brokerName": "broker-a",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicSysFlag": 0,
+        }
+    ]
+    assert doc["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
+    assert doc["brokerDatas"][0]["cluster"] == "c"
+    assert t.route("missing") is None
+    assert t.cluster_info().cluster_addr_table == {"c": {"broker-a"}}
+
+
+def test_slave_registration_returns_the_master_and_does_not_change_topics() -> None:
+    t = RouteTable()
+    reg(t, "m:1", 0, 0, ha_server_addr="m:2")
+    res = reg(t, "s:1", 1, 0, topics={"Other": qd(8)})
+    assert (res.master_addr, res.ha_server_addr) == ("m:1", "m:2")  # type: ignore[attr-defined]
+    assert t.route("Other") is None
+    assert t.member_group("c", "broker-a").broker_addrs == {0: "m:1", 1: "s:1"}
+
+
+def test_promoted_slave_at_the_same_address_replaces_its_old_id() -> None:
+    t = RouteTable()
+    reg(t, "m:1", 0, 0)
+    reg(t, "s:1", 1, 0)
+    t.unregister("m:1")
+    reg(t, "s:1", 0, 1)
+    assert t.groups["broker-a"].broker_addrs == {0: "s:1"}
+
+
+def test_expired_brokers_are_removed_with_their_routes() -> None:
+    t = RouteTable()
+    reg(t, "m:1", 0, 0, timeout_ms=1000)
+    reg(t, "s:1", 1, 0, timeout_ms=5000)
+    assert t.heartbeat("s:1", 900)
+    assert t.scan(1001) == ["m:1"]
+    assert t.route("T") is not None, "the slave still serves the group"
+    assert t.scan(5901) == ["s:1"]
+    assert t.route("T") is None
+    info = t.cluster_info()
+    assert info.broker_addr_table == {} and info.cluster_addr_table == {}
+    assert not t.heartbeat("m:1", 6000), "unknown broker must register again"
+
+
+def test_topics_update_only_when_the_data_version_changes() -> None:
+    t = RouteTable()
+    reg(t, "m:1", 0, 0, data_version=DataVersion(counter=1, timestamp=10))
+    reg(t, "m:1", 0, 1, data_version=DataVersion(counter=1, timestamp=10), topics={"T": qd(1)})
+    assert t.topics["T"]["broker-a"].read_queue_nums == 4, "same version: not re-read"
+    assert not t.data_version_changed("m:1", DataVersion(counter=1, timestamp=10), 2)
+    assert t.data_version_changed("m:1", DataVersion(counter=2, timestamp=11), 2)
+    reg(t, "m:1", 0, 3, data_version=DataVersion(counter=2, timestamp=11), topics={"T": qd(1)})
+    assert t.topics["T"]["broker-a"].read_queue_nums == 1
