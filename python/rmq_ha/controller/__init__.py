@@ -1,0 +1,142 @@
+"""Pure replica-metadata state machine of the controller (RIP-44): per broker group the
+replicas, master, masterEpoch and SyncStateSet, changed only by committed events.
+
+Flow: a request handler (`requests.py`) reads `ControllerState` and returns events plus a
+response; the Raft layer commits the encoded events (`events.py`); every node then calls
+`ControllerState.apply`. Election policy in `elect.py`; invariants in `invariants.py`.
+No I/O, no clocks: liveness comes in as a `LiveView`.
+"""
+
+from __future__ import annotations
+
+from rmq_ha.controller.elect import (
+    DEFAULT_ELECTION_PRIORITY,
+    BrokerKey,
+    BrokerLiveInfo,
+    LiveView,
+    default_elect_policy,
+    rank_key,
+    scan_need_reelect,
+)
+from rmq_ha.controller.events import (
+    AlterSyncStateSetEvent,
+    ApplyBrokerIdEvent,
+    CleanBrokerDataEvent,
+    DecodeError,
+    ElectMasterEvent,
+    Event,
+    EventType,
+    UpdateBrokerAddressEvent,
+    decode_event,
+    decode_events,
+    encode_event,
+    encode_events,
+)
+from rmq_ha.controller.invariants import (
+    InvariantChecker,
+    InvariantViolation,
+    check_broker_set,
+    check_state,
+)
+from rmq_ha.controller.local import LocalController
+from rmq_ha.controller.messages import (
+    AlterSyncStateSetRequest,
+    AlterSyncStateSetResponse,
+    ApplyBrokerIdRequest,
+    ApplyBrokerIdResponse,
+    CleanBrokerDataRequest,
+    CleanBrokerDataResponse,
+    ControllerConfig,
+    ControllerResult,
+    ElectMasterRequest,
+    ElectMasterResponse,
+    GetNextBrokerIdRequest,
+    GetNextBrokerIdResponse,
+    GetReplicaInfoRequest,
+    GetReplicaInfoResponse,
+    GetSyncStateDataRequest,
+    GetSyncStateDataResponse,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    ReplicaIdentity,
+    ReplicasInfo,
+    Request,
+    Response,
+)
+from rmq_ha.controller.requests import (
+    alter_sync_state_set,
+    apply_broker_id,
+    clean_broker_data,
+    elect_master,
+    get_next_broker_id,
+    get_replica_info,
+    get_sync_state_data,
+    handle,
+    register_broker,
+    stale_event_code,
+)
+from rmq_ha.controller.state import BrokerSet, ControllerState, Replica
+from rmq_ha.protocol.codes import ResponseCode
+
+__all__ = [
+    "DEFAULT_ELECTION_PRIORITY",
+    "AlterSyncStateSetEvent",
+    "AlterSyncStateSetRequest",
+    "AlterSyncStateSetResponse",
+    "ApplyBrokerIdEvent",
+    "ApplyBrokerIdRequest",
+    "ApplyBrokerIdResponse",
+    "BrokerKey",
+    "BrokerLiveInfo",
+    "BrokerSet",
+    "CleanBrokerDataEvent",
+    "CleanBrokerDataRequest",
+    "CleanBrokerDataResponse",
+    "ControllerConfig",
+    "ControllerResult",
+    "ControllerState",
+    "DecodeError",
+    "ElectMasterEvent",
+    "ElectMasterRequest",
+    "ElectMasterResponse",
+    "Event",
+    "EventType",
+    "GetNextBrokerIdRequest",
+    "GetNextBrokerIdResponse",
+    "GetReplicaInfoRequest",
+    "GetReplicaInfoResponse",
+    "GetSyncStateDataRequest",
+    "GetSyncStateDataResponse",
+    "InvariantChecker",
+    "InvariantViolation",
+    "LiveView",
+    "LocalController",
+    "RegisterBrokerRequest",
+    "RegisterBrokerResponse",
+    "Replica",
+    "ReplicaIdentity",
+    "ReplicasInfo",
+    "Request",
+    "Response",
+    "ResponseCode",
+    "UpdateBrokerAddressEvent",
+    "alter_sync_state_set",
+    "apply_broker_id",
+    "check_broker_set",
+    "check_state",
+    "clean_broker_data",
+    "decode_event",
+    "decode_events",
+    "default_elect_policy",
+    "elect_master",
+    "encode_event",
+    "encode_events",
+    "get_next_broker_id",
+    "get_replica_info",
+    "get_sync_state_data",
+    "handle",
+    "rank_key",
+    "register_broker",
+    "scan_need_reelect",
+    "stale_event_code",
+]
