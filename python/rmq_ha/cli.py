@@ -10,9 +10,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rmq-ha", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    from rmq_ha import roles
+    from rmq_ha import clientcli, roles
 
     roles.add_parsers(sub)
+    clientcli.add_parsers(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (figure, baseline and ratio in one run)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)

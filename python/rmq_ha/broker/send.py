@@ -185,7 +185,7 @@ async def consumer_send_msg_back(
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or "")
     if reconsume > max_times or h.delay_level < 0:
         topic = DLQ_GROUP_TOPIC_PREFIX + h.group
-        broker.topics.create_system(topic, 1, PERM_WRITE)
+        broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
         broker.topics_changed()
     else:
         topic = RETRY_GROUP_TOPIC_PREFIX + h.group

@@ -156,6 +156,8 @@ class RequestCode(IntEnum):
     GET_BROKER_LIVE_INFO_REQUEST = 1016
     GET_SYNC_STATE_DATA_REQUEST = 1017
     RAFT_BROKER_HEART_BEAT_EVENT_REQUEST = 1018
+    # rmq_ha's own (outside every range RocketMQ uses)
+    RMQHA_RAFT_MESSAGE = 90001
     # tiered storage
     UPDATE_COLD_DATA_FLOW_CTR_CONFIG = 2001
     REMOVE_COLD_DATA_FLOW_CTR_CONFIG = 2002
@@ -317,6 +319,7 @@ REQUEST_DOCS: Final[dict[RequestCode, str]] = {
     _R.CLEAN_BROKER_DATA: "Admin -> controller: delete a broker group's or replicas' metadata.",
     _R.CONTROLLER_GET_NEXT_BROKER_ID: "Broker -> controller: the next free broker id of a group.",
     _R.CONTROLLER_APPLY_BROKER_ID: "Broker -> controller: claim a broker id (with check code).",
+    _R.RMQHA_RAFT_MESSAGE: "rmq_ha controller -> controller: one Raft message (JSON body), oneway.",
     _R.BROKER_CLOSE_CHANNEL_REQUEST: "JRaft controller internal: a broker channel closed.",
     _R.CHECK_NOT_ACTIVE_BROKER_REQUEST: "JRaft controller internal: scan for inactive brokers.",
     _R.GET_BROKER_LIVE_INFO_REQUEST: "JRaft controller internal: read broker live info.",

@@ -1,0 +1,115 @@
+"""Admin (cluster list, topic creation on every master, routes, offsets, offset by time) and the
+`rmq-ha produce / consume / admin` commands against an in-process name server + broker."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from rmq_ha.client import Admin, MessageQueue, Producer, RouteNotFoundError
+from rmq_ha.client.errors import BrokerNotFoundError
+from rmq_ha.protocol.perm import PERM_READ
+from test_client_cluster import FAST_CLIENT, FAST_PRODUCER, client_cluster
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.timeout(30)
+async def test_admin_cluster_create_topic_route_and_offsets(tmp_path: Path) -> None:
+    async with client_cluster(tmp_path) as env, Admin(env.namesrv, config=FAST_CLIENT) as admin:
+        info = await admin.cluster_info()
+        assert info.retrieve_all_cluster_names() == ["DefaultCluster"]
+        assert await admin.master_addrs("DefaultCluster") == {"broker-a": env.broker}
+        with pytest.raises(RouteNotFoundError):
+            await admin.route("AdmT")
+        created = await admin.create_topic(
+            "AdmT", cluster="DefaultCluster", queue_nums=3, wait_for_route_s=5
+        )
+        assert created == [env.broker]
+        route = await admin.route("AdmT")
+        (qd,) = route.queue_datas
+        assert (qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm) == (
+            "broker-a", 3, 3, 6,
+        )  # fmt: skip
+        assert route.broker_datas[0].broker_addrs == {0: env.broker}
+        # Updating an existing topic (read-only, one broker by address).
+        await admin.create_topic("AdmT", broker_addr=env.broker, queue_nums=3, perm=PERM_READ)
+        with trio.fail_after(5):
+            while (await admin.route("AdmT")).queue_datas[0].perm != PERM_READ:
+                await trio.sleep(0.05)
+        await admin.create_topic("AdmT", broker_addr=env.broker, queue_nums=3)
+        with pytest.raises(BrokerNotFoundError):
+            await admin.create_topic("X", cluster="NoSuchCluster")
+
+        with trio.fail_after(5):
+            while (await admin.route("AdmT")).queue_datas[0].perm != 6:
+                await trio.sleep(0.05)
+        mq = MessageQueue("AdmT", "broker-a", 1)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            for i in range(3):
+                await p.send("AdmT", f"early{i}", queue=mq)
+            await trio.sleep(0.05)
+            t_mid = int(time.time() * 1000)
+            await trio.sleep(0.05)
+            for i in range(2):
+                await p.send("AdmT", f"late{i}", queue=mq)
+        offs = {q.queue.queue_id: q for q in await admin.topic_offsets("AdmT", "nobody")}
+        assert (offs[1].min_offset, offs[1].max_offset) == (0, 5)
+        assert offs[0].max_offset == 0
+        assert await admin.max_offset(mq) == 5 and await admin.min_offset(mq) == 0
+        assert await admin.search_offset(mq, t_mid) == 3
+
+
+async def cli(*args: str, check: bool = True) -> tuple[int, str]:
+    proc = await trio.run_process(
+        [sys.executable, "-m", "rmq_ha.cli", *args], capture_stdout=True, capture_stderr=True,
+        check=False,
+    )  # fmt: skip
+    out = proc.stdout.decode()
+    if check:
+        assert proc.returncode == 0, (args, out, proc.stderr.decode())
+    return proc.returncode, out
+
+
+@pytest.mark.timeout(90)
+async def test_cli_produce_consume_admin(tmp_path: Path) -> None:
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        _, out = await cli("admin", "cluster", "-n", ns)
+        assert "DefaultCluster" in out and "broker-a" in out and env.broker in out
+        _, out = await cli("admin", "create-topic", "-n", ns, "-t", "CliT", "--queues", "2")
+        assert f"create topic CliT on {env.broker}: OK" in out
+        _, out = await cli("admin", "route", "-n", ns, "-t", "CliT", "--json")
+        assert json.loads(out)["queueDatas"][0]["writeQueueNums"] == 2
+        _, out = await cli("admin", "route", "-n", ns, "-t", "CliT")
+        assert "read=2 write=2 perm=6 (RW-)" in out
+        _, out = await cli("produce", "-n", ns, "-t", "CliT", "--count", "5", "--tags", "T",
+                           "--json")  # fmt: skip
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert [x["status"] for x in lines[:5]] == ["SEND_OK"] * 5
+        assert lines[-1]["ok"] == 5 and lines[-1]["failedDefinite"] == 0
+        _, out = await cli("produce", "-n", ns, "-t", "CliT", "--count", "4", "--batch", "2",
+                           "--serialize", "ROCKETMQ")  # fmt: skip
+        assert "sent 4, failed 0" in out
+        _, out = await cli("consume", "-n", ns, "-t", "CliT", "-g", "clig", "--count", "9",
+                           "--json", "--idle-timeout", "20")  # fmt: skip
+        got = [json.loads(line) for line in out.splitlines()]
+        assert len(got) >= 9 and {g["topic"] for g in got} == {"CliT"}
+        assert sorted(g["body"] for g in got if g["tags"] == "T") == [
+            f"hello-{i}" for i in range(5)
+        ]
+        _, out = await cli("admin", "offsets", "-n", ns, "-t", "CliT", "-g", "clig")
+        assert out.count("lag=0") == 2, out
+        # A broker that is not there: a clear, definite failure and exit status 1.
+        rc, out = await cli("produce", "-n", ns, "-t", "CliT", "--json", "--timeout", "1",
+                            check=False)  # fmt: skip
+        assert rc == 0
+        await env.stop_broker()
+        rc, out = await cli("produce", "-n", ns, "-t", "CliT", "--json", "--timeout", "1",
+                            check=False)  # fmt: skip
+        assert rc == 1 and json.loads(out.splitlines()[0])["definite"] is True
