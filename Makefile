@@ -10,7 +10,7 @@ NATIVE_SRC := $(shell find crates -name target -prune -o \( -name '*.rs' -o -nam
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz
+.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -49,6 +49,10 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy, the .pyi stub ag
 	$(VENV)/bin/mypy
 	$(VPY) -m rmq_ha._stubcheck
 	cd crates/rmq-wire/fuzz && cargo fmt -- --check && cargo clippy --all-targets --release -- -D warnings
+
+SEEDS ?= 20000
+sim: dev ## run SEEDS (default 20000) deterministic Raft simulator seeds (make test runs 2000)
+	$(VPY) -m rmq_ha.sim --seeds $(SEEDS) --jobs 2
 
 fuzz: ## fuzz the record decoder: a stable replay driver, plus cargo fuzz when nightly is installed
 	scripts/fuzz.sh $(FUZZ_SECONDS)
