@@ -10,7 +10,7 @@ NATIVE_SRC := $(shell find crates -name target -prune -o \( -name '*.rs' -o -nam
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim
+.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim interop
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -38,8 +38,12 @@ test-rust: ## cargo test for the whole workspace
 test-fuzz: ## 20 s of the stable fuzz replay driver: records, frames, batch bodies (`make fuzz` for longer)
 	cd crates/rmq-wire/fuzz && cargo run --release -q --bin replay -- 20
 
-test-py: dev ## pytest (exit code 5, "no tests collected", fails the target)
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+test-py: dev ## pytest, incl. the Java/Go client interop suite against rmq_ha (exit code 5 fails)
+	RMQ_INTEROP_IMPL=rmq_ha $(VPY) -m pytest -q $(PYTEST_ARGS)
+
+INTEROP_IMPL ?= both
+interop: dev ## real Java + Go RocketMQ clients vs real RocketMQ 5.5.0 and rmq_ha (INTEROP_IMPL=real|rmq_ha|both)
+	RMQ_INTEROP_IMPL=$(INTEROP_IMPL) $(VPY) -m pytest -q tests/interop $(PYTEST_ARGS)
 
 lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy, the .pyi stub against the built module
 	cargo fmt --all -- --check

@@ -368,3 +368,27 @@ def test_processes_start_from_the_cli_and_stop_on_sigterm(tmp_path: Path) -> Non
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+async def test_oneway_commit_sent_just_before_close_is_applied(tmp_path: Path) -> None:
+    # Java and Go clients commit offsets oneway at shutdown and close the connection at once;
+    # the request must still be carried out (it once was cancelled with the connection).
+    from rmq_ha._native import encode_frames
+
+    async with cluster(tmp_path) as c:
+        await c.client.invoke(c.broker, send_cmd("OW", b"x"))
+        host, port = c.broker.split(":")
+        for ser, offset in ((0, 5), (SERIALIZE_ROCKETMQ, 9)):
+            u = {"consumerGroup": "g", "topic": "OW", "queueId": "0", "commitOffset": str(offset)}
+            cmd = RemotingCommand.request(
+                RC.UPDATE_CONSUMER_OFFSET, u, oneway=True, serialize_type=ser
+            )
+            raw = await trio.open_tcp_stream(host, int(port))
+            await raw.send_all(encode_frames([cmd.to_wire()]))
+            await raw.aclose()
+            q = RemotingCommand.request(
+                RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "OW", "queueId": "0"}
+            )
+            with trio.fail_after(5):
+                while (await c.client.invoke(c.broker, q)).ext_fields.get("offset") != str(offset):
+                    await trio.sleep(0.02)

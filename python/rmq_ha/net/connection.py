@@ -40,6 +40,9 @@ WRITE_QUEUE_FRAMES = 4096
 MAX_INFLIGHT_REQUESTS = 1024
 MAX_WRITE_BATCH_BYTES = 4 << 20
 RECEIVE_BYTES = 256 << 10
+#: After the peer closes, how long requests it already sent may still run (a parked long-poll
+#: is cut short then; a oneway offset commit finishes in microseconds).
+CLOSE_GRACE_S = 2.0
 
 
 class Connection:
@@ -52,6 +55,8 @@ class Connection:
         self._limiter = trio.CapacityLimiter(MAX_INFLIGHT_REQUESTS)
         self._closed = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._inflight = 0
+        self._idle = trio.Event()
         #: Free-form per-connection state for the roles (e.g. the client id of a consumer).
         self.attrs: dict[str, Any] = {}
 
@@ -60,12 +65,19 @@ class Connection:
         return self._closed.is_set()
 
     async def run(self) -> None:
-        """Serves the connection until either side closes it or a frame is malformed."""
+        """Serves the connection until either side closes it or a frame is malformed.
+
+        When the peer closes, requests it sent just before are still carried out: a client's
+        last act is often a oneway offset commit followed by close. Handlers get
+        `CLOSE_GRACE_S` to finish; only then is the rest cancelled."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
                 await self._reader()
+                with trio.move_on_after(CLOSE_GRACE_S):
+                    while self._inflight:
+                        await self._idle.wait()
                 nursery.cancel_scope.cancel()
         finally:
             self._close_now()
@@ -124,6 +136,9 @@ class Connection:
             return
         if self._handler is None or self._nursery is None:
             return
+        # Counted when scheduled, not when the task starts: a peer that closes right after
+        # sending must find its request in flight.
+        self._inflight += 1
         self._nursery.start_soon(self._handle, cmd)
 
     async def _handle(self, cmd: RemotingCommand) -> None:
@@ -136,6 +151,11 @@ class Connection:
         except Exception as e:  # the server must answer, never crash; the error is logged
             log.exception("handler failed for code %d from %s", cmd.code, self.peer)
             resp = cmd.response(SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                idle, self._idle = self._idle, trio.Event()
+                idle.set()
         if resp is None or cmd.is_oneway:
             return
         try:

@@ -1,0 +1,829 @@
+package rmqha.interop;
+
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.PullResult;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.MixAll;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageConst;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.RPCHook;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.route.BrokerData;
+import org.apache.rocketmq.remoting.protocol.route.QueueData;
+import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+
+/**
+ * Interop driver on the real Apache RocketMQ Java client. One scenario per run; prints exactly one
+ * JSON line on stdout (everything else goes to stderr) and exits 0 on success.
+ *
+ * <pre>
+ * java -jar interop-java.jar SCENARIO --namesrv ADDR --topic T --group G --count N
+ *      [--serialize JSON|ROCKETMQ] [--timeout SECONDS] [--prefix P] [--keys K] [--batch-size B]
+ *      [--body-size BYTES] [--fail-every F] [--retry-delay-level L] [--queues Q]
+ * </pre>
+ *
+ * Scenarios: send-sync, send-async, send-oneway, send-batch, send-orderly, consume-push-concurrent,
+ * consume-push-orderly, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route.
+ */
+public final class InteropMain {
+    static final String CLIENT_VERSION = "5.5.0";
+    static final String USER_PROP = "interop";
+
+    private static PrintStream out;
+
+    // options
+    String scenario;
+    String namesrv;
+    String topic;
+    String group;
+    int count = 10;
+    String serialize;
+    int timeoutSec = 60;
+    String prefix;
+    int keys = 4;
+    int batchSize = 10;
+    int bodySize = 0;
+    int failEvery = 3;
+    int retryDelayLevel = 1;
+    int queues = 0;
+
+    final Map<String, Object> result = new LinkedHashMap<>();
+    final List<Object> sent = Collections.synchronizedList(new ArrayList<>());
+    final List<Object> received = Collections.synchronizedList(new ArrayList<>());
+    final List<Object> errors = Collections.synchronizedList(new ArrayList<>());
+    final AtomicInteger instanceSeq = new AtomicInteger();
+    /** Request codes this run sent, per peer ("namesrv" or "broker"), from an RPCHook. */
+    final Map<String, Map<Integer, AtomicInteger>> requests = new ConcurrentHashMap<>();
+    final RPCHook hook = new RPCHook() {
+        @Override
+        public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
+            String peer = namesrv.equals(remoteAddr) ? "namesrv" : "broker";
+            int code = request.getCode();
+            requests.computeIfAbsent(peer, k -> new ConcurrentHashMap<>())
+                .computeIfAbsent(request.isOnewayRPC() ? -code : code, k -> new AtomicInteger())
+                .incrementAndGet();
+        }
+
+        @Override
+        public void doAfterResponse(String remoteAddr, RemotingCommand request, RemotingCommand response) {
+        }
+    };
+
+    public static void main(String[] args) {
+        out = System.out;
+        System.setOut(System.err); // client libraries may print; stdout carries only the result
+        InteropMain m = new InteropMain();
+        int rc;
+        try {
+            m.parse(args);
+        } catch (IllegalArgumentException e) {
+            System.err.println("usage error: " + e.getMessage());
+            Runtime.getRuntime().halt(2);
+            return;
+        }
+        if (m.serialize != null) {
+            // The client reads -Drocketmq.serialize.type first, then env ROCKETMQ_SERIALIZE_TYPE
+            // (RemotingCommand's static initialiser), so this must run before any client class loads.
+            System.setProperty(RemotingCommand.SERIALIZE_TYPE_PROPERTY, m.serialize);
+        }
+        System.setProperty("rocketmq.client.rebalance.waitInterval",
+            System.getProperty("rocketmq.client.rebalance.waitInterval", "2000"));
+        long t0 = System.currentTimeMillis();
+        try {
+            m.run();
+        } catch (Throwable t) {
+            t.printStackTrace();
+            m.errors.add(describe(t));
+        }
+        m.result.put("elapsedMs", System.currentTimeMillis() - t0);
+        Map<String, Object> reqs = new TreeMap<>();
+        m.requests.forEach((peer, codes) -> {
+            Map<String, Object> c = new TreeMap<>();
+            codes.forEach((code, n) -> c.put(String.valueOf(code), n.get()));
+            reqs.put(peer, c);
+        });
+        m.result.put("requests", reqs); // negative code = sent oneway
+        m.result.put("sent", m.sent);
+        m.result.put("received", m.received);
+        m.result.put("errors", m.errors);
+        rc = m.errors.isEmpty() ? 0 : 1;
+        out.println(Json.write(m.result));
+        out.flush();
+        System.err.flush();
+        Runtime.getRuntime().halt(rc);
+    }
+
+    void parse(String[] args) {
+        if (args.length < 1) {
+            throw new IllegalArgumentException("missing SCENARIO");
+        }
+        scenario = args[0];
+        for (int i = 1; i < args.length; i++) {
+            String k = args[i];
+            if (i + 1 >= args.length) {
+                throw new IllegalArgumentException("missing value for " + k);
+            }
+            String v = args[++i];
+            switch (k) {
+                case "--namesrv": namesrv = v; break;
+                case "--topic": topic = v; break;
+                case "--group": group = v; break;
+                case "--count": count = Integer.parseInt(v); break;
+                case "--serialize": serialize = v; break;
+                case "--timeout": timeoutSec = Integer.parseInt(v); break;
+                case "--prefix": prefix = v; break;
+                case "--keys": keys = Integer.parseInt(v); break;
+                case "--batch-size": batchSize = Integer.parseInt(v); break;
+                case "--body-size": bodySize = Integer.parseInt(v); break;
+                case "--fail-every": failEvery = Integer.parseInt(v); break;
+                case "--retry-delay-level": retryDelayLevel = Integer.parseInt(v); break;
+                case "--queues": queues = Integer.parseInt(v); break;
+                default: throw new IllegalArgumentException("unknown option " + k);
+            }
+        }
+        if (namesrv == null || topic == null) {
+            throw new IllegalArgumentException("--namesrv and --topic are required");
+        }
+        if (group == null) {
+            group = "G_" + topic;
+        }
+        if (prefix == null) {
+            prefix = topic;
+        }
+    }
+
+    void run() throws Exception {
+        result.put("client", "java");
+        result.put("clientVersion", CLIENT_VERSION);
+        result.put("scenario", scenario);
+        result.put("serializeType", RemotingCommand.getSerializeTypeConfigInThisServer().name());
+        result.put("topic", topic);
+        result.put("group", group);
+        result.put("count", count);
+        switch (scenario) {
+            case "send-sync": sendSync(); break;
+            case "send-async": sendAsync(); break;
+            case "send-oneway": sendOneway(); break;
+            case "send-batch": sendBatch(); break;
+            case "send-orderly": sendOrderly(); break;
+            case "consume-push-concurrent": consumePush(false); break;
+            case "consume-push-orderly": consumePush(true); break;
+            case "consume-pull": consumePull(); break;
+            case "consume-lite-pull": consumeLitePull(); break;
+            case "consume-with-failures": consumeWithFailures(); break;
+            case "offset-resume": offsetResume(); break;
+            case "route": route(); break;
+            default: throw new IllegalArgumentException("unknown scenario " + scenario);
+        }
+    }
+
+    // ---------------------------------------------------------------- helpers
+
+    static Map<String, Object> describe(Throwable t) {
+        Map<String, Object> e = new LinkedHashMap<>();
+        e.put("type", t.getClass().getName());
+        e.put("message", String.valueOf(t.getMessage()));
+        Throwable c = t.getCause();
+        if (c != null) {
+            e.put("cause", c.getClass().getName() + ": " + c.getMessage());
+        }
+        return e;
+    }
+
+    String instance(String role) {
+        return "interop-" + role + "-" + ProcessHandle.current().pid() + "-" + instanceSeq.incrementAndGet();
+    }
+
+    long deadline() {
+        return System.currentTimeMillis() + timeoutSec * 1000L;
+    }
+
+    /** Body: "ID" or, with --body-size, "ID|" padded with a checkable pattern to that size. */
+    byte[] body(String id) {
+        if (bodySize <= id.length() + 1) {
+            return id.getBytes(StandardCharsets.UTF_8);
+        }
+        StringBuilder sb = new StringBuilder(bodySize).append(id).append('|');
+        int i = 0;
+        while (sb.length() < bodySize) {
+            sb.append((char) ('a' + (i++ % 26)));
+        }
+        return sb.toString().getBytes(StandardCharsets.UTF_8);
+    }
+
+    static String bodyId(byte[] body) {
+        String s = new String(body, StandardCharsets.UTF_8);
+        int bar = s.indexOf('|');
+        return bar < 0 ? s : s.substring(0, bar);
+    }
+
+    static boolean bodyOk(byte[] body) {
+        String s = new String(body, StandardCharsets.UTF_8);
+        int bar = s.indexOf('|');
+        if (bar < 0) {
+            return true;
+        }
+        for (int i = bar + 1, j = 0; i < s.length(); i++, j++) {
+            if (s.charAt(i) != (char) ('a' + (j % 26))) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    Message message(String id, String key) {
+        Message msg = new Message(topic, "TagA", key, body(id));
+        msg.putUserProperty(USER_PROP, id);
+        return msg;
+    }
+
+    DefaultMQProducer producer() throws Exception {
+        DefaultMQProducer p = new DefaultMQProducer(group.startsWith("P") ? group : "P_" + group, hook);
+        p.setNamesrvAddr(namesrv);
+        p.setInstanceName(instance("producer"));
+        p.setSendMsgTimeout(10000);
+        p.setRetryTimesWhenSendFailed(2);
+        p.setRetryTimesWhenSendAsyncFailed(2);
+        p.start();
+        return p;
+    }
+
+    Map<String, Object> sentRecord(String id, String key, SendResult r) {
+        Map<String, Object> s = new LinkedHashMap<>();
+        s.put("body", id);
+        s.put("key", key);
+        if (r != null) {
+            s.put("status", r.getSendStatus().name());
+            s.put("msgId", r.getMsgId());
+            s.put("offsetMsgId", r.getOffsetMsgId());
+            s.put("brokerName", r.getMessageQueue().getBrokerName());
+            s.put("queueId", r.getMessageQueue().getQueueId());
+            s.put("queueOffset", r.getQueueOffset());
+        }
+        return s;
+    }
+
+    Map<String, Object> receivedRecord(MessageExt m) {
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("body", bodyId(m.getBody()));
+        r.put("bodyLen", m.getBody().length);
+        r.put("bodyOk", bodyOk(m.getBody()));
+        r.put("msgId", m.getMsgId());
+        String offsetId = null;
+        try {
+            offsetId = (String) m.getClass().getMethod("getOffsetMsgId").invoke(m);
+        } catch (ReflectiveOperationException ignored) {
+            // plain MessageExt: the msgId is the offset id
+        }
+        r.put("offsetMsgId", offsetId);
+        r.put("topic", m.getTopic());
+        r.put("brokerName", m.getBrokerName());
+        r.put("queueId", m.getQueueId());
+        r.put("queueOffset", m.getQueueOffset());
+        r.put("commitLogOffset", m.getCommitLogOffset());
+        r.put("reconsumeTimes", m.getReconsumeTimes());
+        r.put("keys", m.getKeys());
+        r.put("tags", m.getTags());
+        r.put("userProp", m.getUserProperty(USER_PROP));
+        r.put("retryTopic", m.getProperty(MessageConst.PROPERTY_RETRY_TOPIC));
+        r.put("bornTimestamp", m.getBornTimestamp());
+        r.put("storeTimestamp", m.getStoreTimestamp());
+        r.put("storeHost", String.valueOf(m.getStoreHost()));
+        r.put("sysFlag", m.getSysFlag());
+        return r;
+    }
+
+    // ---------------------------------------------------------------- sends
+
+    void sendSync() throws Exception {
+        DefaultMQProducer p = producer();
+        try {
+            for (int i = 0; i < count; i++) {
+                String id = prefix + "-" + i;
+                String key = "k" + i;
+                try {
+                    sent.add(sentRecord(id, key, p.send(message(id, key))));
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    void sendAsync() throws Exception {
+        DefaultMQProducer p = producer();
+        CountDownLatch done = new CountDownLatch(count);
+        try {
+            for (int i = 0; i < count; i++) {
+                final String id = prefix + "-" + i;
+                final String key = "k" + i;
+                p.send(message(id, key), new SendCallback() {
+                    @Override
+                    public void onSuccess(SendResult r) {
+                        sent.add(sentRecord(id, key, r));
+                        done.countDown();
+                    }
+
+                    @Override
+                    public void onException(Throwable e) {
+                        errors.add(describe(e));
+                        done.countDown();
+                    }
+                });
+            }
+            if (!done.await(timeoutSec, TimeUnit.SECONDS)) {
+                errors.add(Map.of("type", "timeout", "message", "async sends not all acknowledged"));
+            }
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    void sendOneway() throws Exception {
+        DefaultMQProducer p = producer();
+        try {
+            for (int i = 0; i < count; i++) {
+                String id = prefix + "-" + i;
+                String key = "k" + i;
+                p.sendOneway(message(id, key));
+                sent.add(sentRecord(id, key, null));
+            }
+            Thread.sleep(500); // oneway: give the last frames time to leave before shutdown
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    void sendBatch() throws Exception {
+        DefaultMQProducer p = producer();
+        List<Object> batches = new ArrayList<>();
+        try {
+            for (int start = 0; start < count; start += batchSize) {
+                List<Message> batch = new ArrayList<>();
+                List<String> ids = new ArrayList<>();
+                for (int i = start; i < Math.min(count, start + batchSize); i++) {
+                    String id = prefix + "-" + i;
+                    ids.add(id);
+                    batch.add(message(id, "k" + i));
+                }
+                SendResult r;
+                try {
+                    r = p.send(batch);
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                    continue;
+                }
+                String[] msgIds = r.getMsgId() == null ? new String[0] : r.getMsgId().split(",");
+                String[] offIds = r.getOffsetMsgId() == null ? new String[0] : r.getOffsetMsgId().split(",");
+                Map<String, Object> b = new LinkedHashMap<>();
+                b.put("size", ids.size());
+                b.put("msgIdCount", msgIds.length);
+                b.put("offsetMsgIdCount", offIds.length);
+                b.put("queueId", r.getMessageQueue().getQueueId());
+                b.put("queueOffset", r.getQueueOffset());
+                batches.add(b);
+                for (int j = 0; j < ids.size(); j++) {
+                    Map<String, Object> s = new LinkedHashMap<>();
+                    s.put("body", ids.get(j));
+                    s.put("key", "k" + (start + j));
+                    s.put("status", r.getSendStatus().name());
+                    s.put("msgId", j < msgIds.length ? msgIds[j] : null);
+                    s.put("offsetMsgId", j < offIds.length ? offIds[j] : null);
+                    s.put("brokerName", r.getMessageQueue().getBrokerName());
+                    s.put("queueId", r.getMessageQueue().getQueueId());
+                    // the response carries the first message's offset; the rest follow it
+                    s.put("queueOffset", r.getQueueOffset() + j);
+                    sent.add(s);
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+        result.put("batches", batches);
+    }
+
+    void sendOrderly() throws Exception {
+        DefaultMQProducer p = producer();
+        int[] seq = new int[keys];
+        try {
+            for (int i = 0; i < count; i++) {
+                int k = i % keys;
+                String key = "key" + k;
+                String id = prefix + "-" + key + "-" + seq[k]++;
+                try {
+                    SendResult r = p.send(message(id, key), (mqs, msg, arg) -> {
+                        int h = Math.abs(arg.hashCode() % mqs.size());
+                        return mqs.get(h);
+                    }, key);
+                    sent.add(sentRecord(id, key, r));
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    // ---------------------------------------------------------------- consumers
+
+    DefaultMQPushConsumer pushConsumer(int threads) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook);
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName(instance("push"));
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "*");
+        c.setConsumeThreadMin(threads);
+        c.setConsumeThreadMax(threads);
+        c.setConsumeMessageBatchMaxSize(1);
+        // Learn new routes (the %RETRY% topic appears on the first send-back) within a second.
+        c.setPollNameServerInterval(1000);
+        return c;
+    }
+
+    /** Waits until `distinct` holds at least `want` bodies or the deadline passes. */
+    boolean await(Set<String> distinct, int want, long deadline) throws InterruptedException {
+        while (System.currentTimeMillis() < deadline) {
+            if (distinct.size() >= want) {
+                return true;
+            }
+            Thread.sleep(20);
+        }
+        return distinct.size() >= want;
+    }
+
+    void timeoutError(Set<String> distinct, int want) {
+        errors.add(Map.of("type", "timeout",
+            "message", "received " + distinct.size() + " of " + want + " distinct bodies"));
+    }
+
+    void consumePush(boolean orderly) throws Exception {
+        Set<String> distinct = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer c = pushConsumer(orderly ? 1 : 4);
+        if (orderly) {
+            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    Map<String, Object> r = receivedRecord(m);
+                    r.put("thread", Thread.currentThread().getName());
+                    received.add(r);
+                    distinct.add(bodyId(m.getBody()));
+                }
+                return ConsumeOrderlyStatus.SUCCESS;
+            });
+        } else {
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    received.add(receivedRecord(m));
+                    distinct.add(bodyId(m.getBody()));
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+        }
+        c.start();
+        try {
+            if (!await(distinct, count, deadline())) {
+                timeoutError(distinct, count);
+            }
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    void consumeWithFailures() throws Exception {
+        Set<String> succeeded = ConcurrentHashMap.newKeySet();
+        Set<String> failedOnce = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer c = pushConsumer(4);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            MessageExt m = msgs.get(0);
+            String id = bodyId(m.getBody());
+            Map<String, Object> r = receivedRecord(m);
+            boolean fail = false;
+            int dash = id.lastIndexOf('-');
+            int n = dash < 0 ? 0 : Integer.parseInt(id.substring(dash + 1));
+            if (failEvery > 0 && n % failEvery == 0 && failedOnce.add(id)) {
+                fail = true;
+            }
+            r.put("result", fail ? "RECONSUME_LATER" : "CONSUME_SUCCESS");
+            received.add(r);
+            if (fail) {
+                ctx.setDelayLevelWhenNextConsume(retryDelayLevel);
+                return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+            }
+            succeeded.add(id);
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        try {
+            if (!await(succeeded, count, deadline())) {
+                timeoutError(succeeded, count);
+            }
+        } finally {
+            c.shutdown();
+        }
+        result.put("failedOnce", new ArrayList<>(failedOnce));
+    }
+
+    /**
+     * Phase 1 consumes exactly count/2 bodies with one consume thread (later deliveries block until
+     * the consumer is shut down and are never acknowledged), shuts down cleanly so the offsets are
+     * committed, then phase 2 (same group, new consumer) consumes until every body was seen.
+     */
+    void offsetResume() throws Exception {
+        int half = count / 2;
+        Set<String> distinct = ConcurrentHashMap.newKeySet();
+        List<Object> phases = new ArrayList<>();
+        long deadline = deadline();
+        for (int phase = 1; phase <= 2; phase++) {
+            final int ph = phase;
+            final int want = phase == 1 ? half : count;
+            final CountDownLatch release = new CountDownLatch(1);
+            List<Object> got = Collections.synchronizedList(new ArrayList<>());
+            DefaultMQPushConsumer c = pushConsumer(1);
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                if (ph == 1 && distinct.size() >= want) {
+                    // Hold this delivery (unacknowledged, so its offset is not committed) until
+                    // the consumer has shut down and dropped its queues; then the result below is
+                    // discarded. The consumer's shutdown interrupts this thread: ignore that, an
+                    // interrupted thread would also fail the client's own send-back.
+                    long until = System.currentTimeMillis() + 20000;
+                    while (release.getCount() > 0 && System.currentTimeMillis() < until) {
+                        try {
+                            release.await(100, TimeUnit.MILLISECONDS);
+                        } catch (InterruptedException ignored) {
+                            // keep holding
+                        }
+                    }
+                    ctx.setDelayLevelWhenNextConsume(retryDelayLevel);
+                    return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                }
+                for (MessageExt m : msgs) {
+                    Map<String, Object> r = receivedRecord(m);
+                    r.put("phase", ph);
+                    got.add(r);
+                    received.add(r);
+                    distinct.add(bodyId(m.getBody()));
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            c.start();
+            boolean ok;
+            try {
+                ok = await(distinct, want, deadline);
+            } finally {
+                c.shutdown(); // persists the consumed offsets to the broker
+                release.countDown();
+            }
+            Map<String, Object> p = new LinkedHashMap<>();
+            p.put("phase", phase);
+            p.put("want", want);
+            p.put("received", got.size());
+            phases.add(p);
+            if (!ok) {
+                timeoutError(distinct, want);
+                break;
+            }
+            // The shutdown's offset commit is oneway (UPDATE_CONSUMER_OFFSET, no answer): give it
+            // the moment any real restart takes before the next consumer asks for the offsets.
+            Thread.sleep(1000);
+        }
+        result.put("phases", phases);
+    }
+
+    void consumePull() throws Exception {
+        DefaultMQPullConsumer c = new DefaultMQPullConsumer(group, hook);
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName(instance("pull"));
+        c.start();
+        Set<String> distinct = new HashSet<>();
+        List<Object> qinfo = new ArrayList<>();
+        Map<MessageQueue, Long> next = new HashMap<>();
+        try {
+            long deadline = deadline();
+            Set<MessageQueue> mqs = c.fetchSubscribeMessageQueues(topic);
+            for (MessageQueue mq : new TreeMap<Integer, MessageQueue>(byQueueId(mqs)).values()) {
+                long committed = c.fetchConsumeOffset(mq, true);
+                long min = c.minOffset(mq);
+                long max = c.maxOffset(mq);
+                Map<String, Object> q = new LinkedHashMap<>();
+                q.put("brokerName", mq.getBrokerName());
+                q.put("queueId", mq.getQueueId());
+                q.put("minOffset", min);
+                q.put("maxOffset", max);
+                q.put("committedBefore", committed);
+                qinfo.add(q);
+                next.put(mq, committed >= 0 ? committed : min);
+            }
+            while (distinct.size() < count && System.currentTimeMillis() < deadline) {
+                boolean any = false;
+                for (Map.Entry<MessageQueue, Long> e : next.entrySet()) {
+                    PullResult pr = c.pull(e.getKey(), "*", e.getValue(), 32, 5000);
+                    switch (pr.getPullStatus()) {
+                        case FOUND:
+                            for (MessageExt m : pr.getMsgFoundList()) {
+                                received.add(receivedRecord(m));
+                                distinct.add(bodyId(m.getBody()));
+                            }
+                            any = true;
+                            break;
+                        case OFFSET_ILLEGAL:
+                            errors.add(Map.of("type", "OFFSET_ILLEGAL", "message", e.getKey().toString()));
+                            break;
+                        default:
+                            break;
+                    }
+                    e.setValue(pr.getNextBeginOffset());
+                    c.updateConsumeOffset(e.getKey(), pr.getNextBeginOffset());
+                }
+                if (!any) {
+                    Thread.sleep(100);
+                }
+            }
+            if (distinct.size() < count) {
+                timeoutError(distinct, count);
+            }
+            for (MessageQueue mq : next.keySet()) {
+                c.getOffsetStore().updateConsumeOffsetToBroker(mq, next.get(mq), false);
+            }
+        } finally {
+            c.shutdown();
+        }
+        // A fresh consumer in the same group reads the committed offsets back from the broker.
+        DefaultMQPullConsumer check = new DefaultMQPullConsumer(group, hook);
+        check.setNamesrvAddr(namesrv);
+        check.setInstanceName(instance("pullcheck"));
+        check.start();
+        try {
+            for (Object o : qinfo) {
+                @SuppressWarnings("unchecked")
+                Map<String, Object> q = (Map<String, Object>) o;
+                MessageQueue mq = new MessageQueue(topic, (String) q.get("brokerName"), (Integer) q.get("queueId"));
+                q.put("nextOffset", next.get(mq));
+                q.put("committedAfter", check.fetchConsumeOffset(mq, true));
+            }
+        } finally {
+            check.shutdown();
+        }
+        result.put("queues", qinfo);
+    }
+
+    static Map<Integer, MessageQueue> byQueueId(Collection<MessageQueue> mqs) {
+        Map<Integer, MessageQueue> m = new HashMap<>();
+        for (MessageQueue mq : mqs) {
+            m.put(mq.getQueueId(), mq);
+        }
+        return m;
+    }
+
+    void consumeLitePull() throws Exception {
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(group, hook);
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName(instance("lite"));
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setAutoCommit(true);
+        c.subscribe(topic, "*");
+        c.start();
+        Set<String> distinct = new HashSet<>();
+        try {
+            long deadline = deadline();
+            while (distinct.size() < count && System.currentTimeMillis() < deadline) {
+                for (MessageExt m : c.poll(1000)) {
+                    received.add(receivedRecord(m));
+                    distinct.add(bodyId(m.getBody()));
+                }
+            }
+            if (distinct.size() < count) {
+                timeoutError(distinct, count);
+            }
+            c.commitSync();
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    // ---------------------------------------------------------------- admin / route
+
+    void route() throws Exception {
+        DefaultMQAdminExt admin = new DefaultMQAdminExt(hook);
+        admin.setNamesrvAddr(namesrv);
+        admin.setInstanceName(instance("admin"));
+        admin.start();
+        DefaultMQProducer p = null;
+        try {
+            ClusterInfo ci = admin.examineBrokerClusterInfo();
+            Map<String, Object> cluster = new LinkedHashMap<>();
+            Map<String, Object> brokers = new TreeMap<>();
+            for (Map.Entry<String, BrokerData> e : ci.getBrokerAddrTable().entrySet()) {
+                brokers.put(e.getKey(), brokerData(e.getValue()));
+            }
+            cluster.put("brokerAddrTable", brokers);
+            Map<String, Object> clusters = new TreeMap<>();
+            for (Map.Entry<String, Set<String>> e : ci.getClusterAddrTable().entrySet()) {
+                clusters.put(e.getKey(), new ArrayList<>(new java.util.TreeSet<>(e.getValue())));
+            }
+            cluster.put("clusterAddrTable", clusters);
+            result.put("clusterInfo", cluster);
+
+            if (queues > 0) {
+                TopicConfig tc = new TopicConfig(topic, queues, queues, 6);
+                for (BrokerData bd : ci.getBrokerAddrTable().values()) {
+                    String master = bd.getBrokerAddrs().get(MixAll.MASTER_ID);
+                    if (master != null) {
+                        admin.createAndUpdateTopicConfig(master, tc);
+                    }
+                }
+            }
+            long deadline = deadline();
+            TopicRouteData rd = null;
+            Exception last = null;
+            while (System.currentTimeMillis() < deadline) {
+                try {
+                    rd = admin.examineTopicRouteInfo(topic);
+                    if (queues <= 0 || rd.getQueueDatas().stream().anyMatch(q -> q.getWriteQueueNums() == queues)) {
+                        break;
+                    }
+                } catch (Exception e) {
+                    last = e;
+                }
+                Thread.sleep(200);
+            }
+            if (rd == null) {
+                throw last != null ? last : new IllegalStateException("no route for " + topic);
+            }
+            Map<String, Object> route = new LinkedHashMap<>();
+            List<Object> qds = new ArrayList<>();
+            for (QueueData qd : rd.getQueueDatas()) {
+                Map<String, Object> q = new LinkedHashMap<>();
+                q.put("brokerName", qd.getBrokerName());
+                q.put("readQueueNums", qd.getReadQueueNums());
+                q.put("writeQueueNums", qd.getWriteQueueNums());
+                q.put("perm", qd.getPerm());
+                q.put("topicSysFlag", qd.getTopicSysFlag());
+                qds.add(q);
+            }
+            List<Object> bds = new ArrayList<>();
+            for (BrokerData bd : rd.getBrokerDatas()) {
+                bds.add(brokerData(bd));
+            }
+            route.put("queueDatas", qds);
+            route.put("brokerDatas", bds);
+            result.put("route", route);
+
+            p = producer();
+            List<Object> pub = new ArrayList<>();
+            for (MessageQueue mq : p.fetchPublishMessageQueues(topic)) {
+                pub.add(Map.of("brokerName", mq.getBrokerName(), "queueId", mq.getQueueId()));
+            }
+            result.put("publishQueues", pub);
+        } finally {
+            if (p != null) {
+                p.shutdown();
+            }
+            admin.shutdown();
+        }
+    }
+
+    static Map<String, Object> brokerData(BrokerData bd) {
+        Map<String, Object> b = new LinkedHashMap<>();
+        b.put("cluster", bd.getCluster());
+        b.put("brokerName", bd.getBrokerName());
+        Map<String, Object> addrs = new TreeMap<>();
+        for (Map.Entry<Long, String> a : bd.getBrokerAddrs().entrySet()) {
+            addrs.put(String.valueOf(a.getKey()), a.getValue());
+        }
+        b.put("brokerAddrs", addrs);
+        return b;
+    }
+}

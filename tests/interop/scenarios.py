@@ -1,0 +1,264 @@
+"""The interop scenarios, shared by the Java and the Go client tests. Each one runs the client CLI
+(tests/interop/java, tests/interop/go) against a live cluster and checks exact expectations."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from harness import (
+    ClientRun,
+    Cluster,
+    FrameSniffer,
+    Names,
+    check_orderly_received,
+    check_orderly_sent,
+    check_received,
+    check_sent,
+    run_client,
+)
+
+COUNT = 20
+
+
+def _run(
+    client: str,
+    scenario: str,
+    cluster: Cluster,
+    tmp: Path,
+    names: Names,
+    ser: str,
+    count: int = COUNT,
+    **kw: Any,
+) -> ClientRun:
+    return run_client(
+        client,
+        scenario,
+        cluster,
+        tmp,
+        topic=kw.pop("topic", names.topic),
+        group=kw.pop("group", names.group),
+        count=count,
+        serialize=ser,
+        **kw,
+    )
+
+
+def send_then_push(
+    client: str, send: str, cluster: Cluster, tmp: Path, names: Names, ser: str
+) -> None:
+    """send-sync / send-async, then a concurrent push consumer reads everything back."""
+    sent = _run(client, send, cluster, tmp, names, ser)
+    check_sent(sent, COUNT)
+    got = _run(client, "consume-push-concurrent", cluster, tmp, names, ser)
+    check_received(cluster, names.topic, sent.sent, got.received)
+
+
+def oneway(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    sent = _run(client, "send-oneway", cluster, tmp, names, ser)
+    check_sent(sent, COUNT, with_results=False)
+    got = _run(client, "consume-push-concurrent", cluster, tmp, names, ser)
+    check_received(cluster, names.topic, sent.sent, got.received)
+
+
+def batch(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """Batches of 10, 10 and 5: each batch lands in one queue at consecutive offsets."""
+    sent = _run(
+        client, "send-batch", cluster, tmp, names, ser, count=25, extra=["--batch-size", "10"]
+    )
+    check_sent(sent, 25, msg_ids=client == "java")
+    batches = sent.data["batches"]
+    assert [b["size"] for b in batches] == [10, 10, 5]
+    for b in batches:
+        assert b["offsetMsgIdCount"] == b["size"], b
+        if client == "java":  # the Go client reports no client msgId for a batch
+            assert b["msgIdCount"] == b["size"], b
+    got = _run(client, "consume-push-concurrent", cluster, tmp, names, ser, count=25)
+    check_received(cluster, names.topic, sent.sent, got.received)
+
+
+def orderly(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """send-orderly (queue chosen by key) then consume-push-orderly: per-key order preserved."""
+    keys, per_key = 4, 10
+    sent = _run(
+        client,
+        "send-orderly",
+        cluster,
+        tmp,
+        names,
+        ser,
+        count=keys * per_key,
+        extra=["--keys", "4"],
+    )
+    check_sent(sent, keys * per_key)
+    check_orderly_sent(sent.sent)
+    got = _run(client, "consume-push-orderly", cluster, tmp, names, ser, count=keys * per_key)
+    check_received(cluster, names.topic, sent.sent, got.received)
+    check_orderly_received(got.received, keys, per_key)
+
+
+def pull(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """DefaultMQPullConsumer: explicit min/max offsets, pulls, and a synchronous offset commit
+    that a fresh consumer of the same group reads back."""
+    sent = _run(client, "send-sync", cluster, tmp, names, ser)
+    check_sent(sent, COUNT)
+    got = _run(client, "consume-pull", cluster, tmp, names, ser)
+    check_received(cluster, names.topic, sent.sent, got.received)
+    per_queue: dict[int, int] = defaultdict(int)
+    for s in sent.sent:
+        per_queue[s["queueId"]] += 1
+    queues = got.data["queues"]
+    assert queues, got.data
+    for q in queues:
+        assert q["minOffset"] == 0, q
+        assert q["maxOffset"] == per_queue.get(q["queueId"], 0), q
+        assert q["nextOffset"] == q["maxOffset"], q
+        assert q["committedAfter"] == q["maxOffset"], q
+
+
+def lite_pull(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    sent = _run(client, "send-sync", cluster, tmp, names, ser)
+    check_sent(sent, COUNT)
+    got = _run(client, "consume-lite-pull", cluster, tmp, names, ser)
+    check_received(cluster, names.topic, sent.sent, got.received)
+
+
+def failures(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """Bodies n % 3 == 0 get RECONSUME_LATER on first delivery: they go back through the broker
+    (CONSUMER_SEND_MSG_BACK, %RETRY%group) and are redelivered with reconsumeTimes >= 1."""
+    count = 12
+    sent = _run(client, "send-sync", cluster, tmp, names, ser, count=count)
+    check_sent(sent, count)
+    got = _run(
+        client,
+        "consume-with-failures",
+        cluster,
+        tmp,
+        names,
+        ser,
+        count=count,
+        extra=["--fail-every", "3", "--retry-delay-level", "1"],
+    )
+    by_body: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in got.received:
+        by_body[r["body"]].append(r)
+    sent_by_body = {s["body"]: s for s in sent.sent}
+    expect_fail = {b for b in sent_by_body if int(b.rsplit("-", 1)[1]) % 3 == 0}
+    assert set(got.data["failedOnce"]) == expect_fail
+    # first deliveries are the originals, exactly where the broker stored them
+    originals = [d[0] for d in by_body.values()]
+    check_received(cluster, names.topic, sent.sent, originals)
+    for body, deliveries in by_body.items():
+        first, *later = deliveries
+        assert first["reconsumeTimes"] == 0, first
+        if body in expect_fail:
+            assert first["result"] == "RECONSUME_LATER", deliveries
+            ok = [d for d in later if d["result"] == "CONSUME_SUCCESS"]
+            assert ok, f"{body} never redelivered: {deliveries}"
+            redo = ok[0]
+            assert redo["reconsumeTimes"] >= 1, redo
+            assert redo["topic"] == names.topic, redo  # the client restores the real topic
+            assert redo["retryTopic"] == names.topic, redo  # RETRY_TOPIC property
+            assert redo["msgId"] == sent_by_body[body]["msgId"], redo  # UNIQ_KEY survives
+            assert redo["bodyOk"] and redo["userProp"] == body and redo["keys"] == first["keys"]
+            assert redo["offsetMsgId"] != first["offsetMsgId"], "a retry is a new stored message"
+        else:
+            assert [d["result"] for d in deliveries] == ["CONSUME_SUCCESS"], deliveries
+
+
+def offset_resume(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """Consume half, shut down (offsets committed), restart in the same group and consume the
+    rest: nothing lost, and nothing acknowledged before the shutdown is read again."""
+    count = 24
+    sent = _run(client, "send-sync", cluster, tmp, names, ser, count=count)
+    check_sent(sent, count)
+    got = _run(client, "offset-resume", cluster, tmp, names, ser, count=count)
+    phases = {p["phase"]: p for p in got.data["phases"]}
+    assert phases[1]["received"] == count // 2, phases
+    p1 = [r["body"] for r in got.received if r["phase"] == 1]
+    p2 = [r["body"] for r in got.received if r["phase"] == 2]
+    assert len(set(p1)) == len(p1) == count // 2
+    assert set(p1) | set(p2) == {s["body"] for s in sent.sent}
+    reread = sorted(set(p1) & set(p2))
+    assert not reread, f"phase 2 re-read messages committed in phase 1: {reread}"
+    check_received(cluster, names.topic, sent.sent, got.received)
+
+
+def route(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """Create a 6-queue topic through the admin API (UPDATE_AND_CREATE_TOPIC on the broker), then
+    discover it through the namesrv (GET_ROUTEINFO_BY_TOPIC; Java also GET_BROKER_CLUSTER_INFO)."""
+    extra = ["--queues", "6"]
+    if client == "go":
+        extra += ["--broker", cluster.broker]
+    got = _run(client, "route", cluster, tmp, names, ser, count=0, extra=extra)
+    pub = got.data["publishQueues"]
+    assert sorted((q["brokerName"], q["queueId"]) for q in pub) == [
+        (cluster.broker_name, i) for i in range(6)
+    ]
+    if client == "java":
+        ci = got.data["clusterInfo"]
+        assert ci["clusterAddrTable"] == {"DefaultCluster": [cluster.broker_name]}, ci
+        assert ci["brokerAddrTable"][cluster.broker_name]["brokerAddrs"] == {"0": cluster.broker}
+        rd = got.data["route"]
+        assert rd["queueDatas"] == [
+            {
+                "brokerName": cluster.broker_name,
+                "readQueueNums": 6,
+                "writeQueueNums": 6,
+                "perm": 6,
+                "topicSysFlag": 0,
+            }
+        ], rd
+        assert rd["brokerDatas"] == [
+            {
+                "cluster": "DefaultCluster",
+                "brokerName": cluster.broker_name,
+                "brokerAddrs": {"0": cluster.broker},
+            }
+        ], rd
+    # and the topic takes messages on all six queues
+    sent = _run(client, "send-sync", cluster, tmp, names, ser, count=24)
+    check_sent(sent, 24)
+    assert {s["queueId"] for s in sent.sent} == set(range(6))
+
+
+def large_bodies(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """8 KiB bodies: over the clients' 4 KiB threshold, so they are sent compressed (sysFlag bit
+    0) and must come back byte-identical."""
+    size = 8192
+    extra = ["--body-size", str(size)]
+    sent = _run(client, "send-sync", cluster, tmp, names, ser, count=10, extra=extra)
+    check_sent(sent, 10)
+    got = _run(client, "consume-push-concurrent", cluster, tmp, names, ser, count=10)
+    check_received(cluster, names.topic, sent.sent, got.received, body_len=size)
+
+
+def cross(
+    producer: str, consumer: str, cluster: Cluster, tmp: Path, names: Names, ser: str
+) -> None:
+    """One client produces, the other consumes."""
+    sent = _run(producer, "send-sync", cluster, tmp, names, ser)
+    check_sent(sent, COUNT)
+    got = _run(consumer, "consume-push-concurrent", cluster, tmp, names, ser)
+    check_received(cluster, names.topic, sent.sent, got.received)
+
+
+def wire(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """Through a frame-recording relay in front of the namesrv: every frame the client sends
+    carries the requested serialization type byte. Answers may come in either: the real 5.5.0
+    namesrv answers ROCKETMQ requests in JSON (its own default), and clients decode each frame by
+    its own type byte."""
+    want = {"JSON": 0, "ROCKETMQ": 1}[ser]
+    sniffer = FrameSniffer(cluster.namesrv)
+    try:
+        relay = Cluster(
+            cluster.impl, sniffer.addr, cluster.broker, cluster.broker_name, cluster.workdir
+        )
+        sent = _run(client, "send-sync", relay, tmp, names, ser, count=3)
+        check_sent(sent, 3)
+    finally:
+        sniffer.close()
+    assert sniffer.to_server, "no frames seen"
+    assert set(sniffer.to_server) == {want}, sniffer.to_server
+    assert sniffer.to_client and set(sniffer.to_client) <= {0, want}, sniffer.to_client

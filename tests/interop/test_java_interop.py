@@ -1,0 +1,68 @@
+"""The real Apache RocketMQ Java client (org.apache.rocketmq:rocketmq-client 5.x, remoting
+protocol, unmodified) against each cluster implementation, in both header serializations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import scenarios
+from harness import Cluster, Names
+
+CLIENT = "java"
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.parametrize("ser", ["JSON", "ROCKETMQ"]),
+    pytest.mark.usefixtures("java_cli"),
+]
+
+
+def test_send_sync_consume_push(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.send_then_push(CLIENT, "send-sync", live, tmp_path, names, ser)
+
+
+def test_send_async_consume_push(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.send_then_push(CLIENT, "send-async", live, tmp_path, names, ser)
+
+
+def test_send_oneway(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.oneway(CLIENT, live, tmp_path, names, ser)
+
+
+def test_send_batch(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.batch(CLIENT, live, tmp_path, names, ser)
+
+
+def test_orderly(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.orderly(CLIENT, live, tmp_path, names, ser)
+
+
+def test_consume_pull(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.pull(CLIENT, live, tmp_path, names, ser)
+
+
+def test_consume_lite_pull(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.lite_pull(CLIENT, live, tmp_path, names, ser)
+
+
+def test_consume_failure_goes_to_retry(
+    live: Cluster, tmp_path: Path, names: Names, ser: str
+) -> None:
+    scenarios.failures(CLIENT, live, tmp_path, names, ser)
+
+
+def test_offset_resume(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.offset_resume(CLIENT, live, tmp_path, names, ser)
+
+
+def test_route(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.route(CLIENT, live, tmp_path, names, ser)
+
+
+def test_large_compressed_bodies(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.large_bodies(CLIENT, live, tmp_path, names, ser)
+
+
+def test_wire_serialization(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.wire(CLIENT, live, tmp_path, names, ser)
