@@ -14,12 +14,18 @@ def main(argv: list[str] | None = None) -> int:
 
     roles.add_parsers(sub)
     clientcli.add_parsers(sub)
+    from rmq_ha.controller import admin as controller_admin
+
+    controller_admin.add_parsers(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (figure, baseline and ratio in one run)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     from rmq_ha.bench import store as bench_store
 
     bench_store.add_parser(bench_sub)
+    from rmq_ha.bench import controller as bench_controller
+
+    bench_controller.add_parser(bench_sub)
 
     demo = sub.add_parser("demo", help="demonstrations a newcomer can watch")
     demo_sub = demo.add_subparsers(dest="demo", required=True)

@@ -51,6 +51,63 @@ class NamesrvConfig:
     )
     support_acting_master: bool = rmq("supportActingMaster", False, "RIP-32 route rewrite")
     notify_min_broker_id_changed: bool = rmq("notifyMinBrokerIdChanged", False, "send 905")
+    enable_controller_in_namesrv: bool = rmq(
+        "enableControllerInNamesrv",
+        False,
+        "also run the controller (keys of ControllerConfig in the same file)",
+    )
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """The DLedger controller (`rmq-ha controller`, or embedded in a name server).
+
+    RocketMQ keys (`common/.../ControllerConfig.java`), plus DLedger's Raft timing keys
+    (`DLedgerConfig`: heartBeatTimeIntervalMs, maxHeartBeatLeak, min/maxVoteIntervalMs), which
+    RocketMQ does not expose but tests and benchmarks need shorter.
+    """
+
+    controller_dleger_group: str = rmq("controllerDLegerGroup", "DefaultControllerGroup")
+    controller_dleger_peers: str = rmq(
+        "controllerDLegerPeers", "n0-127.0.0.1:9878", "id-host:port;id-host:port;..."
+    )
+    controller_dleger_self_id: str = rmq("controllerDLegerSelfId", "n0", "one of the peer ids")
+    controller_store_path: str = rmq(
+        "controllerStorePath", "", "Raft storage root; empty: ~/DLedgerController"
+    )
+    enable_elect_unclean_master: bool = rmq(
+        "enableElectUncleanMaster", False, "may elect outside the SyncStateSet (loses data)"
+    )
+    scan_not_active_broker_interval_ms: int = rmq(
+        "scanNotActiveBrokerInterval", 5000, "how often expired broker heartbeats are dropped"
+    )
+    scan_inactive_master_interval_ms: int = rmq(
+        "scanInactiveMasterInterval", 5000, "how often the leader looks for dead masters"
+    )
+    elect_master_max_retry_count: int = rmq("electMasterMaxRetryCount", 3)
+    notify_broker_role_changed: bool = rmq(
+        "notifyBrokerRoleChanged", True, "push NOTIFY_BROKER_ROLE_CHANGED after elections"
+    )
+    heart_beat_time_interval_ms: int = rmq("heartBeatTimeIntervalMs", 2000, "DLedger")
+    max_heart_beat_leak: int = rmq("maxHeartBeatLeak", 3, "DLedger")
+    min_vote_interval_ms: int = rmq("minVoteIntervalMs", 300, "DLedger")
+    max_vote_interval_ms: int = rmq("maxVoteIntervalMs", 1000, "DLedger")
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """controllerDLegerPeers as {id: "host:port"}."""
+        out: dict[str, str] = {}
+        for item in self.controller_dleger_peers.split(";"):
+            if item.strip():
+                node_id, _, addr = item.strip().partition("-")
+                out[node_id.strip()] = addr.strip()
+        return out
+
+    @property
+    def store_dir(self) -> Path:
+        """Where this node's Raft state lives (DLedger: `<storePath>/dledger-<selfId>`)."""
+        root = Path(self.controller_store_path or "~/DLedgerController").expanduser()
+        return root / f"dledger-{self.controller_dleger_self_id}"
 
 
 @dataclass(frozen=True)
@@ -165,6 +222,8 @@ def _validate(record: Any) -> None:
                 f.name.endswith(("_ms", "_bytes", "_nums", "_size")) or "interval" in f.name
             ) and v <= 0:
                 raise ConfigError(f"bad config {key}: {v} must be positive", key)
+    if isinstance(record, ControllerConfig):
+        _validate_controller(record)
     if isinstance(record, BrokerConfig):
         if record.broker_id < 0:
             raise ConfigError("bad config brokerId: must be >= 0", "brokerId")
@@ -178,6 +237,28 @@ def _validate(record: Any) -> None:
                 "bad config mappedFileSizeConsumeQueue: must be a multiple of 20 (unit size)",
                 "mappedFileSizeConsumeQueue",
             )
+
+
+def _validate_controller(record: ControllerConfig) -> None:
+    peers = record.peers
+    key = "controllerDLegerPeers"
+    if not peers:
+        raise ConfigError(f"bad config {key}: no peers", key)
+    for node_id, addr in peers.items():
+        host, _, port = addr.rpartition(":")
+        if not node_id or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"bad config {key}: {node_id}-{addr} is not id-host:port", key)
+    if record.controller_dleger_self_id not in peers:
+        key = "controllerDLegerSelfId"
+        raise ConfigError(
+            f"bad config {key}: {record.controller_dleger_self_id!r} not in peers", key
+        )
+    if record.min_vote_interval_ms > record.max_vote_interval_ms:
+        raise ConfigError(
+            "bad config minVoteIntervalMs: above maxVoteIntervalMs", "minVoteIntervalMs"
+        )
+    if record.max_heart_beat_leak <= 0 or record.elect_master_max_retry_count <= 0:
+        raise ConfigError("bad config: maxHeartBeatLeak and electMasterMaxRetryCount must be > 0")
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""`rmq-ha namesrv` and `rmq-ha broker`: run a role in the foreground until SIGINT/SIGTERM.
+"""`rmq-ha namesrv`, `rmq-ha broker` and `rmq-ha controller`: run a role in the foreground
+until SIGINT/SIGTERM.
 
 `--ready-file PATH` writes "host:port" to PATH (atomically) once the role is listening, so
 scripts and tests can wait for readiness without parsing logs."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -30,22 +32,32 @@ def _write_ready(path: str | None, addr: str) -> None:
 
 
 async def _run(serve: Any, cfg: Any, ready_file: str | None) -> None:
-    async with trio.open_nursery() as nursery:
-        addr = await nursery.start(serve, cfg)
-        _write_ready(ready_file, addr)
-        print(f"ready {addr}", flush=True)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    # The signal receiver is open before the ready file exists, so a SIGTERM sent as soon as
+    # the file appears still shuts down cleanly (exit status 0).
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            addr = await nursery.start(serve, cfg)
+            _write_ready(ready_file, addr)
+            print(f"ready {addr}", flush=True)
             async for _ in signals:
                 logging.getLogger("rmq_ha").info("shutting down")
                 nursery.cancel_scope.cancel()
                 break
 
 
-def _load(cls: Any, args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
+def _known_keys(cls: Any) -> set[str]:
+    return {k for f in dataclasses.fields(cls) for k in (f.name, f.metadata.get("rocketmq", ""))}
+
+
+def _load(
+    cls: Any, args: argparse.Namespace, overrides: dict[str, Any], also: tuple[Any, ...] = ()
+) -> Any:
+    """Loads `cls` from -c (or defaults); keys of the `also` classes are not reported."""
     if args.config:
         cfg, unknown = config.load(cls, args.config)
     else:
         cfg, unknown = config.from_mapping(cls, {})
+    unknown = [k for k in unknown if not any(k in _known_keys(c) for c in also)]
     if unknown:
         logging.getLogger("rmq_ha").info(
             "config keys not used by rmq_ha: %s", ", ".join(sorted(unknown))
@@ -71,9 +83,26 @@ def run_namesrv(args: argparse.Namespace) -> int:
             config.NamesrvConfig,
             args,
             {"listen_port": args.listen_port, "listen_host": args.listen_host},
+            also=(config.ControllerConfig,),
         )
+        ccfg = None
+        if cfg.enable_controller_in_namesrv:
+            ccfg = _load(config.ControllerConfig, args, {}, also=(config.NamesrvConfig,))
     except ConfigError as e:
         print(f"rmq-ha namesrv: {e}", file=sys.stderr)
+        return 2
+    trio.run(_run, functools.partial(serve, controller_cfg=ccfg), cfg, args.ready_file)
+    return 0
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    from rmq_ha.controller.role import serve
+
+    _setup_logging(args.log_level)
+    try:
+        cfg = _load(config.ControllerConfig, args, {})
+    except ConfigError as e:
+        print(f"rmq-ha controller: {e}", file=sys.stderr)
         return 2
     trio.run(_run, serve, cfg, args.ready_file)
     return 0
@@ -112,3 +141,9 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--ready-file", help="write host:port here once listening")
     b.add_argument("--log-level", default="info")
     b.set_defaults(func=run_broker)
+
+    c = sub.add_parser("controller", help="run a controller node (DLedger-style Raft group)")
+    c.add_argument("-c", "--config", help="TOML or RocketMQ .conf/.properties file")
+    c.add_argument("--ready-file", help="write host:port here once listening")
+    c.add_argument("--log-level", default="info")
+    c.set_defaults(func=run_controller)

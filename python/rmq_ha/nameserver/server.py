@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
-from rmq_ha.config import NamesrvConfig
+from rmq_ha.config import ControllerConfig, NamesrvConfig
 from rmq_ha.nameserver.routes import RouteTable
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -40,6 +41,9 @@ from rmq_ha.protocol.models import (
 )
 from rmq_ha.protocol.register_body import decode_register_body
 
+if TYPE_CHECKING:
+    from rmq_ha.controller.role import ControllerNode
+
 log = logging.getLogger(__name__)
 
 
@@ -48,7 +52,12 @@ def wall_ms() -> int:
 
 
 class Nameserver:
-    def __init__(self, cfg: NamesrvConfig, now_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(
+        self,
+        cfg: NamesrvConfig,
+        now_ms: Callable[[], int] = wall_ms,
+        controller_cfg: ControllerConfig | None = None,
+    ) -> None:
         self.cfg = cfg
         self.now_ms = now_ms
         self.routes = RouteTable(default_timeout_ms=cfg.broker_channel_expired_time_ms)
@@ -66,6 +75,18 @@ class Nameserver:
         d.register(RC.DELETE_KV_CONFIG, self.delete_kv)
         self.dispatcher = d
         self.server = RemotingServer(d, cfg.listen_host, cfg.listen_port)
+        self.controller = self._embed_controller(controller_cfg)
+
+    def _embed_controller(self, ccfg: ControllerConfig | None) -> ControllerNode | None:
+        """enableControllerInNamesrv: a controller node in this process, on this server when its
+        peer port is our listen port (else on its own peer port, like DLedger's server)."""
+        if ccfg is None or not self.cfg.enable_controller_in_namesrv:
+            return None
+        from rmq_ha.controller.role import ControllerNode
+
+        node = ControllerNode(ccfg)
+        node.embed(self.dispatcher, self.cfg.listen_port, self.broker_heartbeat)
+        return node
 
     @property
     def address(self) -> str:
@@ -74,6 +95,8 @@ class Nameserver:
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.server.serve)
+            if self.controller is not None:
+                await nursery.start(self.controller.run)
             nursery.start_soon(self._scan_loop)
             log.info("name server ready on %s", self.address)
             task_status.started(self.address)
@@ -184,7 +207,11 @@ class Nameserver:
 
 
 async def serve(
-    cfg: NamesrvConfig, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    cfg: NamesrvConfig,
+    *,
+    controller_cfg: ControllerConfig | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs a name server until cancelled; reports its address when listening."""
-    await Nameserver(cfg).serve(task_status=task_status)
+    """Runs a name server (with its embedded controller when enableControllerInNamesrv) until
+    cancelled; reports its address when listening."""
+    await Nameserver(cfg, controller_cfg=controller_cfg).serve(task_status=task_status)

@@ -10,6 +10,7 @@ Lock/unlock (41/42), heartbeat (34) and the bulk metadata reads carry JSON bodie
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
@@ -26,14 +27,23 @@ from rmq_ha.protocol.headerbase import (
 )
 
 __all__ = [
+    "CONTROLLER_REQUEST_HEADERS",
+    "CONTROLLER_RESPONSE_HEADERS",
     "I32",
     "REQUEST_HEADERS",
     "RESPONSE_HEADERS",
+    "AlterSyncStateSetRequestHeader",
+    "AlterSyncStateSetResponseHeader",
+    "ApplyBrokerIdRequestHeader",
+    "ApplyBrokerIdResponseHeader",
     "BrokerHeartbeatRequestHeader",
     "CheckTransactionStateRequestHeader",
+    "CleanControllerBrokerDataRequestHeader",
     "CommandHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
+    "ElectMasterRequestHeader",
+    "ElectMasterResponseHeader",
     "EndTransactionRequestHeader",
     "ExchangeHAInfoRequestHeader",
     "ExchangeHAInfoResponseHeader",
@@ -43,13 +53,19 @@ __all__ = [
     "GetEarliestMsgStoretimeResponseHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
+    "GetMetaDataResponseHeader",
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
+    "GetNextBrokerIdRequestHeader",
+    "GetNextBrokerIdResponseHeader",
+    "GetReplicaInfoRequestHeader",
+    "GetReplicaInfoResponseHeader",
     "GetRouteInfoRequestHeader",
     "HeaderError",
     "LockBatchMqRequestHeader",
     "MalformedHeaderField",
     "MissingHeaderField",
+    "NotifyBrokerRoleChangedRequestHeader",
     "NotifyConsumerIdsChangedRequestHeader",
     "NotifyMinBrokerIdChangeRequestHeader",
     "PullMessageRequestHeader",
@@ -60,6 +76,8 @@ __all__ = [
     "QueryDataVersionResponseHeader",
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResponseHeader",
+    "RegisterBrokerToControllerRequestHeader",
+    "RegisterBrokerToControllerResponseHeader",
     "RpcRequestHeader",
     "SearchOffsetRequestHeader",
     "SearchOffsetResponseHeader",
@@ -626,6 +644,209 @@ class ExchangeHAInfoResponseHeader(CommandHeader):
     master_ha_address: str | None = None
     master_flush_offset: int | None = None
     master_address: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Controller (RIP-44): remoting/.../protocol/header/controller/** and
+# NotifyBrokerRoleChangedRequestHeader. Java primitives (`long invokeTime`, `boolean isLeader`)
+# are always sent; `invokeTime` defaults to the sender's wall clock, as in Java.
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(kw_only=True, slots=True)
+class AlterSyncStateSetRequestHeader(CommandHeader):
+    """CONTROLLER_ALTER_SYNC_STATE_SET (1001); the body is a `models.SyncStateSet`."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_ALTER_SYNC_STATE_SET,)
+
+    broker_name: str | None = None
+    master_broker_id: int | None = None
+    master_epoch: I32 | None = None
+    invoke_time: int = field(default_factory=_wall_ms)
+
+
+@dataclass(kw_only=True, slots=True)
+class AlterSyncStateSetResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_ALTER_SYNC_STATE_SET,)
+
+    new_sync_state_set_epoch: I32 = 0
+
+
+@dataclass(kw_only=True, slots=True)
+class ElectMasterRequestHeader(CommandHeader):
+    """CONTROLLER_ELECT_MASTER (1002). brokerId -1 = controller-triggered; designateElect =
+    admin-triggered (prefer brokerId)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_ELECT_MASTER,)
+
+    cluster_name: str = field(default="", metadata=wire(required=True))
+    broker_name: str = field(default="", metadata=wire(required=True))
+    broker_id: int = field(default=-1, metadata=wire(required=True))
+    designate_elect: bool = field(default=False, metadata=wire(required=True))
+    invoke_time: int | None = field(default_factory=_wall_ms)
+
+
+@dataclass(kw_only=True, slots=True)
+class ElectMasterResponseHeader(CommandHeader):
+    """The body is a `models.ElectMasterResponseBody`."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_ELECT_MASTER,)
+
+    master_broker_id: int | None = None
+    master_address: str | None = None
+    master_epoch: I32 | None = None
+    sync_state_set_epoch: I32 | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class RegisterBrokerToControllerRequestHeader(CommandHeader):
+    """CONTROLLER_REGISTER_BROKER (1003). `registerCheckCode` is our extension (RocketMQ
+    ignores it): when sent, it must equal the code the id was applied with."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_REGISTER_BROKER,)
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    broker_id: int | None = None
+    broker_address: str | None = None
+    invoke_time: int = field(default_factory=_wall_ms)
+    register_check_code: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class RegisterBrokerToControllerResponseHeader(CommandHeader):
+    """The body is a `models.SyncStateSet`."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_REGISTER_BROKER,)
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    master_broker_id: int | None = None
+    master_address: str | None = None
+    master_epoch: I32 | None = None
+    sync_state_set_epoch: I32 | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class GetReplicaInfoRequestHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_GET_REPLICA_INFO,)
+
+    broker_name: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class GetReplicaInfoResponseHeader(CommandHeader):
+    """The body is a `models.SyncStateSet`."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_GET_REPLICA_INFO,)
+
+    master_broker_id: int | None = None
+    master_address: str | None = None
+    master_epoch: I32 | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class GetMetaDataResponseHeader(CommandHeader):
+    """CONTROLLER_GET_METADATA_INFO (1005), answered by every controller node. `peers` is
+    "id:host:port;" per member. rmq_ha also sends it with CONTROLLER_NOT_LEADER (2007) answers,
+    so a caller learns where the leader is."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_GET_METADATA_INFO,)
+
+    group: str | None = None
+    controller_leader_id: str | None = None
+    controller_leader_address: str | None = None
+    is_leader: bool = False
+    peers: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class CleanControllerBrokerDataRequestHeader(CommandHeader):
+    """CLEAN_BROKER_DATA (1011). brokerControllerIdsToClean: "1;2;3", absent = the whole set."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CLEAN_BROKER_DATA,)
+
+    cluster_name: str | None = None
+    broker_name: str
+    broker_controller_ids_to_clean: str | None = None
+    is_clean_living_broker: bool = False
+    invoke_time: int = field(default_factory=_wall_ms)
+
+
+@dataclass(kw_only=True, slots=True)
+class GetNextBrokerIdRequestHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_GET_NEXT_BROKER_ID,)
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class GetNextBrokerIdResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_GET_NEXT_BROKER_ID,)
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    next_broker_id: int | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class ApplyBrokerIdRequestHeader(CommandHeader):
+    """CONTROLLER_APPLY_BROKER_ID (1013); registerCheckCode is "brokerAddr;currentTimeMillis"."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_APPLY_BROKER_ID,)
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    applied_broker_id: int | None = None
+    register_check_code: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class ApplyBrokerIdResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.CONTROLLER_APPLY_BROKER_ID,)
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class NotifyBrokerRoleChangedRequestHeader(CommandHeader):
+    """NOTIFY_BROKER_ROLE_CHANGED (1008), controller -> broker, oneway; the body is a
+    `models.SyncStateSet`."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.NOTIFY_BROKER_ROLE_CHANGED,)
+
+    master_address: str | None = None
+    master_epoch: I32 | None = None
+    sync_state_set_epoch: I32 | None = None
+    master_broker_id: int | None = None
+
+
+#: The controller's headers, kept apart from REQUEST_HEADERS/RESPONSE_HEADERS below.
+CONTROLLER_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
+    AlterSyncStateSetRequestHeader,
+    ElectMasterRequestHeader,
+    RegisterBrokerToControllerRequestHeader,
+    GetReplicaInfoRequestHeader,
+    CleanControllerBrokerDataRequestHeader,
+    GetNextBrokerIdRequestHeader,
+    ApplyBrokerIdRequestHeader,
+    NotifyBrokerRoleChangedRequestHeader,
+)
+
+CONTROLLER_RESPONSE_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
+    AlterSyncStateSetResponseHeader,
+    ElectMasterResponseHeader,
+    RegisterBrokerToControllerResponseHeader,
+    GetReplicaInfoResponseHeader,
+    GetMetaDataResponseHeader,
+    GetNextBrokerIdResponseHeader,
+    ApplyBrokerIdResponseHeader,
+)
 
 
 # ---------------------------------------------------------------------------------------------

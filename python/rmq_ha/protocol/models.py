@@ -313,3 +313,72 @@ class GetConsumerListByGroupResponseBody(JsonModel):
 
 #: The brief's short name for the same body.
 ConsumerListByGroupResponseBody = GetConsumerListByGroupResponseBody
+
+
+# ---------------------------------------------------------------------------------------------
+# Controller (RIP-44): remoting/.../protocol/body/{SyncStateSet, ElectMasterResponseBody,
+# BrokerReplicasInfo, EpochEntryCache} and remoting/.../protocol/EpochEntry. Broker ids are
+# Java Longs; a Set<Long> travels as a JSON array.
+
+
+@dataclass(slots=True)
+class SyncStateSet(JsonModel):
+    """Body of ALTER_SYNC_STATE_SET (1001) requests and of the register (1003), replica-info
+    (1004), alter (1001) answers and role-change notices (1008)."""
+
+    sync_state_set: set[int] = field(default_factory=set)
+    sync_state_set_epoch: int = 0
+
+
+@dataclass(slots=True)
+class ElectMasterResponseBody(JsonModel):
+    """CONTROLLER_ELECT_MASTER (1002) answer: the new set and the group's members."""
+
+    broker_member_group: BrokerMemberGroup | None = None
+    sync_state_set: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class ReplicaIdentity(JsonModel):
+    broker_name: str | None = None
+    broker_id: int | None = None
+    broker_address: str | None = None
+    alive: bool | None = None
+
+
+@dataclass(slots=True)
+class ReplicasInfo(JsonModel):
+    """`BrokerReplicasInfo.ReplicasInfo`: one broker group as the admin sees it."""
+
+    master_broker_id: int | None = None
+    master_address: str | None = None
+    master_epoch: int = 0
+    sync_state_set_epoch: int = 0
+    in_sync_replicas: list[ReplicaIdentity] = field(default_factory=list)
+    not_in_sync_replicas: list[ReplicaIdentity] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class BrokerReplicasInfo(JsonModel):
+    """CONTROLLER_GET_SYNC_STATE_DATA (1006) answer; the request body is a JSON array of
+    broker names."""
+
+    replicas_info_table: dict[str, ReplicasInfo] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class EpochEntry(JsonModel):
+    epoch: int = 0
+    start_offset: int = 0
+    end_offset: int = 2**63 - 1  # Long.MAX_VALUE: the open last epoch
+
+
+@dataclass(slots=True)
+class EpochEntryCache(JsonModel):
+    """GET_BROKER_EPOCH_CACHE (1007) answer, admin -> broker."""
+
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    broker_id: int = 0
+    epoch_list: list[EpochEntry] = field(default_factory=list)
+    max_offset: int = 0

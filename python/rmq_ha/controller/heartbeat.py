@@ -1,0 +1,113 @@
+"""Each controller node's own broker liveness table (RocketMQ's DefaultBrokerHeartbeatManager).
+
+Brokers send BROKER_HEARTBEAT (904) to every controller, so every node, and hence a newly
+elected leader, already knows who is alive. An entry is alive while `now - last <= timeout`
+(the timeout comes with each heartbeat, default 10 s). The (epoch, maxOffset, confirmOffset)
+triple only moves forward: it is replaced when the heartbeat's epoch is larger, or equal with a
+larger maxOffset. Not-alive entries are dropped by `expire` (the periodic scan) and when the
+broker's connection closes (`drop_connection`, RocketMQ's BrokerHousekeepingService).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rmq_ha.controller.elect import DEFAULT_ELECTION_PRIORITY, BrokerKey, BrokerLiveInfo
+from rmq_ha.protocol.headers import BrokerHeartbeatRequestHeader
+
+#: BrokerHeartbeatManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class LiveEntry:
+    broker_addr: str
+    last_update_ms: int
+    timeout_ms: int
+    epoch: int
+    max_offset: int
+    confirm_offset: int
+    election_priority: int
+    #: The connection the last heartbeat came on (any object with identity), or None.
+    conn: object | None = None
+
+    def alive(self, now_ms: int) -> bool:
+        return now_ms - self.last_update_ms <= self.timeout_ms
+
+    def info(self) -> BrokerLiveInfo:
+        return BrokerLiveInfo(
+            alive=True,
+            epoch=self.epoch,
+            max_offset=self.max_offset,
+            confirm_offset=self.confirm_offset,
+            election_priority=self.election_priority,
+            last_heartbeat_ms=self.last_update_ms,
+        )
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+class HeartbeatTable:
+    def __init__(self, now_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.now_ms = now_ms
+        self.entries: dict[BrokerKey, LiveEntry] = {}
+
+    def on_heartbeat(self, h: BrokerHeartbeatRequestHeader, conn: object | None = None) -> bool:
+        """Records one heartbeat (brokerId must be set); True when the broker is new."""
+        assert h.broker_id is not None
+        key = BrokerKey(h.cluster_name, h.broker_name, h.broker_id)
+        now = self.now_ms()
+        epoch, max_offset = _or(h.epoch, -1), _or(h.max_offset, -1)
+        timeout = _or(h.heartbeat_timeout_mills, DEFAULT_HEARTBEAT_TIMEOUT_MS)
+        priority = _or(h.election_priority, DEFAULT_ELECTION_PRIORITY)
+        prev = self.entries.get(key)
+        if prev is None:
+            self.entries[key] = LiveEntry(
+                h.broker_addr,
+                now,
+                timeout,
+                epoch,
+                max_offset,
+                _or(h.confirm_offset, -1),
+                priority,
+                conn,
+            )
+            return True
+        prev.broker_addr, prev.last_update_ms, prev.timeout_ms = h.broker_addr, now, timeout
+        prev.election_priority, prev.conn = priority, conn
+        if epoch > prev.epoch or (epoch == prev.epoch and max_offset > prev.max_offset):
+            prev.epoch, prev.max_offset = epoch, max_offset
+            prev.confirm_offset = _or(h.confirm_offset, -1)
+        return False
+
+    def is_alive(self, key: BrokerKey) -> bool:
+        entry = self.entries.get(key)
+        return entry is not None and entry.alive(self.now_ms())
+
+    def view(self) -> dict[BrokerKey, BrokerLiveInfo]:
+        """The live entries, as the state machine's election policy reads them."""
+        now = self.now_ms()
+        return {k: e.info() for k, e in self.entries.items() if e.alive(now)}
+
+    def expire(self) -> list[BrokerKey]:
+        """Drops and returns the entries whose heartbeat timed out."""
+        now = self.now_ms()
+        dead = [k for k, e in self.entries.items() if not e.alive(now)]
+        for key in dead:
+            del self.entries[key]
+        return dead
+
+    def drop_connection(self, conn: object) -> list[BrokerKey]:
+        """Drops and returns the entries whose last heartbeat came on `conn` (it closed)."""
+        gone = [k for k, e in self.entries.items() if e.conn is conn]
+        for key in gone:
+            del self.entries[key]
+        return gone

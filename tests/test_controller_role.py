@@ -1,0 +1,308 @@
+"""The controller role in one process: three ControllerNodes on loopback, a test broker.
+
+Real sockets and the real Raft driver, short timings (tests/controllerutil.FAST)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from controllerutil import controller_config, free_ports, wait_for, wait_leader
+from rmq_ha import config
+from rmq_ha.controller import messages as m
+from rmq_ha.controller.client import ControllerClient
+from rmq_ha.controller.events import ApplyBrokerIdEvent, encode_events
+from rmq_ha.controller.heartbeat import HeartbeatTable
+from rmq_ha.controller.role import ControllerNode, ControllerStateMachine
+from rmq_ha.controller.testbroker import TestBroker
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Code
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import BrokerHeartbeatRequestHeader, GetMetaDataResponseHeader
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Group:
+    def __init__(self, nodes: list[ControllerNode], client: RemotingClient) -> None:
+        self.nodes = nodes
+        self.addrs = [n.address for n in nodes]
+        self.client = client
+        self.cc = ControllerClient(client, self.addrs)
+        self.scopes = {id(n): trio.CancelScope() for n in nodes}
+        self.crashed: set[int] = set()
+
+    async def _run(self, node: ControllerNode, *, task_status: trio.TaskStatus[str]) -> None:
+        with self.scopes[id(node)]:
+            await node.run(task_status=task_status)
+
+    def crash(self, node: ControllerNode) -> None:
+        """Stops the node at once (its sockets close), as a crash looks to the others."""
+        self.crashed.add(id(node))
+        self.scopes[id(node)].cancel()
+
+    def running(self) -> list[ControllerNode]:
+        return [n for n in self.nodes if id(n) not in self.crashed]
+
+    def leader(self) -> ControllerNode:
+        (node,) = [n for n in self.running() if n.driver.serving]
+        return node
+
+    def followers(self) -> list[ControllerNode]:
+        return [n for n in self.running() if not n.driver.serving]
+
+
+@asynccontextmanager
+async def group(tmp_path: Path, **extra: object) -> AsyncIterator[Group]:
+    ports = free_ports(3)
+    nodes = [ControllerNode(controller_config(ports, i, tmp_path, **extra)) for i in range(3)]
+    async with trio.open_nursery() as nursery, RemotingClient() as client:
+        g = Group(nodes, client)
+        for node in nodes:
+            await nursery.start(g._run, node)
+        await wait_leader(g.cc)
+        yield g
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def brokers(g: Group, n: int, name: str = "broker-a") -> AsyncIterator[list[TestBroker]]:
+    bs = [TestBroker(g.addrs, name, heartbeat_timeout_ms=1500) for _ in range(n)]
+    async with trio.open_nursery() as nursery:
+        for b in bs:
+            await nursery.start(b.run)
+            await b.join()
+            b.start_heartbeats(0.1)
+        yield bs
+        nursery.cancel_scope.cancel()
+
+
+def new_master_notice(b: TestBroker, master: int) -> bool:
+    return any(h.master_broker_id == master for h, _ in b.notices)
+
+
+async def test_a_leader_serves_and_every_node_names_it(tmp_path: Path) -> None:
+    async with group(tmp_path) as g:
+        leader = g.leader()
+        for addr in g.addrs:
+            meta = await g.cc.metadata(addr)
+            assert meta.controller_leader_id == leader.node_id
+            assert meta.controller_leader_address == leader.address
+            assert meta.is_leader == (addr == leader.address)
+            assert meta.group == "test-group"
+            assert meta.peers == "".join(f"n{i}:{a};" for i, a in enumerate(g.addrs))
+
+
+async def test_a_follower_answers_not_leader_with_the_leaders_address(tmp_path: Path) -> None:
+    async with group(tmp_path) as g:
+        leader, follower = g.leader(), g.followers()[0]
+        req = m.GetNextBrokerIdRequest("DefaultCluster", "broker-a")
+        from rmq_ha.controller import wire
+
+        resp = await g.client.invoke(follower.address, wire.request_command(req))
+        assert resp.code == Code.CONTROLLER_NOT_LEADER
+        assert "not in leader state" in (resp.remark or "")
+        meta = GetMetaDataResponseHeader.from_ext(resp.ext_fields)
+        assert meta.controller_leader_address == leader.address and not meta.is_leader
+
+
+async def test_broker_join_elect_and_sync_state_set(tmp_path: Path) -> None:
+    async with group(tmp_path) as g, brokers(g, 2) as (b1, b2):
+        assert (b1.broker_id, b2.broker_id) == (1, 2)
+        first = await b1.elect()
+        assert first.code == Code.SUCCESS and first.master_broker_id == 1
+        assert first.broker_addrs == {1: b1.address, 2: b2.address}
+        again = await b2.elect()
+        assert again.code == Code.CONTROLLER_MASTER_STILL_EXIST and again.master_broker_id == 1
+        epochs = (first.master_epoch or 0, first.sync_state_set_epoch or 0)
+        alter = m.AlterSyncStateSetRequest("broker-a", 1, epochs[0], frozenset({1, 2}), epochs[1])
+        altered = await b1.request(alter)
+        assert altered.ok and altered.sync_state_set == {1, 2}
+        data = await g.cc.request(m.GetSyncStateDataRequest(("broker-a",)))
+        info = data.replicas_info["broker-a"]
+        assert info.master_broker_id == 1 and info.master_address == b1.address
+        assert [r.broker_id for r in info.in_sync_replicas] == [1, 2]
+        assert all(r.alive for r in info.in_sync_replicas)
+        # Every node applied the same events.
+        await wait_for(lambda: all(n.state == g.leader().state for n in g.nodes), 5, "replicas")
+
+
+async def test_master_connection_loss_elects_the_other_and_notifies_it(tmp_path: Path) -> None:
+    async with group(tmp_path) as g, brokers(g, 2) as (b1, b2):
+        first = await b1.elect()
+        await b1.request(m.AlterSyncStateSetRequest("broker-a", 1, first.master_epoch or 0,
+                                                    frozenset({1, 2}), 1))  # fmt: skip
+        b1.stop()  # its connections close: every controller drops it at once
+        await wait_for(lambda: new_master_notice(b2, 2), 10, "a role-change notice")
+        header, body = b2.notices[-1]
+        assert header.master_broker_id == 2 and header.master_address == b2.address
+        assert header.master_epoch == (first.master_epoch or 0) + 1
+        assert body.sync_state_set == {2}
+        info = await b2.replica_info()
+        assert info.master_broker_id == 2
+
+
+async def test_expired_heartbeat_of_the_master_triggers_an_election(tmp_path: Path) -> None:
+    async with group(tmp_path) as g:
+        b1, b2 = TestBroker(g.addrs, heartbeat_timeout_ms=400), TestBroker(g.addrs)
+        async with trio.open_nursery() as nursery:
+            for b in (b1, b2):
+                await nursery.start(b.run)
+                await b.join()
+            b2.start_heartbeats(0.1)
+            first = await b1.elect()
+            await b1.request(m.AlterSyncStateSetRequest("broker-a", 1, first.master_epoch or 0,
+                                                        frozenset({1, 2}), 1))  # fmt: skip
+            # b1 stays connected but goes silent: only the heartbeat timeout tells.
+            await wait_for(lambda: new_master_notice(b2, 2), 10, "a role-change notice")
+            nursery.cancel_scope.cancel()
+
+
+async def test_leader_failover_keeps_metadata_and_serves(tmp_path: Path) -> None:
+    async with group(tmp_path) as g, brokers(g, 1) as (b1,):
+        await b1.elect()
+        old = g.leader()
+        state = old.state.snapshot()
+        g.crash(old)
+        await wait_for(lambda: [n for n in g.running() if n.driver.serving], 10, "a new leader")
+        info = await b1.replica_info()
+        assert info.ok and info.master_broker_id == 1
+        assert g.leader().state.snapshot() == state
+
+
+async def test_racing_applies_of_one_id_let_exactly_one_win(tmp_path: Path) -> None:
+    async with group(tmp_path) as g:
+        results: list[m.ApplyBrokerIdResponse] = []
+
+        async def apply(addr: str) -> None:
+            req = m.ApplyBrokerIdRequest("c", "broker-x", 1, f"{addr};1")
+            results.append(await g.cc.request(req))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(apply, f"127.0.0.1:{1000 + i}")
+        codes = sorted(r.code for r in results)
+        assert codes.count(Code.SUCCESS) == 1
+        assert codes.count(Code.CONTROLLER_BROKER_ID_INVALID) == 3
+
+
+async def test_heartbeat_without_broker_id_is_invalid(tmp_path: Path) -> None:
+    async with group(tmp_path) as g:
+        h = BrokerHeartbeatRequestHeader(cluster_name="c", broker_addr="a:1", broker_name="b")
+        cmd = RemotingCommand.request(RC.BROKER_HEARTBEAT, h.to_ext())
+        resp = await g.client.invoke(g.addrs[0], cmd)
+        assert resp.code == Code.CONTROLLER_INVALID_REQUEST
+
+
+async def test_malformed_requests_get_clear_codes(tmp_path: Path) -> None:
+    async with group(tmp_path) as g:
+        leader = g.leader().address
+        no_id = RemotingCommand.request(RC.CONTROLLER_APPLY_BROKER_ID, {"brokerName": "b"})
+        resp = await g.client.invoke(leader, no_id)
+        assert resp.code == Code.CONTROLLER_INVALID_REQUEST and "appliedBrokerId" in resp.remark
+        bad = RemotingCommand.request(RC.CONTROLLER_ALTER_SYNC_STATE_SET,
+                                      {"brokerName": "b", "masterBrokerId": "1",
+                                       "masterEpoch": "1"}, b"[not json")  # fmt: skip
+        resp = await g.client.invoke(leader, bad)
+        assert resp.code == Code.CONTROLLER_INVALID_REQUEST
+        typo = RemotingCommand.request(RC.CONTROLLER_GET_NEXT_BROKER_ID,
+                                       {"brokerName": "b"})  # fmt: skip
+        assert (await g.client.invoke(leader, typo)).code == Code.SUCCESS
+        bad_num = RemotingCommand.request(RC.CONTROLLER_APPLY_BROKER_ID,
+                                          {"brokerName": "b", "appliedBrokerId": "x"})  # fmt: skip
+        assert (await g.client.invoke(leader, bad_num)).code == Code.SYSTEM_ERROR
+
+
+async def test_embedded_in_a_name_server_shares_its_port(tmp_path: Path) -> None:
+    from rmq_ha.nameserver.server import Nameserver
+
+    ports = free_ports(3)
+    servers = []
+    for i, port in enumerate(ports):
+        ncfg, _ = config.from_mapping(
+            config.NamesrvConfig, {"listenPort": port, "enableControllerInNamesrv": True}
+        )
+        servers.append(Nameserver(ncfg, controller_cfg=controller_config(ports, i, tmp_path)))
+    async with trio.open_nursery() as nursery, RemotingClient() as client:
+        for s in servers:
+            await nursery.start(s.serve)
+        addrs = [s.address for s in servers]
+        cc = ControllerClient(client, addrs)
+        await wait_leader(cc)
+        b = TestBroker(addrs)
+        await nursery.start(b.run)
+        await b.join()
+        assert (await b.elect()).master_broker_id == 1
+        # The name server still answers its own requests on the same port.
+        resp = await client.invoke(addrs[0], RemotingCommand.request(RC.GET_BROKER_CLUSTER_INFO))
+        assert resp.code == Code.SUCCESS
+        assert all(s.controller is not None and s.controller.live.entries for s in servers)
+        nursery.cancel_scope.cancel()
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+
+def test_state_machine_applies_batches_and_skips_garbage() -> None:
+    sm = ControllerStateMachine()
+    ev = ApplyBrokerIdEvent("c", "b", 1, "a:1", "a:1;0")
+    rival = ApplyBrokerIdEvent("c", "b", 1, "a:2", "a:2;0")
+    assert sm.apply(1, encode_events([ev, rival])) == [True, False]
+    assert sm.apply(2, b"\xffnot json") == []
+    copy = ControllerStateMachine()
+    copy.restore(sm.snapshot())
+    assert copy.state == sm.state
+
+
+def test_heartbeat_table_keeps_the_best_progress_and_expires() -> None:
+    now = [1000]
+    table = HeartbeatTable(lambda: now[0])
+
+    def beat(epoch: int, offset: int, conn: object = None) -> bool:
+        h = BrokerHeartbeatRequestHeader(
+            cluster_name="c", broker_addr="a:1", broker_name="b", broker_id=1, epoch=epoch,
+            max_offset=offset, confirm_offset=offset, heartbeat_timeout_mills=500,
+        )  # fmt: skip
+        return table.on_heartbeat(h, conn)
+
+    conn = object()
+    assert beat(2, 100, conn) is True
+    assert beat(1, 900, conn) is False  # an older epoch never replaces a newer one
+    key = next(iter(table.entries))
+    assert (table.view()[key].epoch, table.view()[key].max_offset) == (2, 100)
+    beat(2, 150, conn)
+    assert table.view()[key].max_offset == 150
+    now[0] += 501
+    assert table.view() == {} and not table.is_alive(key)
+    assert table.expire() == [key] and table.entries == {}
+    beat(3, 0, conn)
+    assert table.drop_connection(conn) == [key]
+
+
+def test_controller_config_keys_and_checks(tmp_path: Path) -> None:
+    text = (
+        "controllerDLegerGroup = g1\n"
+        "controllerDLegerPeers = n0-127.0.0.1:9878;n1-127.0.0.1:9868;n2-127.0.0.1:9858\n"
+        "controllerDLegerSelfId = n1\n"
+        f"controllerStorePath = {tmp_path}\n"
+        "enableElectUncleanMaster = true\n"
+        "scanNotActiveBrokerInterval = 2000\n"
+    )
+    (tmp_path / "c.conf").write_text(text)
+    cfg, unknown = config.load(config.ControllerConfig, tmp_path / "c.conf")
+    assert unknown == []
+    assert cfg.peers == {"n0": "127.0.0.1:9878", "n1": "127.0.0.1:9868", "n2": "127.0.0.1:9858"}
+    assert cfg.store_dir == tmp_path / "dledger-n1"
+    assert cfg.enable_elect_unclean_master and cfg.scan_not_active_broker_interval_ms == 2000
+    assert ControllerNode(cfg).policy.enable_elect_unclean_master
+    for bad in ({"controllerDLegerSelfId": "n9"}, {"controllerDLegerPeers": "n0-nohost"},
+                {"minVoteIntervalMs": 900, "maxVoteIntervalMs": 100}):  # fmt: skip
+        with pytest.raises(config.ConfigError):
+            config.from_mapping(config.ControllerConfig, bad)
+    ns, _ = config.from_mapping(config.NamesrvConfig, {"enableControllerInNamesrv": "true"})
+    assert ns.enable_controller_in_namesrv
