@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     from rmq_ha.bench import store as bench_store
 
     bench_store.add_parser(bench_sub)
+    from rmq_ha.bench import produce as bench_produce
+
+    bench_produce.add_parser(bench_sub)
     from rmq_ha.bench import controller as bench_controller
 
     bench_controller.add_parser(bench_sub)

@@ -1,0 +1,413 @@
+"""`rmq-ha bench produce [--json]`: produce throughput and send latency of rmq_ha against a real
+Apache RocketMQ 5.5.0 broker, measured in the same run with the same load generator.
+
+The load generator is the real Java `rocketmq-client` 5.5.0 (BenchProducer in the interop harness
+jar): one DefaultMQProducer shared by N threads sending synchronously for D seconds after a
+warm-up, bodies of S bytes, single sends and batches of B; it reports msgs/s, p50/p99 latency per
+send call and errors. Per implementation, in turn (each broker first gets --broker-warmup
+seconds of unmeasured load, so the real broker's JIT is warm):
+
+1. rmq_ha: `rmq-ha namesrv` + `rmq-ha broker` subprocesses on loopback ports, store in a temp
+   dir, ASYNC_FLUSH; every case runs against it; both are stopped (by pid).
+2. real RocketMQ 5.5.0 namesrv + broker (JVMs from Maven Central jars, small heaps, ASYNC_FLUSH,
+   store in a temp dir); the same cases; stopped (by pid).
+
+That is one round; --rounds (default 3) repeats it with fresh brokers and reports medians.
+
+The ratio is rmq_ha msgs/s / RocketMQ msgs/s; the headline is 1 KiB single sends (goal >= 1.0x).
+The load generator runs on the same machine and competes with the broker for CPU.
+
+Needs a SOURCE CHECKOUT of rmq_ha (tests/interop/: the Java harness and the real RocketMQ pom;
+found from an editable install, the current directory or $RMQ_HA_SOURCE), a JDK (java 17+) and
+Maven (mvn); the first run downloads the jars from Maven Central (cached in
+tests/interop/.build/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from rmq_ha.bench import machine, realrmq
+
+IMPLS = ("rmq_ha", "rocketmq")
+HEADLINE = (1024, 1)  # 1 KiB single sends: the case the goal speaks of
+GOAL = 1.0
+LOADGEN_JVM = ["-Xms256m", "-Xmx256m", "-XX:+UseSerialGC"]
+
+
+def _loadgen(
+    jar: Path,
+    namesrv: str,
+    workdir: Path,
+    *,
+    topic: str,
+    size: int,
+    batch: int,
+    threads: int,
+    seconds: float,
+    warmup: float,
+    queues: int,
+) -> dict[str, Any]:
+    """One BenchProducer run; its JSON line. The JVM is killed by pid if anything goes wrong."""
+    home = workdir / "loadgen-home"
+    home.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "java",
+        *LOADGEN_JVM,
+        f"-Duser.home={home}",
+        "-cp",
+        str(jar),
+        "rmqha.interop.BenchProducer",
+        "--namesrv",
+        namesrv,
+        "--topic",
+        topic,
+        "--threads",
+        str(threads),
+        "--seconds",
+        str(seconds),
+        "--warmup",
+        str(warmup),
+        "--body-size",
+        str(size),
+        "--batch",
+        str(batch),
+        "--queues",
+        str(queues),
+    ]
+    err_log = workdir / f"loadgen-{topic}.stderr"
+    with open(err_log, "wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env={**os.environ, "HOME": str(home)},
+        )
+        try:
+            out, _ = proc.communicate(timeout=seconds + warmup + 120)
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+    lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")]
+    data: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+    if proc.returncode != 0 or "msgsPerSec" not in data:
+        tail = "\n".join(err_log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(
+            f"load generator exit {proc.returncode}: {data.get('fatal') or 'no result'}\n{tail}"
+        )
+    return data
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the given processes (Linux /proc), in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _side(data: dict[str, Any], broker_cores: float) -> dict[str, Any]:
+    return {
+        "msgs_per_s": data["msgsPerSec"],
+        "bytes_per_s": data["bytesPerSec"],
+        "p50_ms": data["p50Ms"],
+        "p99_ms": data["p99Ms"],
+        "errors": data["errors"],
+        "sends": data["sends"],
+        "msgs": data["msgs"],
+        "seconds": data["seconds"],
+        "broker_cores": round(broker_cores, 2),
+        **({"error_samples": data["errorSamples"]} if data.get("errorSamples") else {}),
+    }
+
+
+def _failed(why: str) -> dict[str, Any]:
+    return {"msgs_per_s": 0, "p50_ms": None, "p99_ms": None, "errors": None, "failure": why}
+
+
+def _start(impl: str, workdir: Path, h: Any) -> Any:
+    if impl == "rmq_ha":
+        return h.start_rmq_ha(workdir)
+    return realrmq.start_real(workdir)
+
+
+def run(args: argparse.Namespace) -> int:
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop every process started (by pid).
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _one_broker(
+    impl: str,
+    workdir: Path,
+    h: Any,
+    jar: Path,
+    combos: list[tuple[int, int]],
+    args: argparse.Namespace,
+    timing: tuple[float, float, float],
+    progress: Progress,
+    task: Any,
+    console: Console,
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """Starts one broker pair, warms it up, runs every case against it, stops it (by pid)."""
+    seconds, warmup, broker_warmup = timing
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    os.sync()  # the previous broker's dirty pages must not be written back meanwhile
+    cluster = None
+    try:
+        cluster = _start(impl, workdir, h)
+
+        def load(topic: str, size: int, batch: int, secs: float, warm: float) -> dict[str, Any]:
+            return _loadgen(
+                jar,
+                cluster.namesrv,
+                workdir,
+                topic=topic,
+                size=size,
+                batch=batch,
+                threads=args.threads,
+                seconds=secs,
+                warmup=warm,
+                queues=args.queues,
+            )
+
+        if broker_warmup > 0:
+            # Unmeasured: lets the broker warm up (the JVM's JIT) before any case.
+            progress.update(task, description=f"{impl}: warming up")
+            try:
+                load("Bench_warmup", *HEADLINE, broker_warmup, 0)
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                console.print(f"[yellow]{impl} warm-up: {e}")
+        for size, batch in combos:
+            progress.update(task, description=f"{impl}: {size} B x {batch}")
+            dead = [p for p in cluster.procs if not p.alive()]
+            if dead:
+                out[(size, batch)] = _failed(f"{dead[0].name} exited ({dead[0].popen.returncode})")
+            else:
+                pids = [p.pid for p in cluster.procs]
+                cpu0, t0 = _cpu_seconds(pids), time.monotonic()
+                try:
+                    data = load(f"Bench_{size}_{batch}", size, batch, seconds, warmup)
+                    cores = (_cpu_seconds(pids) - cpu0) / (time.monotonic() - t0)
+                    out[(size, batch)] = _side(data, cores)
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                    out[(size, batch)] = _failed(str(e))
+                    console.print(f"[red]{impl} {size} B x {batch}: {e}")
+            progress.advance(task)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return out
+
+
+def _median(xs: list[Any]) -> Any:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the rounds; errors summed; every round's msgs/s kept."""
+    failures = [r["failure"] for r in runs if "failure" in r]
+    if failures:
+        return _failed("; ".join(failures))
+    agg: dict[str, Any] = {
+        "msgs_per_s": round(_median([r["msgs_per_s"] for r in runs])),
+        "bytes_per_s": round(_median([r["bytes_per_s"] for r in runs])),
+        "p50_ms": _median([r["p50_ms"] for r in runs]),
+        "p99_ms": _median([r["p99_ms"] for r in runs]),
+        "errors": sum(r["errors"] for r in runs),
+        "broker_cores": _median([r["broker_cores"] for r in runs]),
+        "sends": sum(r["sends"] for r in runs),
+        "msgs": sum(r["msgs"] for r in runs),
+        "rounds_msgs_per_s": [r["msgs_per_s"] for r in runs],
+    }
+    samples = [e for r in runs for e in r.get("error_samples", [])]
+    if samples:
+        agg["error_samples"] = samples[:5]
+    return agg
+
+
+def _run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    try:
+        realrmq.source_checkout()
+        realrmq.require_tools("java", "mvn")
+        h = realrmq.interop_harness()
+    except realrmq.NeedsCheckout as e:
+        console.print(f"[red]rmq-ha bench produce: {e}")
+        return 2
+    if args.quick:
+        sizes, batches, rounds = [1024], [1], 1
+        timing = (2.0, 1.0, 2.0)
+    else:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        batches = [int(b) for b in args.batches.split(",")]
+        rounds = args.rounds
+        timing = (args.seconds, args.warmup, args.broker_warmup)
+    impls = [i for i in args.impls.split(",") if i]
+    bad = [i for i in impls if i not in IMPLS]
+    if bad:
+        console.print(f"[red]rmq-ha bench produce: unknown --impls {bad}; use {','.join(IMPLS)}")
+        return 2
+    combos = [(s, b) for s in sizes for b in batches]
+    runs: dict[str, dict[tuple[int, int], list[dict[str, Any]]]] = {
+        i: {c: [] for c in combos} for i in impls
+    }
+    root = Path(tempfile.mkdtemp(prefix="rmq-bench-produce-", dir=args.dir))
+    t_start = time.monotonic()
+    try:
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("building the Java load generator", total=None)
+            jar = h.java_jar()
+            if "rocketmq" in impls:
+                progress.update(task, description="fetching RocketMQ 5.5.0 jars")
+                h.real_rocketmq_lib()
+            progress.update(task, total=rounds * len(impls) * len(combos), completed=0)
+            for r in range(rounds):
+                # Alternating brokers, a fresh pair each round: drift hits both sides alike.
+                for impl in impls:
+                    workdir = root / f"{impl}-{r}"
+                    one = _one_broker(
+                        impl, workdir, h, jar, combos, args, timing, progress, task, console
+                    )
+                    for c, side in one.items():
+                        runs[impl][c].append(side)
+                    if not args.keep:
+                        shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        if args.keep:
+            console.print(f"work dirs and logs kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+    cases: list[dict[str, Any]] = []
+    for size, batch in combos:
+        case: dict[str, Any] = {"size": size, "batch": batch, "threads": args.threads}
+        for impl in impls:
+            case[impl] = _aggregate(runs[impl][(size, batch)] or [_failed("not run")])
+        ours = case.get("rmq_ha", {}).get("msgs_per_s") or 0
+        theirs = case.get("rocketmq", {}).get("msgs_per_s") or 0
+        case["ratio"] = round(ours / theirs, 3) if ours and theirs else None
+        cases.append(case)
+    info = machine()
+    head = next((c for c in cases if (c["size"], c["batch"]) == HEADLINE), None)
+    ratio = head["ratio"] if head else None
+    result: dict[str, Any] = {
+        "benchmark": "produce",
+        "machine": info,
+        "rocketmq_version": h.ROCKETMQ_VERSION,
+        "load_generator": "rmqha.interop.BenchProducer on rocketmq-client "
+        f"{h.ROCKETMQ_VERSION}, one producer, sync sends",
+        "flush": "ASYNC_FLUSH",
+        "threads": args.threads,
+        "seconds": timing[0],
+        "warmup_seconds": timing[1],
+        "broker_warmup_seconds": timing[2],
+        "rounds": rounds,
+        "queues": args.queues,
+        "note": f"{info.get('cpus')} CPUs: the load generator runs on the same machine and "
+        "competes with the broker under test for CPU. Figures are medians over the rounds "
+        "(fresh brokers each round, alternating). broker_cores: CPU used by the namesrv + "
+        "broker processes during a case's load generator run (incl. its start-up and warm-up)",
+        "cases": cases,
+        "headline": "1 KiB single sends",
+        "ratio_1k_single": ratio,
+        "goal": f">= {GOAL}x real RocketMQ",
+        "goal_met": None if ratio is None else ratio >= GOAL,
+        "wall_seconds": round(time.monotonic() - t_start, 1),
+    }
+    failed = any("failure" in c.get(i, {}) for c in cases for i in impls)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_table(result, impls)
+    return 1 if failed else 0
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _print_table(result: dict[str, Any], impls: list[str]) -> None:
+    out = Console()
+    table = Table(
+        title=f"rmq-ha bench produce: rmq_ha vs Apache RocketMQ {result['rocketmq_version']}\n"
+        f"{result['threads']} threads, {result['seconds']:g} s x {result['rounds']} rounds "
+        f"(median), {result['flush']}"
+    )
+    for col in ("size", "batch", "broker", "msgs/s", "p50 ms", "p99 ms", "err", "cores"):
+        table.add_column(col, justify="left" if col == "broker" else "right")
+    table.add_column("ratio", justify="right")
+    for c in result["cases"]:
+        for k, impl in enumerate(impls):
+            s = c[impl]
+            table.add_row(
+                str(c["size"]) if k == 0 else "",
+                str(c["batch"]) if k == 0 else "",
+                impl,
+                _fmt(s["msgs_per_s"], ",.0f"),
+                _fmt(s["p50_ms"], ".2f"),
+                _fmt(s["p99_ms"], ".2f"),
+                _fmt(s["errors"], "d") if "failure" not in s else "FAILED",
+                _fmt(s.get("broker_cores"), ".2f"),
+                _fmt(c["ratio"], ".2f") if k == len(impls) - 1 else "",
+                end_section=k == len(impls) - 1,
+            )
+    out.print(table)
+    ratio = result["ratio_1k_single"]
+    if ratio is not None:
+        verdict = "met" if result["goal_met"] else "NOT met"
+        goal = result["goal"]
+        out.print(f"headline 1 KiB single sends: ratio {ratio:.2f} (goal {goal}: {verdict})")
+    out.print(f"note: {result['note']}")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "produce",
+        help="produce msgs/s vs a real RocketMQ 5.5.0 (needs a source checkout, java, mvn)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="one case (1 KiB single), 2 s (smoke)")
+    p.add_argument("--threads", type=int, default=4, help="producer threads")
+    p.add_argument("--seconds", type=float, default=10.0, help="measured seconds per case")
+    p.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds per case")
+    p.add_argument(
+        "--broker-warmup", type=float, default=10.0, help="unmeasured load per broker, first"
+    )
+    p.add_argument("--sizes", default="128,1024", help="message body sizes in bytes")
+    p.add_argument("--batches", default="1,32", help="messages per send (1 = single sends)")
+    p.add_argument("--rounds", type=int, default=3, help="fresh broker pairs per side (median)")
+    p.add_argument("--queues", type=int, default=8, help="queues of each bench topic")
+    p.add_argument("--impls", default="rmq_ha,rocketmq", help="which brokers to run")
+    p.add_argument("--dir", default=None, help="where the stores go (default: the temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the work dirs and logs")
+    p.set_defaults(func=run)
