@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rmq_ha._native import Store
-
-StoreFactory = Callable[..., Store]
+from storeutil import StoreFactory
 
 
 @pytest.fixture

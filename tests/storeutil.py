@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,9 @@ from rmq_ha._native import Message, Store, StoreBuffer
 
 SEG = 64 * 1024
 """Default segment size of the tests: small, so a few hundred messages roll over."""
+
+StoreFactory = Callable[..., Store]
+"""The `open_native` fixture's type: opens a Store (closed by the fixture)."""
 
 Placement = tuple[int, int, int, int]
 """(physical_offset, size, queue_offset, store_timestamp) as returned by append_batch."""

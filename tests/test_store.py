@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import StoreFactory
 from rmq_ha import _native
 from rmq_ha._native import Message, Store
 from rmq_ha.errors import (
@@ -25,6 +24,7 @@ from rmq_ha.errors import (
 )
 from storeutil import (
     SEG,
+    StoreFactory,
     decode,
     end_of,
     java_string_hash,

@@ -17,10 +17,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import StoreFactory
 from rmq_ha._native import Message, Store
 from rmq_ha.errors import CorruptRecordError, OffsetOutOfRangeError
-from storeutil import SEG, decode, flip_bit, read_file, scan_log, segment_path, write_at
+from storeutil import (
+    SEG,
+    StoreFactory,
+    decode,
+    flip_bit,
+    read_file,
+    scan_log,
+    segment_path,
+    write_at,
+)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import StoreFactory
 from rmq_ha._native import Message
 from rmq_ha.errors import OffsetOutOfRangeError
-from storeutil import SEG, decode, scan_log
+from storeutil import SEG, StoreFactory, decode, scan_log
 
 
 def body(i: int) -> bytes:
