@@ -14,16 +14,18 @@ from rmq_ha.sim import Checker, Violation, run_seed
 from rmq_ha.sim.runner import BUGS, main, reproduce_command, run_seeds, summarize
 
 SEEDS = int(os.environ.get("RAFT_SIM_SEEDS", "2000"))
+#: Every 4th seed runs in controller mode (controller state machine, simulated brokers).
+CONTROLLER_EVERY = 4
 
 
 @pytest.mark.timeout(300)
 def test_seeds_keep_raft_safe() -> None:
     jobs = min(2, os.cpu_count() or 1)
     started = time.perf_counter()
-    results = run_seeds(range(SEEDS), jobs)
+    results = run_seeds(range(SEEDS), jobs, controller_every=CONTROLLER_EVERY)
     print(summarize(results, time.perf_counter() - started, jobs))
     failed = [
-        f"seed {r.seed}: {r.error}\n  replay: {reproduce_command(r.seed, None)}"
+        f"seed {r.seed}: {r.error}\n  replay: {reproduce_command(r.seed, None, r.controller)}"
         for r in results
         if not r.ok
     ]
@@ -34,6 +36,9 @@ def test_seeds_keep_raft_safe() -> None:
     assert sum(r.truncated for r in results) > 0
     assert sum(r.snapshots for r in results) > 0
     assert sum(r.acked for r in results) > SEEDS
+    controller = [r for r in results if r.controller]
+    assert len(controller) == len(range(0, SEEDS, CONTROLLER_EVERY))
+    assert sum(r.proposed for r in controller) > 10 * len(controller)
 
 
 def test_a_seed_replays_exactly() -> None:

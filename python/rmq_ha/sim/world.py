@@ -18,8 +18,10 @@ import heapq
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from rmq_ha.controller.invariants import InvariantViolation
 from rmq_ha.raft.config import RaftConfig
 from rmq_ha.raft.core import RaftNode, TestHooks
 from rmq_ha.raft.messages import (
@@ -38,12 +40,15 @@ from rmq_ha.raft.outputs import (
     SaveSnapshot,
     TruncateLog,
 )
+from rmq_ha.sim import brokers
+from rmq_ha.sim.brokers import ControllerSimConfig, ControllerWorld
 from rmq_ha.sim.checker import Checker, Violation
 from rmq_ha.sim.render import render_message
-from rmq_ha.sim.statemachine import ListStateMachine
+from rmq_ha.sim.statemachine import ControllerSimStateMachine, ListStateMachine
 from rmq_ha.sim.storage import DurableStorage, StorageError
 
-_TICK, _DELIVER, _FSYNC, _NEMESIS, _PROPOSE, _CHECK = range(6)
+_TICK, _DELIVER, _FSYNC, _NEMESIS, _PROPOSE, _CHECK, _BROKER = range(7)
+assert (_PROPOSE, _BROKER) == (brokers._PROPOSE_KIND, brokers._BROKER_KIND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +131,10 @@ class SimResult:
     truncated: int = 0
     #: Snapshots taken or installed.
     snapshots: int = 0
+    #: Controller mode: broker requests handled by a leader, and proposed as events.
+    controller: bool = False
+    requests: int = 0
+    proposed: int = 0
     trace: list[str] = field(default_factory=list)
 
 
@@ -147,7 +156,7 @@ class _Node:
     def __init__(self, name: str) -> None:
         self.name = name
         self.core: RaftNode | None = None
-        self.sm: ListStateMachine | None = None
+        self.sm: ListStateMachine | ControllerSimStateMachine | None = None
         self.storage = DurableStorage()
         self.incarnation = 0
         self.pending: Ready | None = None
@@ -167,10 +176,20 @@ class Simulation:
         hooks: TestHooks | None = None,
         trace: bool = False,
         trace_messages: bool = False,
+        controller: bool = False,
+        controller_bug: str | None = None,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.cfg = config if config is not None else SimConfig.for_seed(self.rng)
+        self.controller_bug = controller_bug
+        self.ctl: ControllerWorld | None = None
+        if controller or controller_bug:
+            ccfg = ControllerSimConfig.for_seed(self.rng)
+            if controller_bug == "unclean-election":
+                ccfg = replace(ccfg, enable_elect_unclean_master=True)
+            if config is None:
+                self.cfg = replace(self.cfg, duration_ms=self.rng.randrange(60_000, 150_000))
         self.hooks = hooks
         self.tracing = trace or trace_messages
         self.tracing_messages = trace_messages
@@ -194,6 +213,12 @@ class Simulation:
         self.next_payload = 0
         self.proposals: dict[tuple[str, int, int], bytes] = {}
         self.believed_leader: str | None = None
+        self.callbacks: dict[tuple[str, int, int], Callable[[object], None]] = {}
+        if controller or controller_bug:
+            self.ctl = ControllerWorld(self, ccfg)
+            if controller_bug == "unclean-election":
+                # The checker believes unclean election is off while the controller does it.
+                self.ctl.invariants.enable_elect_unclean_master = False
 
     # -- running -----------------------------------------------------------------------------
 
@@ -202,7 +227,7 @@ class Simulation:
         result = SimResult(self.seed, ok=True)
         try:
             self._run()
-        except (Violation, StorageError) as exc:
+        except (Violation, StorageError, InvariantViolation) as exc:
             result.ok, result.error = False, f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a core assertion is a failure too, with its seed
             result.ok, result.error = False, f"{type(exc).__name__}: {exc!r}"
@@ -218,6 +243,10 @@ class Simulation:
         result.lost_writes = self.lost_writes
         result.truncated = self.truncated
         result.snapshots = self.snapshots
+        if self.ctl is not None:
+            result.controller = True
+            result.requests = self.ctl.requests
+            result.proposed = self.ctl.proposed
         result.trace = self.trace
         return result
 
@@ -225,7 +254,10 @@ class Simulation:
         for name in self.names:
             self._start(self.nodes[name], first_tick_ms=self.rng.randrange(0, 200))
         self._at(self.rng.randrange(self.cfg.nemesis_min_ms, self.cfg.nemesis_max_ms), _NEMESIS)
-        self._at(self.rng.randrange(500, 3000), _PROPOSE)
+        if self.ctl is not None:
+            self.ctl.start()
+        else:
+            self._at(self.rng.randrange(500, 3000), _PROPOSE)
         end = self.cfg.duration_ms
         self._loop(end)
         self._settle()
@@ -263,6 +295,9 @@ class Simulation:
                     self._client_propose()
                     gap = self.rng.randrange(self.cfg.propose_min_ms, self.cfg.propose_max_ms)
                     self._at(self.now + gap, _PROPOSE)
+            elif kind == _BROKER:
+                assert self.ctl is not None
+                self.ctl.on_event(payload)  # type: ignore[arg-type]
             elif kind == _CHECK and self._converged():
                 return
             elif kind == _CHECK:
@@ -280,10 +315,22 @@ class Simulation:
     def _start(self, node: _Node, first_tick_ms: int | None = None) -> None:
         name = node.name
         checker = self.checker
-        sm = ListStateMachine(
-            on_apply=lambda i, d: checker.apply(name, i, d),
-            on_restore=lambda items: checker.restore(name, items),
-        )
+        sm: ListStateMachine | ControllerSimStateMachine
+        if self.ctl is not None:
+            self.ctl.invariants.forget_node(name)  # a new incarnation replays from scratch
+            self.ctl.node_restarted(name)
+            sm = ControllerSimStateMachine(
+                name,
+                self.ctl.invariants,
+                on_apply=lambda i, d: checker.apply(name, i, d),
+                on_restore=lambda items: checker.restore(name, items),
+                second_master=self.controller_bug == "second-master",
+            )
+        else:
+            sm = ListStateMachine(
+                on_apply=lambda i, d: checker.apply(name, i, d),
+                on_restore=lambda items: checker.restore(name, items),
+            )
         core = RaftNode(
             name,
             self.names,
@@ -342,9 +389,15 @@ class Simulation:
         if kind == _DELIVER:
             ready = core.receive(payload, now)  # type: ignore[arg-type]
         elif kind == _PROPOSE:
-            data: bytes = payload  # type: ignore[assignment]
+            callback = None
+            if isinstance(payload, tuple):
+                data, callback = payload
+            else:
+                data = payload
             pid, ready = core.propose(data, now)
             self.proposals[(node.name, node.incarnation, pid)] = data
+            if callback is not None:
+                self.callbacks[(node.name, node.incarnation, pid)] = callback
         else:
             ready = core.tick(now)
         if self.tracing:
@@ -433,8 +486,12 @@ class Simulation:
                 self.believed_leader = node.name
         for applied in ready.applied:
             if applied.proposal_id is not None:
-                data = self.proposals.pop((node.name, node.incarnation, applied.proposal_id))
+                key = (node.name, node.incarnation, applied.proposal_id)
+                data = self.proposals.pop(key)
                 self.checker.acknowledge(node.name, applied.index, data)
+                callback = self.callbacks.pop(key, None)
+                if callback is not None:
+                    callback(applied.result)
 
     def _schedule_tick(self, node: _Node) -> None:
         core = node.core
@@ -579,6 +636,18 @@ class Simulation:
 
 
 def run_seed(
-    seed: int, hooks: TestHooks | None = None, trace: bool = False, trace_messages: bool = False
+    seed: int,
+    hooks: TestHooks | None = None,
+    trace: bool = False,
+    trace_messages: bool = False,
+    controller: bool = False,
+    controller_bug: str | None = None,
 ) -> SimResult:
-    return Simulation(seed, hooks=hooks, trace=trace, trace_messages=trace_messages).run()
+    return Simulation(
+        seed,
+        hooks=hooks,
+        trace=trace,
+        trace_messages=trace_messages,
+        controller=controller,
+        controller_bug=controller_bug,
+    ).run()
