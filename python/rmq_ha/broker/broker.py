@@ -7,7 +7,6 @@ change, plus a light heartbeat every brokerHeartbeatInterval."""
 from __future__ import annotations
 
 import logging
-import time
 
 import trio
 
@@ -21,6 +20,7 @@ from rmq_ha.broker.topics import (
     TopicConfigManager,
     check_topic_name,
 )
+from rmq_ha.clock import wall_ms as now_ms
 from rmq_ha.config import BrokerConfig
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
@@ -65,10 +65,6 @@ from rmq_ha.protocol.register_body import RegisterBrokerBody, encode_register_bo
 from rmq_ha.store import AsyncStore, open_store
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Broker:

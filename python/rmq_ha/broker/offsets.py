@@ -10,26 +10,11 @@ slave-acting-master work compares it across replicas.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
+from rmq_ha.durable import write_atomic
 from rmq_ha.errors import CorruptFileError
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 class ConsumerOffsetManager:

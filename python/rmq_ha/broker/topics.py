@@ -8,10 +8,10 @@ creates the topic on that first send."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
-from rmq_ha.broker.offsets import write_atomic
+from rmq_ha.clock import wall_ms as now_ms
+from rmq_ha.durable import write_atomic
 from rmq_ha.errors import CorruptFileError
 from rmq_ha.protocol.json_compat import BodyDecodeError
 from rmq_ha.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
@@ -35,10 +35,6 @@ def check_topic_name(topic: str) -> str | None:
     if not _TOPIC_RE.match(topic):
         return f"the topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
     return None
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class TopicConfigManager:

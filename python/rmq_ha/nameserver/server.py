@@ -9,12 +9,12 @@ name servers run side by side with no state shared: brokers register with all of
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
 
+from rmq_ha.clock import wall_ms
 from rmq_ha.config import ControllerConfig, NamesrvConfig
 from rmq_ha.nameserver.routes import RouteTable
 from rmq_ha.net.connection import Connection
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
     from rmq_ha.controller.role import ControllerNode
 
 log = logging.getLogger(__name__)
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Nameserver:

@@ -10,11 +10,11 @@ Lock/unlock (41/42), heartbeat (34) and the bulk metadata reads carry JSON bodie
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
+from rmq_ha.clock import wall_ms
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.headerbase import (
     I32,
@@ -652,10 +652,6 @@ class ExchangeHAInfoResponseHeader(CommandHeader):
 # are always sent; `invokeTime` defaults to the sender's wall clock, as in Java.
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 @dataclass(kw_only=True, slots=True)
 class AlterSyncStateSetRequestHeader(CommandHeader):
     """CONTROLLER_ALTER_SYNC_STATE_SET (1001); the body is a `models.SyncStateSet`."""
@@ -665,7 +661,7 @@ class AlterSyncStateSetRequestHeader(CommandHeader):
     broker_name: str | None = None
     master_broker_id: int | None = None
     master_epoch: I32 | None = None
-    invoke_time: int = field(default_factory=_wall_ms)
+    invoke_time: int = field(default_factory=wall_ms)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -686,7 +682,7 @@ class ElectMasterRequestHeader(CommandHeader):
     broker_name: str = field(default="", metadata=wire(required=True))
     broker_id: int = field(default=-1, metadata=wire(required=True))
     designate_elect: bool = field(default=False, metadata=wire(required=True))
-    invoke_time: int | None = field(default_factory=_wall_ms)
+    invoke_time: int | None = field(default_factory=wall_ms)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -712,7 +708,7 @@ class RegisterBrokerToControllerRequestHeader(CommandHeader):
     broker_name: str | None = None
     broker_id: int | None = None
     broker_address: str | None = None
-    invoke_time: int = field(default_factory=_wall_ms)
+    invoke_time: int = field(default_factory=wall_ms)
     register_check_code: str | None = None
 
 
@@ -773,7 +769,7 @@ class CleanControllerBrokerDataRequestHeader(CommandHeader):
     broker_name: str
     broker_controller_ids_to_clean: str | None = None
     is_clean_living_broker: bool = False
-    invoke_time: int = field(default_factory=_wall_ms)
+    invoke_time: int = field(default_factory=wall_ms)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -21,6 +21,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmq_ha.durable import fsync_dir, write_atomic
 from rmq_ha.errors import CorruptFileError
 from rmq_ha.raft.messages import Entry, EntryKind, Snapshot
 from rmq_ha.raft.outputs import (
@@ -39,24 +40,6 @@ log = logging.getLogger(__name__)
 _HEAD = struct.Struct(">II")  # length of the rest, crc32 of the rest
 _BODY = struct.Struct(">QQB")  # index, term, kind
 MAX_ENTRY_BYTES = 64 << 20
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def _encode(e: Entry) -> bytes:
@@ -180,7 +163,7 @@ class RaftStorage:
                 log_dirty = False
                 state = {"term": op.hard_state.term, "voted_for": op.hard_state.voted_for}
                 body = json.dumps(state, sort_keys=True).encode()
-                _write_atomic(
+                write_atomic(
                     self.hs_path, json.dumps({"state": state, "crc": zlib.crc32(body)}).encode()
                 )
             elif isinstance(op, AppendLog):
@@ -205,7 +188,7 @@ class RaftStorage:
                 log_dirty = False
                 s = op.snapshot
                 body = struct.pack(">QQ", s.last_index, s.last_term) + s.data
-                _write_atomic(self.snap_path, zlib.crc32(body).to_bytes(4, "big") + body)
+                write_atomic(self.snap_path, zlib.crc32(body).to_bytes(4, "big") + body)
             elif isinstance(op, CompactLog):
                 self._sync_log(log_dirty)
                 log_dirty = False
@@ -220,19 +203,19 @@ class RaftStorage:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
     def _compact(self, through_index: int) -> None:
         keep_from = self._pos.get(through_index + 1)
         if keep_from is None:
             if through_index >= max(self._pos, default=-1):
-                _write_atomic(self.log_path, b"")
+                write_atomic(self.log_path, b"")
                 self._pos.clear()
                 self._end = 0
             return
         with open(self.log_path, "rb") as f:
             f.seek(keep_from)
             rest = f.read()
-        _write_atomic(self.log_path, rest)
+        write_atomic(self.log_path, rest)
         self._pos = {i: p - keep_from for i, p in self._pos.items() if i > through_index}
         self._end = len(rest)
