@@ -1,0 +1,236 @@
+"""The typed operation history shared by the bench (`jepsen/`) and the checker (`spark/`).
+
+One operation per JSONL line. A client operation is recorded twice: an ``invoke`` when it
+starts and a completion (``ok``, ``fail`` or ``info``) when it ends, both with the same
+``process``. ``fail`` means the operation certainly had no effect (``definite`` is true);
+``info`` means it may or may not have happened (a timeout, a lost connection). Nemesis
+operations are in the same stream, with ``process == NEMESIS_PROCESS`` and type ``info``.
+
+The schema is flat and typed so that Spark can read it with an explicit schema (``SPARK_DDL``)
+and nothing needs inference. This module is stdlib-only: the bench and the checker both import
+it, and neither drags the other's dependencies in.
+
+Functions (``f``):
+
+* ``send``      value: topic, key, value (unique integer); completion adds queue_id,
+                queue_offset, broker, status (SendStatus name; a non-OK status is kept).
+* ``poll``      value: topic, group; ``ok`` carries ``messages`` read by this process
+                (a consumer in ``group``), in the order delivered.
+* ``drain``     like ``poll``, by the final drain (a fresh reader from each queue's minimum
+                offset to its maximum); ``group`` is the drain's own group.
+* ``offsets``   admin reads: value: topic, queue_id, broker, detail ("max" | "min" | "search");
+                ``ok`` adds ``offset``.
+* ``metadata``  controller metadata observed: value: broker (group name), master, epoch.
+* ``fault-start`` / ``fault-stop``  nemesis: value: fault (kind), fault_id (pairs start/stop),
+                targets (nodes), detail (free text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+SCHEMA_VERSION: Final = 1
+
+NEMESIS_PROCESS: Final = -1
+
+TYPES: Final = ("invoke", "ok", "fail", "info")
+CLIENT_FS: Final = ("send", "poll", "drain", "offsets", "metadata")
+NEMESIS_FS: Final = ("fault-start", "fault-stop")
+FAULT_KINDS: Final = ("partition", "kill", "pause", "clock", "netem", "file")
+
+
+@dataclass(slots=True)
+class Read:
+    """One message seen by a poll or drain."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    value: int | None
+    key: str | None = None
+    broker: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "queue_offset": self.queue_offset,
+            "value": self.value,
+            "key": self.key,
+            "broker": self.broker,
+        }
+
+
+@dataclass(slots=True)
+class Value:
+    """Everything an operation carries; fields a function does not use stay None."""
+
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    value: int | None = None
+    key: str | None = None
+    broker: str | None = None
+    status: str | None = None
+    group: str | None = None
+    messages: list[Read] | None = None
+    offset: int | None = None
+    master: str | None = None
+    epoch: int | None = None
+    fault: str | None = None
+    fault_id: int | None = None
+    targets: list[str] | None = None
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in _VALUE_FIELDS:
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if name == "messages":
+                v = [m.to_json() for m in v]
+            out[name] = v
+        return out
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Value:
+        unknown = set(d) - set(_VALUE_FIELDS)
+        if unknown:
+            raise HistoryError(f"value has unknown fields {sorted(unknown)}")
+        kw = dict(d)
+        if kw.get("messages") is not None:
+            kw["messages"] = [Read(**m) for m in kw["messages"]]
+        return Value(**kw)
+
+
+_VALUE_FIELDS: Final = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "value",
+    "key",
+    "broker",
+    "status",
+    "group",
+    "messages",
+    "offset",
+    "master",
+    "epoch",
+    "fault",
+    "fault_id",
+    "targets",
+    "detail",
+)
+
+
+@dataclass(slots=True)
+class Op:
+    index: int
+    time_ns: int
+    process: int
+    type: str
+    f: str
+    value: Value = field(default_factory=Value)
+    node: str | None = None
+    error: str | None = None
+    definite: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "time_ns": self.time_ns,
+            "process": self.process,
+            "node": self.node,
+            "type": self.type,
+            "f": self.f,
+            "value": self.value.to_json(),
+            "error": self.error,
+            "definite": self.definite,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Op:
+        op = Op(
+            index=int(d["index"]),
+            time_ns=int(d["time_ns"]),
+            process=int(d["process"]),
+            node=d.get("node"),
+            type=str(d["type"]),
+            f=str(d["f"]),
+            value=Value.from_json(d.get("value") or {}),
+            error=d.get("error"),
+            definite=d.get("definite"),
+        )
+        validate(op)
+        return op
+
+
+class HistoryError(ValueError):
+    """A history line that does not follow the schema."""
+
+
+def validate(op: Op) -> None:
+    """Raise HistoryError naming what is wrong with ``op``."""
+    if op.type not in TYPES:
+        raise HistoryError(f"op {op.index}: type {op.type!r} is not one of {TYPES}")
+    if op.process == NEMESIS_PROCESS:
+        if op.f not in NEMESIS_FS:
+            raise HistoryError(f"op {op.index}: nemesis f {op.f!r} is not one of {NEMESIS_FS}")
+        if op.value.fault not in FAULT_KINDS:
+            raise HistoryError(f"op {op.index}: fault {op.value.fault!r} not in {FAULT_KINDS}")
+        if op.value.fault_id is None:
+            raise HistoryError(f"op {op.index}: nemesis op without fault_id")
+        return
+    if op.f not in CLIENT_FS:
+        raise HistoryError(f"op {op.index}: f {op.f!r} is not one of {CLIENT_FS}")
+    if op.type == "fail" and op.definite is False:
+        raise HistoryError(f"op {op.index}: a fail is definite by definition")
+    if op.f == "send" and op.value.value is None:
+        raise HistoryError(f"op {op.index}: send without a value")
+
+
+def dumps(op: Op) -> str:
+    return json.dumps(op.to_json(), separators=(",", ":"))
+
+
+def write(out: IO[str], ops: Iterable[Op]) -> int:
+    n = 0
+    for op in ops:
+        out.write(dumps(op))
+        out.write("\n")
+        n += 1
+    return n
+
+
+def read(path: str | Path) -> Iterator[Op]:
+    """Parse a JSONL history, validating every line; errors name the line number."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield Op.from_json(json.loads(line))
+            except (KeyError, TypeError, ValueError) as e:
+                raise HistoryError(f"{path}:{lineno}: {e}") from e
+
+
+_READ_DDL: Final = (
+    "struct<topic:string,queue_id:int,queue_offset:bigint,value:bigint,key:string,broker:string>"
+)
+
+#: The explicit Spark schema of one JSONL line (``DataFrameReader.schema(SPARK_DDL)``).
+SPARK_DDL: Final = (
+    "index bigint, time_ns bigint, process int, node string, type string, f string, "
+    "value struct<"
+    "topic:string,queue_id:int,queue_offset:bigint,value:bigint,key:string,broker:string,"
+    "status:string,group:string,"
+    f"messages:array<{_READ_DDL}>,"
+    "offset:bigint,master:string,epoch:int,fault:string,fault_id:int,"
+    "targets:array<string>,detail:string>, "
+    "error string, definite boolean"
+)
