@@ -7,6 +7,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.dev-stamp
 NATIVE_SRC := $(shell find crates -name target -prune -o \( -name '*.rs' -o -name Cargo.toml \) -print 2>/dev/null) Cargo.toml pyproject.toml
+TOOL_PKGS := $(patsubst %/pyproject.toml,%,$(wildcard jepsen/pyproject.toml spark/pyproject.toml))
+NATIVE_SRC += $(wildcard jepsen/pyproject.toml spark/pyproject.toml)
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS ?=
 
@@ -23,6 +25,8 @@ $(STAMP): $(VPY) $(NATIVE_SRC)
 	$(VPY) -m pip install -q "maturin>=1.5,<2"
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --extras dev
 	$(VPY) -c "import rmq_ha._native"
+	@# the tools above rmq_ha: the bench (jepsen/) and the checker (spark/), editable
+	for d in $(TOOL_PKGS); do $(VPY) -m pip install -q -e $$d || exit 1; done
 	touch $(STAMP)
 
 dev: $(STAMP) ## create .venv, build the Rust core with maturin, install rmq_ha (idempotent)

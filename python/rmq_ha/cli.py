@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     bench_controller.add_parser(bench_sub)
 
+    _load_plugins(sub, bench_sub)
+
     demo = sub.add_parser("demo", help="demonstrations a newcomer can watch")
     demo_sub = demo.add_subparsers(dest="demo", required=True)
     from rmq_ha import demo as demo_mod
@@ -39,6 +42,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rc: int = args.func(args)
     return rc
+
+
+PLUGIN_GROUP = "rmq_ha.cli"
+
+
+def _load_plugins(sub: Any, bench_sub: Any) -> None:
+    """Tools that live above rmq_ha (the bench in jepsen/, the checker in spark/) add their
+    subcommands through the ``rmq_ha.cli`` entry point group, so rmq_ha never imports them:
+    each entry point names a function ``add_parsers(sub, bench_sub)``."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        ep.load()(sub, bench_sub)
 
 
 if __name__ == "__main__":
