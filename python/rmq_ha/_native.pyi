@@ -162,3 +162,54 @@ def decode_frames(buf: _Buffer, max_frame_len: int = 16777216) -> tuple[list[_Wi
 def encode_frames(frames: Iterable[_WireTuple]) -> bytes: ...
 def decode_batch_body(data: _Buffer) -> list[tuple[int, bytes, bytes]]: ...
 def encode_batch_body(messages: Iterable[tuple[int, _Buffer, _Buffer]]) -> bytes: ...
+
+# HA replication records (crates/rmq-py/src/ha.rs; formats in crates/rmq-wire/src/ha.rs).
+# Offsets are non-negative (ValueError otherwise); epochs are i32, broker ids i64.
+
+HA_READY: int
+HA_HANDSHAKE: int
+HA_TRANSFER: int
+HA_SUSPEND: int
+HA_SHUTDOWN: int
+
+def encode_slave_handshake(sync_from_last_file: bool, async_learner: bool, broker_id: int) -> bytes:
+    """The 16-byte slave -> master handshake."""
+
+def encode_slave_ack(max_offset: int) -> bytes:
+    """The 12-byte slave -> master ack (the slave's max commitlog offset)."""
+
+def encode_master_handshake(
+    max_offset: int, last_epoch: int, entries: Iterable[tuple[int, int]]
+) -> bytes:
+    """The master -> slave handshake: 20 bytes + 12 per (epoch, start_offset) entry (at most
+    1,000,000 entries)."""
+
+def encode_transfer_header(
+    offset: int, epoch: int, epoch_start_offset: int, confirm_offset: int, body_size: int
+) -> bytes:
+    """The 36-byte transfer header; the caller sends `body_size` bytes of commitlog after it
+    (0: a heartbeat). ValueError when `body_size` exceeds 2**31 - 1."""
+
+class HaMasterSideDecoder:
+    """Decodes the stream a master receives from a slave. Each record of `feed` is
+    ``("handshake", sync_from_last_file: bool, async_learner: bool, broker_id: int)`` or
+    ``("ack", max_offset: int)``; an incomplete record stays buffered until the rest arrives.
+    Malformed bytes raise `rmq_ha.errors.RemotingDecodeError` (``offset``: where the bad record
+    starts, counted from the first byte fed), and every later `feed` raises it again."""
+
+    def __init__(self) -> None: ...
+    def feed(self, data: _Buffer) -> list[tuple[object, ...]]: ...
+    @property
+    def buffered(self) -> int: ...
+
+class HaSlaveSideDecoder:
+    """Decodes the stream a slave receives from its master. Each record of `feed` is
+    ``("handshake", max_offset: int, last_epoch: int, entries: list[tuple[int, int]])`` or
+    ``("transfer", offset: int, epoch: int, epoch_start_offset: int, confirm_offset: int,
+    body: bytes)``; a transfer body above `max_body` bytes is an error. Errors as for
+    `HaMasterSideDecoder`."""
+
+    def __init__(self, max_body: int = 67108864) -> None: ...
+    def feed(self, data: _Buffer) -> list[tuple[object, ...]]: ...
+    @property
+    def buffered(self) -> int: ...

@@ -12,6 +12,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod ha;
 mod remoting;
 
 use rmq_store::baseline::{sequential_write, SyncCadence};
@@ -745,6 +746,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_stored_record, m)?)?;
     m.add_function(wrap_pyfunction!(baseline_sequential_write, m)?)?;
     remoting::register(m)?;
+    ha::register(m)?;
     m.add("TRANSACTION_PREPARED_TYPE", 0x4)?;
     m.add("TRANSACTION_COMMIT_TYPE", 0x8)?;
     m.add("TRANSACTION_ROLLBACK_TYPE", 0xC)?;

@@ -2,11 +2,11 @@
 //!
 //! * [`message`]: the stored-message (CommitLog record) layout, with the whole-record CRC;
 //! * [`remoting`]: remoting frames with JSON and ROCKETMQ binary headers;
-//! * [`batch`]: the SEND_BATCH_MESSAGE body.
-//!
-//! The HA handshake/transfer formats join this crate with their own issue.
+//! * [`batch`]: the SEND_BATCH_MESSAGE body;
+//! * [`ha`]: the controller-mode HA replication records (handshakes, transfer, ack).
 
 pub mod batch;
+pub mod ha;
 pub mod message;
 pub mod remoting;
 

@@ -3,8 +3,9 @@
 //! binary, which runs the same bodies over seed records and deterministic mutations of them.
 //!
 //! The remoting codecs have their own bodies, seeds and mutators in [`frames`]
-//! (`decode_frames` target) and [`batch`] (`decode_batch` target), run by the generic loop in
-//! [`driver`]; this file's docs below are about the record targets.
+//! (`decode_frames` target) and [`batch`] (`decode_batch` target), and so do the HA replication
+//! stream decoders in [`ha`] (`decode_ha` target), run by the generic loop in [`driver`]; this
+//! file's docs below are about the record targets.
 //!
 //! The bodies panic on a broken invariant: that is how a fuzzer sees a failure.
 //!
@@ -39,6 +40,7 @@ use std::time::{Duration, Instant};
 pub mod batch;
 pub mod driver;
 pub mod frames;
+pub mod ha;
 
 use rmq_wire::message::{
     body_crc, decode_record, decode_record_checked, decode_record_structure, encode_blank,
