@@ -1,0 +1,610 @@
+"""The DB lifecycle: topologies, role configs, install, start / stop / kill -9 / pause / resume
+by pid, readiness, and collecting logs and data directories; plus asking the cluster who the
+master of each broker group and the controller leader are (targets are resolved, not guessed).
+
+Every role lives in `<host.workdir>/<role>/` on its node: `role.conf` (RocketMQ key names),
+`role.log`, `pid`, `ready` (written by `--ready-file`), `store/`, `controller/`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rmq_jepsen.control import Control, Host, Remote
+from rmq_jepsen.state import StateDir
+
+log = logging.getLogger("rmq_jepsen.db")
+
+CLUSTER = "RmqJepsen"
+NAMESRV_PORT = 9876
+BROKER_PORT = 10911
+HA_PORT = 10912
+#: Second and later brokers on one node move up by this much.
+SLOT_STRIDE = 20
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    mode: str  # "controller" | "classic" | "single"
+    nameservers: int = 3
+    groups: int = 1
+    replicas: int = 3
+    all_ack: bool = True
+    min_in_sync: int = 1
+    master_role: str = "SYNC_MASTER"
+    doc: str = ""
+
+
+TOPOLOGIES: dict[str, Topology] = {
+    t.name: t
+    for t in (
+        Topology(
+            "controller",
+            "controller",
+            doc="3 name servers with embedded controllers; "
+            "one broker group of 3 replicas, allAckInSyncStateSet=true",
+        ),
+        Topology(
+            "controller-2r",
+            "controller",
+            replicas=2,
+            min_in_sync=2,
+            doc="a group of 2 replicas, allAckInSyncStateSet, minInSyncReplicas=2",
+        ),
+        Topology(
+            "controller-noack",
+            "controller",
+            all_ack=False,
+            doc="3 replicas, allAckInSyncStateSet=false (acks from the master alone)",
+        ),
+        Topology("controller-2g", "controller", groups=2, doc="two groups of 3 replicas"),
+        Topology("classic", "classic", doc="3 name servers; SYNC_MASTER + 2 SLAVEs (fixed ids)"),
+        Topology(
+            "classic-async",
+            "classic",
+            master_role="ASYNC_MASTER",
+            doc="3 name servers; ASYNC_MASTER + 2 SLAVEs",
+        ),
+        Topology(
+            "single",
+            "single",
+            nameservers=1,
+            groups=1,
+            replicas=1,
+            doc="1 name server, 1 single-replica broker",
+        ),
+        Topology(
+            "independent",
+            "single",
+            nameservers=1,
+            groups=3,
+            replicas=1,
+            doc="1 name server, 3 single-replica broker groups (no replication)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Faster-than-default timeouts, so a 60 s campaign sees failovers finish."""
+
+    raft_heartbeat_ms: int = 500
+    raft_max_leak: int = 3
+    min_vote_ms: int = 300
+    max_vote_ms: int = 1000
+    scan_ms: int = 1000
+    broker_expired_ms: int = 10_000
+    register_period_ms: int = 5_000
+    controller_heartbeat_timeout_ms: int = 3_000
+    ha_not_catchup_ms: int = 5_000
+    commitlog_bytes: int = 64 << 20
+
+
+@dataclass
+class Role:
+    name: str
+    kind: str  # "namesrv" | "broker"
+    node: str
+    port: int
+    values: dict[str, Any]
+    group: str | None = None
+    replica: int = 0
+    ha_port: int | None = None
+    pid: int | None = None
+
+    def dir(self, host: Host) -> str:
+        return f"{host.workdir}/{self.name}"
+
+
+@dataclass
+class Install:
+    """How nodes run `rmq-ha`: the shared virtualenv on local hosts (same code, same path),
+    a wheel built from the checkout and installed into /opt/rmq-jepsen/venv elsewhere."""
+
+    rmq_ha_bin: str = ""
+    python: str = ""
+    faketime_lib: str | None = None
+    wheel: str | None = None
+
+
+def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
+    nodes = [h.name for h in hosts]
+    by = {h.name: h for h in hosts}
+    n = len(nodes)
+    nns = min(topo.nameservers, n)
+    if topo.replicas > n:
+        raise ValueError(f"topology {topo.name} needs {topo.replicas} nodes, have {n}")
+    roles: list[Role] = []
+    ns_nodes = nodes[:nns]
+
+    def port(node: str, base: int, slot: int = 0) -> int:
+        return base + by[node].port_offset + slot * SLOT_STRIDE
+
+    ns_addrs = [f"{by[x].address}:{port(x, NAMESRV_PORT)}" for x in ns_nodes]
+    peers = ";".join(f"n{i}-{a}" for i, a in enumerate(ns_addrs))
+    for i, x in enumerate(ns_nodes):
+        v: dict[str, Any] = {
+            "listenHost": by[x].address,
+            "listenPort": port(x, NAMESRV_PORT),
+            "scanNotActiveBrokerInterval": timing.scan_ms,
+            "brokerChannelExpiredTime": timing.broker_expired_ms,
+        }
+        if topo.mode == "controller":
+            v.update(
+                {
+                    "enableControllerInNamesrv": "true",
+                    "controllerDLegerGroup": "RmqJepsenController",
+                    "controllerDLegerPeers": peers,
+                    "controllerDLegerSelfId": f"n{i}",
+                    "heartBeatTimeIntervalMs": timing.raft_heartbeat_ms,
+                    "maxHeartBeatLeak": timing.raft_max_leak,
+                    "minVoteIntervalMs": timing.min_vote_ms,
+                    "maxVoteIntervalMs": timing.max_vote_ms,
+                    "scanInactiveMasterInterval": timing.scan_ms,
+                }
+            )
+        roles.append(Role(f"ns{i + 1}", "namesrv", x, port(x, NAMESRV_PORT), v))
+    slots: dict[str, int] = {}
+    start = nns % n if n > nns else 0
+    for g in range(topo.groups):
+        gname = f"broker-{chr(ord('a') + g)}"
+        for r in range(topo.replicas):
+            x = nodes[(start + g + r) % n]
+            slot = slots.get(x, 0)
+            slots[x] = slot + 1
+            bport, hport = port(x, BROKER_PORT, slot), port(x, HA_PORT, slot)
+            v = {
+                "brokerClusterName": CLUSTER,
+                "brokerName": gname,
+                "brokerIP1": by[x].address,
+                "brokerIP2": by[x].address,
+                "listenPort": bport,
+                "haListenPort": hport,
+                "namesrvAddr": ";".join(ns_addrs),
+                "mappedFileSizeCommitLog": timing.commitlog_bytes,
+                "registerNameServerPeriod": timing.register_period_ms,
+                "brokerHeartbeatInterval": 1000,
+                "flushDiskType": "ASYNC_FLUSH",
+                "autoCreateTopicEnable": "true",
+            }
+            if topo.mode == "controller":
+                v.update(
+                    {
+                        "enableControllerMode": "true",
+                        "controllerAddr": ";".join(ns_addrs),
+                        "allAckInSyncStateSet": str(topo.all_ack).lower(),
+                        "minInSyncReplicas": topo.min_in_sync,
+                        "inSyncReplicas": topo.replicas if topo.all_ack else 1,
+                        "haMaxTimeSlaveNotCatchup": timing.ha_not_catchup_ms,
+                        "controllerHeartBeatTimeoutMills": timing.controller_heartbeat_timeout_ms,
+                        "syncBrokerMetadataPeriod": 5000,
+                        "checkSyncStateSetPeriod": 5000,
+                    }
+                )
+            elif topo.mode == "classic":
+                v.update({"brokerId": r, "brokerRole": topo.master_role if r == 0 else "SLAVE"})
+            else:
+                v.update({"brokerId": 0, "brokerRole": "ASYNC_MASTER"})
+            name = f"{gname}-{r}"
+            roles.append(Role(name, "broker", x, bport, v, gname, r, hport))
+    return roles
+
+
+def render_properties(values: Mapping[str, Any]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+def build_wheel(checkout: Path, out: Path) -> Path:
+    """`maturin build --release` of the checkout (the same code the local venv runs)."""
+    out.mkdir(parents=True, exist_ok=True)
+    maturin = Path(sys.executable).with_name("maturin")
+    subprocess.run(
+        [str(maturin), "build", "--release", "-q", "-o", str(out)],
+        cwd=checkout,
+        check=True,
+        timeout=1800,
+    )
+    wheels = sorted(out.glob("rmq_ha-*.whl"), key=lambda p: p.stat().st_mtime)
+    if not wheels:
+        raise RuntimeError(f"maturin built no wheel into {out}")
+    return wheels[-1]
+
+
+class DB:
+    def __init__(
+        self,
+        control: Control,
+        topology: Topology,
+        *,
+        state: StateDir,
+        timing: Timing | None = None,
+        clock_faults: bool = False,
+        install: Install | None = None,
+    ) -> None:
+        self.control = control
+        self.topology = topology
+        self.timing = timing or Timing()
+        self.state = state
+        self.clock_faults = clock_faults
+        self.install_spec = install or Install()
+        self.roles = plan_roles(topology, control.hosts, self.timing)
+        self.by_name = {r.name: r for r in self.roles}
+        #: Roles that are supposed to be down right now (killed by a nemesis, not restarted).
+        self.down: set[str] = set()
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def host(self, role: Role) -> Host:
+        return self.control.host(role.node)
+
+    def remote(self, role: Role) -> Remote:
+        return self.control.on(role.node)
+
+    def namesrvs(self) -> list[Role]:
+        return [r for r in self.roles if r.kind == "namesrv"]
+
+    def brokers(self) -> list[Role]:
+        return [r for r in self.roles if r.kind == "broker"]
+
+    def namesrv_addr(self) -> str:
+        return ";".join(f"{self.host(r).address}:{r.port}" for r in self.namesrvs())
+
+    def controller_addrs(self) -> list[str]:
+        if self.topology.mode != "controller":
+            return []
+        return [f"{self.host(r).address}:{r.port}" for r in self.namesrvs()]
+
+    def role_at(self, addr: str) -> Role | None:
+        for r in self.roles:
+            if f"{self.host(r).address}:{r.port}" == addr:
+                return r
+        return None
+
+    def roles_on(self, node: str) -> list[Role]:
+        return [r for r in self.roles if r.node == node]
+
+    def groups(self) -> list[str]:
+        return sorted({r.group for r in self.brokers() if r.group})
+
+    # ---- install and setup -------------------------------------------------------------------
+
+    async def install(self, checkout: Path | None = None) -> None:
+        """Local hosts (namespaces, loopback) share this machine's filesystem: they run the
+        checkout's virtualenv. Other hosts get a wheel of the same checkout."""
+        spec = self.install_spec
+        if not spec.rmq_ha_bin:
+            spec.rmq_ha_bin = str(Path(sys.executable).with_name("rmq-ha"))
+            spec.python = sys.executable
+        local = all(h.netns or h.ssh_host is None for h in self.control.hosts)
+        if not local:
+            wheel = (
+                Path(spec.wheel)
+                if spec.wheel
+                else build_wheel(checkout or Path.cwd(), Path(self.state.root) / "wheels")
+            )
+            spec.rmq_ha_bin = "/opt/rmq-jepsen/venv/bin/rmq-ha"
+            spec.python = "/opt/rmq-jepsen/venv/bin/python"
+
+            async def put(node: str) -> None:
+                remote_whl = f"/opt/rmq-jepsen/{wheel.name}"
+                await self.control.call(node, lambda r: r.upload(wheel, remote_whl))
+                await self.control.run(
+                    node,
+                    "test -x /opt/rmq-jepsen/venv/bin/python || python3 -m venv "
+                    "/opt/rmq-jepsen/venv; /opt/rmq-jepsen/venv/bin/pip install -q "
+                    f"--force-reinstall --no-deps {remote_whl} && "
+                    f"/opt/rmq-jepsen/venv/bin/pip install -q {remote_whl}",
+                    timeout_s=900,
+                )
+
+            await self.control.on_all(self.control.nodes, put)
+        bin_q = shlex.quote(spec.rmq_ha_bin)
+
+        async def check(node: str) -> None:
+            await self.control.run(node, f"test -x {bin_q}")
+
+        await self.control.on_all(self.control.nodes, check)
+        if self.clock_faults and not spec.faketime_lib:
+            from rmq_jepsen.hosts import FAKETIME_LIBS
+
+            r = await self.control.run(
+                self.control.nodes[0],
+                f"ls {' '.join(FAKETIME_LIBS)} 2>/dev/null | head -1",
+                check=False,
+            )
+            spec.faketime_lib = r.out.strip() or None
+            if not spec.faketime_lib:
+                raise RuntimeError("clock faults need libfaketime on the nodes (apt: faketime)")
+
+    async def setup(self) -> None:
+        """Wipes each role's directory and writes its config (and the fake-clock file)."""
+
+        async def one(role: Role) -> None:
+            h = self.host(role)
+            d = role.dir(h)
+            v = dict(role.values)
+            if role.kind == "broker":
+                v["storePathRootDir"] = f"{d}/store"
+            elif "controllerDLegerPeers" in v:
+                v["controllerStorePath"] = f"{d}/controller"
+            q = shlex.quote(d)
+            await self.control.run(role.node, f"rm -rf {q} && mkdir -p {q}")
+            await self.control.call(
+                role.node, lambda r: r.put_text(f"{d}/role.conf", render_properties(v))
+            )
+            if self.clock_faults:
+                await self.control.call(
+                    role.node, lambda r: r.put_text(f"{h.workdir}/faketime", "+0\n")
+                )
+
+        async with trio.open_nursery() as nursery:
+            for role in self.roles:
+                nursery.start_soon(one, role)
+
+    # ---- processes ---------------------------------------------------------------------------
+
+    def _env(self, role: Role) -> dict[str, str]:
+        env = {"PYTHONUNBUFFERED": "1"}
+        if self.clock_faults and self.install_spec.faketime_lib:
+            h = self.host(role)
+            env.update(
+                {
+                    "LD_PRELOAD": self.install_spec.faketime_lib,
+                    "FAKETIME_TIMESTAMP_FILE": f"{h.workdir}/faketime",
+                    "FAKETIME_CACHE_DURATION": "1",
+                }
+            )
+        return env
+
+    def proc_key(self, role: Role) -> str:
+        return f"{role.node}/{role.name}"
+
+    async def start(self, role: Role) -> int:
+        h = self.host(role)
+        d = role.dir(h)
+        sub = "namesrv" if role.kind == "namesrv" else "broker"
+        cmd = (
+            f"{shlex.quote(self.install_spec.rmq_ha_bin)} {sub} -c {d}/role.conf "
+            f"--ready-file {d}/ready"
+        )
+        await self.control.run(role.node, f"rm -f {d}/ready")
+        # Bookkeeping before the start: `hosts down` finds the pidfile even if we crash now.
+        self.state.set_proc(
+            self.proc_key(role), {"host": h.to_json(), "role": role.name, "pidfile": f"{d}/pid"}
+        )
+        pid = await self.control.call(
+            role.node,
+            lambda r: r.start_daemon(
+                cmd, cwd=d, log_file=f"{d}/role.log", pidfile=f"{d}/pid", env=self._env(role)
+            ),
+        )
+        role.pid = pid
+        self.state.set_proc(
+            self.proc_key(role),
+            {"host": h.to_json(), "role": role.name, "pidfile": f"{d}/pid", "pid": pid},
+        )
+        self.down.discard(role.name)
+        return pid
+
+    async def wait_ready(self, role: Role, timeout_s: float = 30.0) -> str:
+        d = role.dir(self.host(role))
+        deadline = trio.current_time() + timeout_s
+        while True:
+            r = await self.control.run(role.node, f"cat {d}/ready 2>/dev/null", check=False)
+            if r.rc == 0 and r.out.strip():
+                return r.out.strip()
+            if role.pid is not None and not await self.alive(role):
+                tail = await self.control.run(role.node, f"tail -n 20 {d}/role.log", check=False)
+                raise RuntimeError(f"{role.name} on {role.node} exited before ready:\n{tail.out}")
+            if trio.current_time() > deadline:
+                raise RuntimeError(f"{role.name} on {role.node} not ready in {timeout_s} s")
+            await trio.sleep(0.1)
+
+    async def alive(self, role: Role) -> bool:
+        if role.pid is None:
+            return False
+        pid = role.pid
+        st = await self.control.call(role.node, lambda r: r.proc_state(pid))
+        return st is not None and st != "Z"
+
+    async def start_all(self, timeout_s: float = 60.0) -> float:
+        """Name servers first, then brokers; returns the seconds it took."""
+        t0 = time.monotonic()
+        for kind in ("namesrv", "broker"):
+            rs = [r for r in self.roles if r.kind == kind]
+            async with trio.open_nursery() as nursery:
+                for r in rs:
+                    nursery.start_soon(self.start, r)
+            async with trio.open_nursery() as nursery:
+                for r in rs:
+                    nursery.start_soon(self.wait_ready, r, timeout_s)
+        return time.monotonic() - t0
+
+    async def signal(self, role: Role, sig: str) -> bool:
+        if role.pid is None:
+            return False
+        pid = role.pid
+        return await self.control.call(role.node, lambda r: r.signal(pid, sig))
+
+    async def kill(self, role: Role) -> None:
+        await self.signal(role, "CONT")  # a paused process dies on KILL anyway; be explicit
+        await self.signal(role, "KILL")
+        self.down.add(role.name)
+
+    async def pause(self, role: Role) -> None:
+        await self.signal(role, "STOP")
+
+    async def resume(self, role: Role) -> None:
+        await self.signal(role, "CONT")
+
+    async def stop(self, role: Role, grace_s: float = 5.0) -> None:
+        """SIGCONT + SIGTERM, then SIGKILL after `grace_s`; forgets the process."""
+        if role.pid is not None:
+            await self.signal(role, "CONT")
+            await self.signal(role, "TERM")
+            with trio.move_on_after(grace_s):
+                while await self.alive(role):
+                    await trio.sleep(0.1)
+            if await self.alive(role):
+                await self.signal(role, "KILL")
+        self.state.set_proc(self.proc_key(role), None)
+        self.down.add(role.name)
+
+    async def stop_all(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for r in self.roles:
+                nursery.start_soon(self.stop, r)
+
+    async def restart(self, role: Role, ready_timeout_s: float = 30.0) -> None:
+        if await self.alive(role):
+            return
+        await self.start(role)
+        await self.wait_ready(role, ready_timeout_s)
+
+    async def process_states(self) -> dict[str, str | None]:
+        """role -> ps state letter (T = stopped) or None when not running."""
+        out: dict[str, str | None] = {}
+        for r in self.roles:
+            pid = r.pid
+            if pid is None:
+                out[r.name] = None
+                continue
+            out[r.name] = await self.control.call(r.node, functools.partial(_proc_state, pid=pid))
+        return out
+
+    # ---- collection ----------------------------------------------------------------------------
+
+    async def collect(self, run_dir: Path, *, data: bool = True) -> dict[str, int]:
+        """Copies each node's role directories (logs, configs, and with `data` the stores)
+        into run_dir/nodes/<node>/."""
+        out: dict[str, int] = {}
+        exclude = () if data else ("*/store", "*/controller")
+
+        async def one(node: str) -> None:
+            h = self.control.host(node)
+            out[node] = await self.control.call(
+                node, lambda r: r.fetch_tree(h.workdir, run_dir / "nodes" / node, exclude=exclude)
+            )
+
+        await self.control.on_all(self.control.nodes, one)
+        return out
+
+
+def _proc_state(remote: Remote, pid: int) -> str | None:
+    return remote.proc_state(pid)
+
+
+# ---- asking the cluster -----------------------------------------------------------------------
+
+
+@dataclass
+class ClusterView:
+    """Resolves "the master" and "the controller leader" by asking the cluster."""
+
+    db: DB
+    timeout_s: float = 3.0
+    client_ip: str = "127.0.0.1"
+    last_error: str | None = field(default=None)
+
+    async def masters(self) -> dict[str, Role | None]:
+        """group -> the role registered as brokerId 0 at a name server (None if no master)."""
+        from rmq_ha.client import Admin, ClientConfig
+        from rmq_ha.errors import RmqHaError
+
+        out: dict[str, Role | None] = {g: None for g in self.db.groups()}
+        try:
+            with trio.fail_after(self.timeout_s):
+                async with Admin(
+                    self.db.namesrv_addr(), config=ClientConfig(client_ip=self.client_ip)
+                ) as admin:
+                    info = await admin.cluster_info()
+        except (RmqHaError, trio.TooSlowError, OSError) as e:
+            self.last_error = f"cluster info: {e!r}"
+            return out
+        for name, bd in info.broker_addr_table.items():
+            addr = bd.broker_addrs.get(0)
+            if name in out and addr:
+                out[name] = self.db.role_at(addr)
+        return out
+
+    async def controller_leader(self) -> Role | None:
+        addrs = self.db.controller_addrs()
+        if not addrs:
+            return None
+        from rmq_ha.controller.client import ControllerClient
+        from rmq_ha.errors import RemotingError
+        from rmq_ha.net.client import RemotingClient
+
+        try:
+            with trio.fail_after(self.timeout_s * 2):
+                async with RemotingClient() as client:
+                    addr = await ControllerClient(client, addrs, self.timeout_s).find_leader()
+        except (RemotingError, trio.TooSlowError, OSError) as e:
+            self.last_error = f"controller leader: {e!r}"
+            return None
+        return self.db.role_at(addr)
+
+    async def replica_info(self) -> dict[str, tuple[str | None, int | None]]:
+        """group -> (master address, master epoch) from the controller (controller mode)."""
+        addrs = self.db.controller_addrs()
+        if not addrs:
+            return {}
+        from rmq_ha.controller import messages as m
+        from rmq_ha.controller.client import ControllerClient
+        from rmq_ha.errors import RemotingError
+        from rmq_ha.net.client import RemotingClient
+
+        with trio.fail_after(self.timeout_s * 2):
+            async with RemotingClient() as client:
+                cc = ControllerClient(client, addrs, self.timeout_s)
+                try:
+                    resp = await cc.request(m.GetSyncStateDataRequest(tuple(self.db.groups())))
+                except RemotingError as e:
+                    self.last_error = f"replica info: {e!r}"
+                    return {}
+        out: dict[str, tuple[str | None, int | None]] = {}
+        for name, info in getattr(resp, "replicas_info", {}).items():
+            out[name] = (info.master_address or None, info.master_epoch)
+        return out
+
+    async def wait_masters(self, timeout_s: float) -> dict[str, Role | None]:
+        """Waits until every group has a registered master (or the timeout)."""
+        deadline = trio.current_time() + timeout_s
+        while True:
+            got = await self.masters()
+            if all(got.values()) or trio.current_time() > deadline:
+                return got
+            await trio.sleep(0.25)

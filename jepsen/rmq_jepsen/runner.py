@@ -1,0 +1,432 @@
+"""One campaign: hosts, install, configs, start, workload + nemesis schedule, heal, recovery
+wait, drain, collect, export, check. The run directory `store/<test>/<timestamp>/` holds:
+
+    config.json      the test config (options, hosts, roles and their configs, fault schedule)
+    history.jsonl    the history (rmq_ha.history); history.parquet, the same as Parquet
+    nemesis.jsonl    the nemesis timeline (every step of every fault, with targets)
+    control.log      every control action, with its host
+    nodes/<node>/    each node's role directories: role.conf, role.log, store/, controller/
+    summary.json     what the bench saw: op counts, faults, healed-or-not, timings, drain
+    results.json, report.html   written by the checker (`rmq-ha check RUN_DIR`), when present
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rmq_jepsen import generator as gen
+from rmq_jepsen import hosts as hostmod
+from rmq_jepsen.control import ActionLog, Control, Host
+from rmq_jepsen.db import DB, TOPOLOGIES, ClusterView, Timing
+from rmq_jepsen.nemesis import Nemesis, Timeline, heal_journal
+from rmq_jepsen.progress import Progress
+from rmq_jepsen.recorder import Recorder, export_parquet
+from rmq_jepsen.state import StateDir, write_json_atomic
+from rmq_jepsen.workload import WorkloadOptions, Workloads, parse_workloads
+
+log = logging.getLogger("rmq_jepsen.runner")
+
+NETWORK_FAMILIES = ("partition", "netem")
+
+
+@dataclass
+class CampaignOptions:
+    hosts: str = "local"
+    n: int = 5
+    topology: str = "controller"
+    workload: str = "queue"
+    nemesis: str = "partition,kill,pause"
+    time_s: float = 60.0
+    rate: float = 100.0
+    concurrency: int = 5
+    consumers: int = 2
+    fault_s: float = 10.0
+    between_s: float = 10.0
+    first_fault_s: float = 5.0
+    overlap: int = 1
+    recovery_s: float = 10.0
+    drain_timeout_s: float = 60.0
+    seed: int | None = None
+    store: str = "store"
+    test: str | None = None
+    check: bool = True
+    collect_data: bool = True
+    subnet: str = hostmod.DEFAULT_SUBNET
+    prefix: str = hostmod.DEFAULT_PREFIX
+    state_dir: str | None = None
+    progress: bool = True
+    teardown: bool = False
+    port_base: int = 0
+
+
+@dataclass
+class Outcome:
+    run_dir: Path
+    summary: dict[str, Any] = field(default_factory=dict)
+    check_rc: int | None = None
+    verdict: str = "unchecked"
+    report: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def checker_available() -> bool:
+    """The checker (issue 7) registers `rmq-ha check` through the rmq_ha.cli entry points."""
+    from importlib.metadata import entry_points
+
+    if importlib.util.find_spec("rmq_check") is None:
+        return False
+    return any(True for _ in entry_points(group="rmq_ha.cli")) and _has_check_command()
+
+
+def _has_check_command() -> bool:
+    p = subprocess.run(
+        [sys.executable, "-m", "rmq_ha.cli", "check", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return p.returncode == 0
+
+
+def run_check(run_dir: Path) -> tuple[int, str]:
+    p = subprocess.run(
+        [sys.executable, "-m", "rmq_ha.cli", "check", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    return p.returncode, (p.stdout + p.stderr)[-4000:]
+
+
+def resolve_hosts(opts: CampaignOptions, state: StateDir, say: Any) -> tuple[str, list[Host]]:
+    """(provider, hosts). `local` without root falls back to loopback, and says so."""
+    kind = opts.hosts
+    if kind == "local":
+        if not hostmod.is_root():
+            say(
+                "not root: local hosts (network namespaces) need root; running on loopback "
+                "processes instead, with kill and pause only — partitions and packet faults are "
+                "skipped"
+            )
+            return "loopback", hostmod.loopback_hosts(opts.n, state, port_base=opts.port_base)
+        return "local", hostmod.local_up(
+            opts.n, state, subnet=opts.subnet, prefix=opts.prefix, log=say
+        )
+    if kind == "loopback":
+        return "loopback", hostmod.loopback_hosts(opts.n, state, port_base=opts.port_base)
+    if kind == "vagrant":
+        return "vagrant", hostmod.vagrant_hosts()
+    return "file", hostmod.file_hosts(kind)
+
+
+def plan_variants(
+    opts: CampaignOptions, provider: str, n: int, controller: bool, notes: list[str]
+) -> list[str]:
+    variants = gen.parse_nemesis(opts.nemesis)
+    keep = []
+    skipped: dict[str, str] = {}
+    for v in variants:
+        fam = gen.VARIANT_FAMILY[v]
+        if provider == "loopback" and fam in NETWORK_FAMILIES:
+            skipped[v] = "needs root and network namespaces (loopback hosts)"
+        elif v == "partition-ring" and n < 4:
+            skipped[v] = "needs at least 4 nodes"
+        elif v == "partition-bridge" and n < 3:
+            skipped[v] = "needs at least 3 nodes"
+        elif v.endswith("-leader") and not controller:
+            skipped[v] = "no controller in this topology"
+        elif fam == "clock" and hostmod.faketime_lib() is None and provider == "loopback":
+            skipped[v] = "libfaketime is not installed"
+        else:
+            keep.append(v)
+    fams = sorted({gen.VARIANT_FAMILY[v] for v in skipped})
+    for fam in fams:
+        vs = [v for v in skipped if gen.VARIANT_FAMILY[v] == fam]
+        notes.append(f"skipped {', '.join(vs)}: {skipped[vs[0]]}")
+    return keep
+
+
+def _git_rev() -> str | None:
+    try:
+        p = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        return p.stdout.strip() or None
+    except OSError:
+        return None
+
+
+async def run_campaign(opts: CampaignOptions) -> Outcome:
+    state = StateDir(Path(opts.state_dir) if opts.state_dir else None)
+    with state.lock():
+        return await _run_locked(opts, state)
+
+
+async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
+    seed = opts.seed if opts.seed is not None else random.randrange(1 << 31)
+    topo = TOPOLOGIES[opts.topology]
+    kinds = parse_workloads(opts.workload)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    test = opts.test or f"{opts.topology}-{'-'.join(kinds)}"
+    run_dir = Path(opts.store) / test / stamp
+    n = 1
+    while run_dir.exists():
+        n += 1
+        run_dir = Path(opts.store) / test / f"{stamp}-{n}"
+    run_dir.mkdir(parents=True)
+    run_id = f"{stamp}{'-' + str(n) if n > 1 else ''}"
+    latest = run_dir.parent / "latest"
+    try:
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        latest.symlink_to(run_dir.name)
+    except OSError:
+        pass
+    out = Outcome(run_dir)
+    progress = Progress(opts.progress)
+    say = progress.message
+    timings: dict[str, float] = {}
+
+    healed_before = heal_journal(state, log=say)
+    if healed_before:
+        out.notes.append(f"healed {len(healed_before)} leftovers of an earlier run first")
+    t = time.monotonic()
+    provider, hosts = resolve_hosts(opts, state, say)
+    timings["hosts_s"] = time.monotonic() - t
+    if provider == "loopback" and opts.hosts == "local":
+        out.notes.append("not root: ran on loopback processes; partitions were skipped")
+    controller = topo.mode == "controller"
+    variants = plan_variants(opts, provider, len(hosts), controller, out.notes)
+    for note in out.notes:
+        say(note)
+    clock_faults = any(gen.VARIANT_FAMILY[v] == "clock" for v in variants)
+    events = gen.schedule(
+        gen.ScheduleOptions(
+            time_limit_s=opts.time_s,
+            fault_s=opts.fault_s,
+            recovery_s=opts.between_s,
+            first_fault_s=opts.first_fault_s,
+            overlap=opts.overlap,
+            seed=seed,
+            variants=tuple(variants),
+        )
+    )
+
+    control = Control(hosts, ActionLog(run_dir / "control.log"))
+    db = DB(control, topo, state=state, timing=Timing(), clock_faults=clock_faults)
+    client_ip = "127.0.0.1" if provider == "loopback" else _control_ip(state, hosts)
+    view = ClusterView(db, client_ip=client_ip)
+    recorder: Recorder | None = None
+    nemesis: Nemesis | None = None
+    timeline = Timeline(run_dir / "nemesis.jsonl", time.monotonic())
+    summary: dict[str, Any] = {
+        "run_id": run_id,
+        "provider": provider,
+        "seed": seed,
+        "notes": out.notes,
+    }
+    config = {
+        "test": test,
+        "run_id": run_id,
+        "seed": seed,
+        "provider": provider,
+        "options": dataclasses.asdict(opts),
+        "topology": dataclasses.asdict(topo),
+        "timing": dataclasses.asdict(db.timing),
+        "git": _git_rev(),
+        "hosts": [h.to_json() for h in hosts],
+        "roles": [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "node": r.node,
+                "port": r.port,
+                "group": r.group,
+                "config": r.values,
+            }
+            for r in db.roles
+        ],
+        "schedule": [dataclasses.asdict(e) for e in events],
+        "skipped": out.notes,
+    }
+    write_json_atomic(run_dir / "config.json", config)
+    try:
+        progress.set_phase("install")
+        t = time.monotonic()
+        await db.install(checkout=Path(__file__).resolve().parents[2])
+        await db.setup()
+        timings["install_s"] = time.monotonic() - t
+        progress.set_phase("start")
+        timings["start_s"] = await db.start_all()
+        masters = await view.wait_masters(30)
+        timings["masters_s"] = time.monotonic() - t - timings["install_s"]
+        say("masters: " + ", ".join(f"{g}={r.name if r else None}" for g, r in masters.items()))
+        recorder = Recorder(run_dir / "history.jsonl")
+        config["start_wall_ns"] = recorder.start_wall_ns
+        write_json_atomic(run_dir / "config.json", config)
+        progress.recorder = recorder
+        wl = Workloads(
+            WorkloadOptions(
+                kinds=kinds,
+                rate=opts.rate,
+                concurrency=opts.concurrency,
+                consumers=opts.consumers,
+                run_id=run_id,
+                client_ip=client_ip,
+                seed=seed,
+            ),
+            db,
+            view,
+            recorder,
+        )
+        await wl.setup()
+        nemesis = Nemesis(
+            db,
+            view,
+            recorder,
+            state,
+            run_id,
+            timeline,
+            seed=seed,
+            network_faults=provider != "loopback",
+        )
+        nem = nemesis
+        progress.faults = lambda: [a.event.variant for a in nem.active.values()]
+
+        progress.set_phase("run", opts.time_s)
+        t0 = trio.current_time()
+        t = time.monotonic()
+        async with trio.open_nursery() as outer:
+
+            async def ticker() -> None:
+                while True:
+                    await trio.sleep(0.5)
+                    assert recorder is not None
+                    recorder.flush()
+                    progress.tick()
+
+            outer.start_soon(ticker)
+            # The workload stops at the time limit; the nemesis after its last fault stops.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wl.run, t0 + opts.time_s)
+                nursery.start_soon(nemesis.run, events, t0)
+            outer.cancel_scope.cancel()
+        timings["run_s"] = time.monotonic() - t
+
+        progress.set_phase("heal")
+        await nemesis.heal_all()
+        for name in sorted(db.down):
+            try:
+                await db.restart(db.by_name[name])
+            except Exception as e:
+                out.notes.append(f"could not restart {name} after the run: {e}")
+        progress.set_phase("recovery", opts.recovery_s)
+        t = time.monotonic()
+        await trio.sleep(opts.recovery_s)
+        await view.wait_masters(30)
+        timings["recovery_s"] = time.monotonic() - t
+        progress.set_phase("drain")
+        t = time.monotonic()
+        summary["drain"] = await wl.drain(opts.drain_timeout_s)
+        timings["drain_s"] = time.monotonic() - t
+        summary["client_errors"] = wl.stats.errors[:20]
+        summary["healed"] = await nemesis.verify_healed()
+        if not summary["healed"]["healed"]:
+            say(f"NOT HEALED: {summary['healed']}")
+    finally:
+        with trio.CancelScope(shield=True):
+            progress.set_phase("collect")
+            if nemesis is not None:
+                await nemesis.heal_all()
+                summary["faults"] = nemesis.injected
+            try:
+                await db.stop_all()
+            except Exception as e:
+                out.notes.append(f"stopping roles: {e!r}")
+            if recorder is not None:
+                recorder.close()
+                summary["ops"] = recorder.ops
+                summary["counts"] = {f"{f}:{t}": c for (f, t), c in sorted(recorder.counts.items())}
+            timeline.close()
+            try:
+                t = time.monotonic()
+                summary["collected_bytes"] = await db.collect(run_dir, data=opts.collect_data)
+                timings["collect_s"] = time.monotonic() - t
+            except Exception as e:
+                out.notes.append(f"collecting node files: {e!r}")
+            summary["timings"] = timings
+            write_json_atomic(run_dir / "summary.json", summary)
+            control.close()
+            progress.close()
+    if recorder is not None:
+        try:
+            export_parquet(run_dir / "history.jsonl", run_dir / "history.parquet")
+        except ImportError:
+            out.notes.append("pyarrow is not installed: no history.parquet")
+    if opts.check:
+        if checker_available():
+            progress.set_phase("check")
+            out.check_rc, text = run_check(run_dir)
+            (run_dir / "check.log").write_text(text)
+            out.verdict = "valid" if out.check_rc == 0 else "INVALID"
+            report = run_dir / "report.html"
+            out.report = report if report.exists() else None
+        else:
+            out.verdict = "unavailable"
+            out.notes.append(
+                "check step unavailable: the checker (`rmq-ha check`, package "
+                "rmq_check, issue 7) is not installed — no verdict"
+            )
+    summary["verdict"] = out.verdict
+    summary["check_rc"] = out.check_rc
+    write_json_atomic(run_dir / "summary.json", summary)
+    out.summary = summary
+    if opts.teardown and provider == "local":
+        hostmod.local_down(state, log=say)
+    return out
+
+
+def _control_ip(state: StateDir, hosts: list[Host]) -> str:
+    info = state.hosts()
+    if info and info.get("gateway"):
+        return str(info["gateway"])
+    return os.environ.get("RMQ_JEPSEN_CLIENT_IP", "127.0.0.1")
+
+
+def list_runs(store: Path) -> list[dict[str, Any]]:
+    out = []
+    for summ in sorted(store.glob("*/*/summary.json")):
+        d = summ.parent
+        try:
+            s = json.loads(summ.read_text())
+        except (OSError, ValueError):
+            s = {}
+        out.append(
+            {
+                "test": d.parent.name,
+                "run": d.name,
+                "dir": str(d),
+                "ops": s.get("ops"),
+                "faults": len(s.get("faults", [])),
+                "healed": (s.get("healed") or {}).get("healed"),
+                "verdict": s.get("verdict"),
+            }
+        )
+    return out
