@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
 
     bench_controller.add_parser(bench_sub)
 
-    _load_plugins(sub, bench_sub)
+    args_in = sys.argv[1:] if argv is None else argv
+    if not args_in or args_in[0] not in _CORE_ROLES:
+        _load_plugins(sub, bench_sub)
 
     demo = sub.add_parser("demo", help="demonstrations a newcomer can watch")
     demo_sub = demo.add_subparsers(dest="demo", required=True)
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 PLUGIN_GROUP = "rmq_ha.cli"
+#: Server roles start without loading the tools' plugins (faster, and a broken tool install
+#: cannot stop a broker).
+_CORE_ROLES = frozenset({"namesrv", "broker", "controller"})
 
 
 def _load_plugins(sub: Any, bench_sub: Any) -> None:
@@ -54,7 +59,12 @@ def _load_plugins(sub: Any, bench_sub: Any) -> None:
     from importlib.metadata import entry_points
 
     for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
-        ep.load()(sub, bench_sub)
+        try:
+            add = ep.load()
+        except Exception as e:  # one broken tool must not take the others down
+            print(f"rmq-ha: plugin {ep.name} ({ep.value}) failed to load: {e}", file=sys.stderr)
+            continue
+        add(sub, bench_sub)
 
 
 if __name__ == "__main__":

@@ -346,6 +346,11 @@ def add_parsers(sub: Any) -> None:
 
     a = sub.add_parser("admin", help="cluster, route, topic and offset administration")
     asub = a.add_subparsers(dest="admin", required=True)
+    # mqadmin's controller commands (getSyncStateSet, getBrokerEpoch, electMaster, ...) under
+    # `admin` too, taking the controller addresses with -a.
+    from rmq_ha.controller.admin import controller_admin_parsers
+
+    controller_admin_parsers(asub)
     cl = asub.add_parser("cluster", help="brokers of every cluster")
     _common(cl)
     r = asub.add_parser("route", help="the route of a topic")

@@ -8,3 +8,8 @@ import time
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def monotonic_ms() -> int:
+    """Milliseconds of a clock that never jumps (timeouts, catch-up ages)."""
+    return time.monotonic_ns() // 1_000_000

@@ -53,6 +53,16 @@ class ConsumerOffsetManager:
         self.timestamp_ms = int(time.time() * 1000)
         self._dirty = True
 
+    def merge_from_json(self, raw: bytes) -> None:
+        """A slave adopts its master's offsets (the master is where consumers commit)."""
+        doc = json.loads(raw)
+        for key, queues in doc.get("offsetTable", {}).items():
+            mine = self.table.setdefault(str(key), {})
+            for q, o in queues.items():
+                if mine.get(int(q)) != int(o):
+                    mine[int(q)] = int(o)
+                    self._dirty = True
+
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.table.get(self.key(topic, group), {}).get(queue_id)
 

@@ -35,7 +35,7 @@ from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.json_compat import BodyDecodeError
 from rmq_ha.protocol.models import EpochEntryCache
 
-NO_EPOCHS = "not implemented: brokers do not have epochs yet"
+NO_EPOCHS = "the broker does not serve GET_BROKER_EPOCH_CACHE (1007)"
 
 
 def _emit(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:

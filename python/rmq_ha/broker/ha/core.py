@@ -1,0 +1,173 @@
+"""The master's replication bookkeeping, pure (no sockets, no clocks: time is passed in).
+
+It answers three questions for the master side of broker HA (reference section 2.7-2.9):
+
+* **confirmOffset**: the highest offset every SyncStateSet member holds. With one member or
+  ``allAckInSyncStateSet=false`` it is the max offset (#7656). Otherwise the minimum ack over
+  the members; fresh connections that have not acked yet are skipped (#6728); and while a
+  member other than the master has no connection at all the value is frozen (#6662), so an
+  isolated master with part of its set cannot move it.
+* **SyncStateSet changes**: shrink members that have not caught up within
+  ``haMaxTimeSlaveNotCatchup`` or have no connection; expand a slave whose ack reached both the
+  confirm offset and the start of the current epoch. A change is only *proposed*: until the
+  controller accepts it, the effective set is the union of the old and the proposed one and
+  the in-sync count is the larger of the two (#5663), so a change can never weaken durability
+  before it is committed.
+* **acks for producers**: whether a write ending at some offset is acknowledged by every member
+  (allAckInSyncStateSet) or by enough replicas (inSyncReplicas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Replica:
+    """One slave's HA connection as the master sees it."""
+
+    broker_id: int
+    async_learner: bool = False
+    ack: int = -1  # no ack yet
+    last_caught_up_ms: int = 0
+    # The master's max offset and the time when the last batch was sent on this connection:
+    # an ack at or beyond that offset means the slave caught up as of that send.
+    last_master_max: int = 0
+    last_transfer_ms: int = 0
+
+
+@dataclass
+class HaCore:
+    self_id: int
+    all_ack: bool
+    in_sync_replicas: int = 1
+    max_not_catchup_ms: int = 15_000
+    sync_state_set: frozenset[int] = frozenset()
+    sync_state_set_epoch: int = 0
+    proposed: frozenset[int] | None = None
+    epoch_start_offset: int = 0
+    confirm: int = 0
+    replicas: dict[int, Replica] = field(default_factory=dict)
+
+    # ---- the set ------------------------------------------------------------------------
+
+    def effective_set(self) -> frozenset[int]:
+        """The union of the committed and the proposed set while a change is pending."""
+        if self.proposed is None:
+            return self.sync_state_set
+        return self.sync_state_set | self.proposed
+
+    def in_sync_count(self) -> int:
+        if self.proposed is None:
+            return max(1, len(self.sync_state_set))
+        return max(1, len(self.sync_state_set), len(self.proposed))
+
+    def apply_set(self, members: frozenset[int], epoch: int, master_max: int) -> bool:
+        """The controller's answer (or a role change) sets the committed set. Stale answers
+        (an epoch not above ours) are ignored, except the first set ever taken."""
+        if epoch <= self.sync_state_set_epoch and self.sync_state_set:
+            return False
+        self.sync_state_set = frozenset(members)
+        self.sync_state_set_epoch = epoch
+        self.proposed = None
+        self.recompute_confirm(master_max)
+        return True
+
+    def cancel_proposal(self) -> None:
+        self.proposed = None
+
+    # ---- connections --------------------------------------------------------------------
+
+    def connected(self, broker_id: int, async_learner: bool, now_ms: int) -> None:
+        self.replicas[broker_id] = Replica(broker_id, async_learner, last_caught_up_ms=now_ms)
+
+    def disconnected(self, broker_id: int) -> None:
+        self.replicas.pop(broker_id, None)
+
+    def transferring(self, broker_id: int, master_max: int, now_ms: int) -> None:
+        r = self.replicas.get(broker_id)
+        if r is not None:
+            r.last_master_max, r.last_transfer_ms = master_max, now_ms
+
+    def idle(self, broker_id: int, now_ms: int) -> None:
+        """Nothing is left to send to this slave: it is caught up now."""
+        r = self.replicas.get(broker_id)
+        if r is not None and r.ack >= r.last_master_max:
+            r.last_caught_up_ms = now_ms
+
+    def acked(
+        self, broker_id: int, ack: int, master_max: int, now_ms: int
+    ) -> frozenset[int] | None:
+        """Records an ack; returns a proposed expanded set when this slave qualifies."""
+        r = self.replicas.get(broker_id)
+        if r is None:
+            return None
+        r.ack = max(r.ack, ack)
+        if r.ack >= r.last_master_max:
+            r.last_caught_up_ms = now_ms if r.ack >= master_max else r.last_transfer_ms
+        self.recompute_confirm(master_max)
+        if (
+            not r.async_learner
+            and broker_id not in self.effective_set()
+            and self.proposed is None
+            and r.ack >= self.confirm
+            and r.ack >= self.epoch_start_offset
+        ):
+            self.proposed = self.sync_state_set | {broker_id}
+            return self.proposed
+        return None
+
+    def maybe_shrink(self, now_ms: int) -> frozenset[int] | None:
+        """A proposed smaller set, or None. Members without a connection, or not caught up
+        within max_not_catchup_ms, go; the master always stays."""
+        if self.proposed is not None:
+            return None
+        keep = {self.self_id}
+        for m in self.sync_state_set - {self.self_id}:
+            r = self.replicas.get(m)
+            if r is None or r.async_learner:
+                continue
+            if now_ms - r.last_caught_up_ms <= self.max_not_catchup_ms:
+                keep.add(m)
+        if keep == set(self.sync_state_set):
+            return None
+        self.proposed = frozenset(keep)
+        return self.proposed
+
+    # ---- confirm offset and acks --------------------------------------------------------
+
+    def recompute_confirm(self, master_max: int) -> int:
+        members = self.effective_set()
+        if not self.all_ack or len(members) <= 1:
+            self.confirm = master_max
+            return self.confirm
+        value = master_max
+        for m in members:
+            if m == self.self_id:
+                continue
+            r = self.replicas.get(m)
+            if r is None:
+                # A member with no connection (#6662): keep the previous value.
+                return self.confirm
+            if r.ack <= 0:
+                continue  # a fresh connection (#6728)
+            value = min(value, r.ack)
+        # Never backwards: a member that reconnects acks from below what it had.
+        self.confirm = max(self.confirm, min(value, master_max))
+        return self.confirm
+
+    def acked_by(self, offset: int) -> int:
+        """How many replicas (the master included) hold everything below `offset`."""
+        return 1 + sum(1 for r in self.replicas.values() if r.ack >= offset)
+
+    def write_acked(self, offset: int) -> bool:
+        """Whether a producer's write ending at `offset` may be acknowledged."""
+        if self.all_ack:
+            for m in self.effective_set():
+                if m == self.self_id:
+                    continue
+                r = self.replicas.get(m)
+                if r is None or r.ack < offset:
+                    return False
+            return True
+        return self.acked_by(offset) >= self.in_sync_replicas

@@ -1,0 +1,287 @@
+"""The master side of broker replication: an HA port that slaves connect to.
+
+Per connection (reference 2.2-2.4): the slave sends its 16-byte handshake; the master answers
+with its max offset, last epoch and every epoch entry; the slave truncates if it must and acks
+its max offset; the master then streams raw commitlog bytes from there, in batches of at most
+``haTransferBatchSize`` that never cross an epoch boundary, each with a 36-byte header carrying
+the epoch of its bytes and the confirm offset. With nothing to send it sends a header-only
+heartbeat every ``haSendHeartbeatInterval``. Acks feed `HaCore`, which moves the confirm
+offset and proposes SyncStateSet changes; producers waiting for replication are woken.
+
+The codec is Rust (`rmq_ha._native`, HA wire format); this module only moves bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from rmq_ha._native import (
+    EpochFile,
+    HaMasterSideDecoder,
+    encode_master_handshake,
+    encode_transfer_header,
+)
+from rmq_ha.broker.ha.core import HaCore
+from rmq_ha.clock import monotonic_ms
+from rmq_ha.store import AsyncStore
+
+log = logging.getLogger(__name__)
+
+RECV_BYTES = 64 * 1024
+
+
+class HaMaster:
+    """Streams the commitlog to connected slaves and keeps `core` up to date.
+
+    `on_proposal(members)` is called (in a task) when `core` proposes a SyncStateSet change;
+    it reports it to the controller and applies the answer. In classic mode it is None.
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        epochs: EpochFile,
+        core: HaCore,
+        *,
+        batch_bytes: int,
+        heartbeat_interval_ms: int,
+        controller_mode: bool,
+        on_proposal: Callable[[frozenset[int]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.core = core
+        self.batch_bytes = batch_bytes
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.controller_mode = controller_mode
+        self.on_proposal = on_proposal
+        self._data = trio.Event()
+        self._progress = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._accepting: Callable[[], bool] = lambda: True
+        self._scopes: dict[int, trio.CancelScope] = {}
+        self.connections: dict[int, trio.abc.Stream] = {}
+
+    # ---- called by the broker -------------------------------------------------------------
+
+    def notify_append(self) -> None:
+        """New bytes in the commitlog: wake the senders."""
+        self._data.set()
+        self._data = trio.Event()
+        if self.controller_mode:
+            self.update_confirm()
+
+    def update_confirm(self) -> None:
+        """Recomputes the confirm offset and hands it to the store's dispatcher."""
+        native = self.store.native
+        c = self.core.recompute_confirm(native.max_offset)
+        if c > native.confirm_offset:
+            native.set_confirm_offset(c)
+
+    async def wait_acked(self, offset: int, timeout_s: float) -> bool:
+        """True once a write ending at `offset` is acknowledged as the mode requires."""
+        with trio.move_on_after(timeout_s):
+            while not self.core.write_acked(offset):
+                await self._progress.wait()
+            return True
+        return False
+
+    # ---- serving ------------------------------------------------------------------------
+
+    async def serve(
+        self, listeners: list[trio.SocketListener], accepting: Callable[[], bool]
+    ) -> None:
+        """Serves slaves while `accepting()` (this broker is master); other connections are
+        closed at once, so a slave that still believes in us learns otherwise."""
+        self._accepting = accepting
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
+
+    def drop_connections(self) -> None:
+        """Closes every slave connection (this broker stopped being master)."""
+        for scope in list(self._scopes.values()):
+            scope.cancel()
+
+    def woke(self) -> None:
+        self._woke()
+
+    def _woke(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        peer = _peer(stream)
+        broker_id: int | None = None
+        if not self._accepting():
+            await stream.aclose()
+            return
+        scope = trio.CancelScope()
+        key = id(scope)
+        self._scopes[key] = scope
+        try:
+            with scope:
+                async with stream:
+                    dec = HaMasterSideDecoder()
+                    first, rest = await _read_first(stream, dec)
+                    if first[0] != "handshake":
+                        log.warning("HA %s: first record is %s, not a handshake", peer, first[0])
+                        return
+                    sync_last, learner = bool(first[1]), bool(first[2])
+                    broker_id = bid = int(first[3])  # type: ignore[call-overload]
+                    log.info("HA: slave %s (id %s, learner=%s) connected", peer, broker_id, learner)
+                    await stream.send_all(self._handshake())
+                    start = await self._first_ack(stream, dec, rest, sync_last)
+                    old = self.connections.pop(bid, None)
+                    if old is not None:
+                        await old.aclose()
+                    self.connections[bid] = stream
+                    self.core.connected(bid, learner, monotonic_ms())
+                    async with trio.open_nursery() as n:
+                        n.start_soon(self._read_acks, stream, dec, bid)
+                        await self._write(stream, bid, start)
+        except Exception as e:  # a lost slave or a protocol error closes this connection only
+            why = _leaf(e)
+            if isinstance(why, trio.BrokenResourceError | trio.ClosedResourceError | OSError):
+                log.info("HA: slave %s (id %s) gone: %s", peer, broker_id, why)
+            else:
+                log.warning("HA: slave %s (id %s) dropped: %r", peer, broker_id, why)
+        finally:
+            self._scopes.pop(key, None)
+            if broker_id is not None and self.connections.get(broker_id) is stream:
+                del self.connections[broker_id]
+                self.core.disconnected(broker_id)
+                self._woke()
+
+    def _handshake(self) -> bytes:
+        entries = [(e, s) for e, s, _ in self.epochs.entries()]
+        last = self.epochs.last_epoch() or 0
+        return encode_master_handshake(self.store.native.max_offset, last, entries)
+
+    async def _first_ack(
+        self,
+        stream: trio.SocketStream,
+        dec: HaMasterSideDecoder,
+        pending: list[tuple[object, ...]],
+        sync_last: bool,
+    ) -> int:
+        with trio.fail_after(30):
+            while True:
+                for rec in pending:
+                    if rec[0] == "ack":
+                        ack = int(rec[1])  # type: ignore[call-overload]
+                        return self._start_offset(ack, sync_last)
+                data = await stream.receive_some(RECV_BYTES)
+                if not data:
+                    raise trio.BrokenResourceError("slave closed before its first ack")
+                pending = dec.feed(data)
+
+    def _start_offset(self, ack: int, sync_last: bool) -> int:
+        native = self.store.native
+        if ack > 0:
+            return ack
+        if sync_last:
+            files = native.segment_files()
+            if files:
+                return min(files[-1][0], native.max_offset)
+        return native.min_offset
+
+    async def _read_acks(
+        self, stream: trio.SocketStream, dec: HaMasterSideDecoder, broker_id: int
+    ) -> None:
+        while True:
+            data = await stream.receive_some(RECV_BYTES)
+            if not data:
+                raise trio.BrokenResourceError("slave closed the HA connection")
+            for rec in dec.feed(data):
+                if rec[0] == "handshake":
+                    raise ValueError("a second handshake on a transferring connection")
+                self._on_ack(broker_id, int(rec[1]))  # type: ignore[call-overload]
+
+    def _on_ack(self, broker_id: int, ack: int) -> None:
+        native = self.store.native
+        proposal = self.core.acked(broker_id, ack, native.max_offset, monotonic_ms())
+        if self.controller_mode:
+            c = self.core.confirm
+            if c > native.confirm_offset:
+                native.set_confirm_offset(c)
+        self._woke()
+        if proposal is not None and self.on_proposal is not None and self._nursery is not None:
+            self._nursery.start_soon(self.on_proposal, proposal)
+
+    async def _write(self, stream: trio.SocketStream, broker_id: int, start: int) -> None:
+        native = self.store.native
+        pos = start
+        hb_s = self.heartbeat_interval_ms / 1000
+        last_send = trio.current_time()
+        while True:
+            data_event = self._data
+            end = native.max_offset
+            if pos < end:
+                entry = self.epochs.find_by_offset(pos)
+                if entry is None:
+                    raise ValueError(f"no epoch covers offset {pos}")
+                epoch, epoch_start, epoch_end = entry
+                limit = min(end, epoch_end)
+                buf = native.read_range(pos, self.batch_bytes, limit)
+                n = len(buf)
+                if n == 0:
+                    raise ValueError(f"nothing readable at {pos} below {limit}")
+                self.core.transferring(broker_id, end, monotonic_ms())
+                header = encode_transfer_header(pos, epoch, epoch_start, self._confirm(), n)
+                await stream.send_all(header)
+                await stream.send_all(memoryview(buf))
+                pos += n
+                last_send = trio.current_time()
+                continue
+            self.core.idle(broker_id, monotonic_ms())
+            with trio.move_on_at(last_send + hb_s):
+                await data_event.wait()
+                continue
+            await stream.send_all(self._heartbeat(pos))
+            last_send = trio.current_time()
+
+    def _confirm(self) -> int:
+        if self.controller_mode:
+            return self.store.native.confirm_offset
+        return self.store.native.max_offset
+
+    def _heartbeat(self, pos: int) -> bytes:
+        """A header-only record carrying the epoch in force at `pos` (the last one whose
+        start is not above it), so a slave learns a new epoch even before its first byte."""
+        epoch, start = 0, 0
+        for e, s, _ in self.epochs.entries():
+            if s <= pos:
+                epoch, start = e, s
+        return encode_transfer_header(pos, epoch, start, self._confirm(), 0)
+
+
+async def _read_first(
+    stream: trio.SocketStream, dec: HaMasterSideDecoder
+) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
+    with trio.fail_after(30):
+        while True:
+            data = await stream.receive_some(RECV_BYTES)
+            if not data:
+                raise trio.BrokenResourceError("slave closed before its handshake")
+            recs = dec.feed(data)
+            if recs:
+                return recs[0], recs[1:]
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"
+
+
+def _leaf(e: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return e

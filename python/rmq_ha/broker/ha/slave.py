@@ -1,0 +1,221 @@
+"""The slave side of broker replication: connect to the master's HA port and copy its log.
+
+READY -> HANDSHAKE -> TRANSFER (reference 2.2, 2.4, 2.6). In HANDSHAKE the slave sends its id
+and flags, receives the master's epoch entries and cuts its own log back to the last point both
+logs agree on (``find_consistent_point``). When there is no such point the logs share no
+history: the slave refuses to sync, says so in its status and log, and retries later — it
+never wipes data on its own; an operator decides. In TRANSFER it appends each batch at exactly
+its offset, records a new epoch when a header carries one, moves its confirm offset to
+min(master's confirm offset, its own max offset) and acks its max offset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from rmq_ha._native import (
+    EpochFile,
+    HaSlaveSideDecoder,
+    encode_slave_ack,
+    encode_slave_handshake,
+    find_consistent_point,
+)
+from rmq_ha.store import AsyncStore
+
+log = logging.getLogger(__name__)
+
+RECV_BYTES = 256 * 1024
+RETRY_S = 1.0
+
+
+class NoConsistentPointError(RuntimeError):
+    """The slave's log and the master's share no epoch: syncing would need a wipe."""
+
+
+@dataclass
+class SlaveStatus:
+    state: str = "READY"
+    master: str | None = None
+    refused: str | None = None  # why the slave will not sync, when it will not
+    truncated_to: int | None = None  # the last handshake cut the log back to here
+
+
+class HaSlave:
+    def __init__(
+        self,
+        store: AsyncStore,
+        epochs: EpochFile,
+        broker_id: Callable[[], int],
+        *,
+        async_learner: bool,
+        sync_from_last_file: bool,
+        heartbeat_interval_ms: int,
+        housekeeping_ms: int,
+        controller_mode: bool,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.broker_id = broker_id
+        self.async_learner = async_learner
+        self.sync_from_last_file = sync_from_last_file
+        self.heartbeat_s = heartbeat_interval_ms / 1000
+        self.housekeeping_s = housekeeping_ms / 1000
+        self.controller_mode = controller_mode
+        self.status = SlaveStatus()
+        self._master: str | None = None
+        self._changed = trio.Event()
+        self._session_scope: trio.CancelScope | None = None
+        self.on_append: Callable[[], None] | None = None
+
+    def set_master(self, addr: str | None) -> None:
+        """Points the slave at a master's HA address (None: stop syncing)."""
+        if addr == self._master:
+            return
+        self._master = addr
+        self.status.master = addr
+        if self._session_scope is not None:
+            self._session_scope.cancel()
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def run(self) -> None:
+        while True:
+            addr = self._master
+            if addr is None:
+                self.status.state = "READY"
+                await self._changed.wait()
+                continue
+            with trio.CancelScope() as scope:
+                self._session_scope = scope
+                try:
+                    try:
+                        await self._session(addr)
+                    except BaseExceptionGroup as g:
+                        raise _leaf(g) from g
+                except NoConsistentPointError as e:
+                    self.status.state = "SUSPEND"
+                    self.status.refused = str(e)
+                    log.error("HA: refusing to sync from %s: %s", addr, e)
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as e:
+                    log.info("HA: connection to master %s lost: %s", addr, e)
+                except trio.TooSlowError:
+                    log.info("HA: master %s silent; reconnecting", addr)
+                except Exception as e:  # a protocol error: reconnect; the log says why
+                    log.warning("HA: session with %s failed: %s", addr, e)
+            self._session_scope = None
+            self.status.state = "READY"
+            with trio.move_on_after(RETRY_S):
+                await self._changed.wait()
+
+    async def _session(self, addr: str) -> None:
+        host, _, port = addr.rpartition(":")
+        with trio.fail_after(3):
+            stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            self.status.state = "HANDSHAKE"
+            dec = HaSlaveSideDecoder()
+            await stream.send_all(
+                encode_slave_handshake(
+                    self.sync_from_last_file, self.async_learner, self.broker_id()
+                )
+            )
+            with trio.fail_after(5):
+                first, rest = await _first_record(stream, dec)
+            if first[0] != "handshake":
+                raise ValueError(f"master sent {first[0]} before its handshake")
+            _, master_max, _last_epoch, entries = first
+            self._truncate(int(master_max), list(entries))  # type: ignore[call-overload]
+            self.status.refused = None
+            native = self.store.native
+            reported = native.max_offset
+            await stream.send_all(encode_slave_ack(reported))
+            self.status.state = "TRANSFER"
+            pending = rest
+            last_ack = trio.current_time()
+            while True:
+                for rec in pending:
+                    if rec[0] != "transfer":
+                        raise ValueError(f"unexpected {rec[0]} record while transferring")
+                    self._apply(rec)
+                if (
+                    native.max_offset != reported
+                    or trio.current_time() - last_ack > self.heartbeat_s
+                ):
+                    reported = native.max_offset
+                    await stream.send_all(encode_slave_ack(reported))
+                    last_ack = trio.current_time()
+                with trio.fail_after(self.housekeeping_s):
+                    with trio.move_on_after(self.heartbeat_s):
+                        data = await stream.receive_some(RECV_BYTES)
+                        if not data:
+                            raise trio.BrokenResourceError("master closed the HA connection")
+                        pending = dec.feed(data)
+                        continue
+                    pending = []
+
+    def _truncate(self, master_max: int, master_entries: list[tuple[int, int]]) -> None:
+        native = self.store.native
+        local = [(e, s) for e, s, _ in self.epochs.entries()]
+        local_max = native.max_offset
+        if not local:
+            # A new replica: nothing to compare, nothing to cut (reference 2.6 step 1).
+            return
+        point = find_consistent_point(local, local_max, master_entries, master_max)
+        if point is None:
+            raise NoConsistentPointError(
+                f"no epoch of this replica ({local}) matches the master's ({master_entries}); "
+                "an operator must decide (wipe this replica's store to resync it)"
+            )
+        if point < local_max:
+            log.warning("HA: truncating the log from %d back to %d (diverged)", local_max, point)
+            native.truncate_to(point)
+            self.status.truncated_to = point
+        self.epochs.truncate_suffix_by_offset(point)
+
+    def _apply(self, rec: tuple[object, ...]) -> None:
+        _, offset, epoch, epoch_start, confirm, body = rec
+        offset, epoch, epoch_start, confirm = (
+            int(offset),  # type: ignore[call-overload]
+            int(epoch),  # type: ignore[call-overload]
+            int(epoch_start),  # type: ignore[call-overload]
+            int(confirm),  # type: ignore[call-overload]
+        )
+        native = self.store.native
+        last = self.epochs.last_epoch()
+        if last is None or epoch > last:
+            self.epochs.append(epoch, epoch_start)
+        elif epoch < last:
+            raise ValueError(f"master sent epoch {epoch} below our last epoch {last}")
+        assert isinstance(body, bytes)
+        if body:
+            if offset != native.max_offset:
+                raise ValueError(f"master sent offset {offset}, our max is {native.max_offset}")
+            native.append_raw(offset, body)
+            if self.on_append is not None:
+                self.on_append()
+        if self.controller_mode:
+            c = min(confirm, native.max_offset)
+            if c > native.confirm_offset:
+                native.set_confirm_offset(c)
+
+
+async def _first_record(
+    stream: trio.SocketStream, dec: HaSlaveSideDecoder
+) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
+    while True:
+        data = await stream.receive_some(RECV_BYTES)
+        if not data:
+            raise trio.BrokenResourceError("master closed before its handshake")
+        recs = dec.feed(data)
+        if recs:
+            return recs[0], recs[1:]
+
+
+def _leaf(e: BaseException) -> BaseException:
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return e
