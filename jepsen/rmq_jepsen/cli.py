@@ -16,13 +16,14 @@ DEMO_TIME_S = 60.0
 def add_parsers(sub: Any, bench_sub: Any) -> None:
     from rmq_jepsen import generator as gen
     from rmq_jepsen.db import TOPOLOGIES
-    from rmq_jepsen.hosts import DEFAULT_SUBNET
+    from rmq_jepsen.hosts import DEFAULT_PREFIX, DEFAULT_SUBNET
 
     h = sub.add_parser("hosts", help="local bench hosts: network namespaces + sshd (root)")
     hs = h.add_subparsers(dest="hosts_cmd", required=True)
     up = hs.add_parser("up", help="create N namespaces on a bridge, one sshd each")
     up.add_argument("--n", type=int, default=5)
     up.add_argument("--subnet", default=DEFAULT_SUBNET)
+    up.add_argument("--prefix", default=DEFAULT_PREFIX, help="namespace and bridge name prefix")
     up.add_argument("--state-dir", help="bookkeeping directory ($RMQ_JEPSEN_STATE)")
     up.set_defaults(func=_hosts_up)
     down = hs.add_parser("down", help="heal every recorded fault, stop processes, delete hosts")
@@ -78,6 +79,8 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     r.add_argument("--teardown", action="store_true", help="local: hosts down afterwards")
     r.add_argument("--state-dir")
     r.add_argument("--subnet", default=DEFAULT_SUBNET)
+    r.add_argument("--prefix", default=DEFAULT_PREFIX, help="local: namespace/bridge prefix")
+    r.add_argument("--first-fault", type=float, default=5.0, help="seconds before the first fault")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true", help="print the outcome as JSON")
     r.set_defaults(func=_campaign_run)
@@ -127,7 +130,7 @@ def _hosts_up(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     try:
-        hosts = local_up(args.n, _state(args), subnet=args.subnet)
+        hosts = local_up(args.n, _state(args), subnet=args.subnet, prefix=args.prefix)
     except HostsError as e:
         print(f"rmq-ha hosts up: {e}", file=sys.stderr)
         return 2
@@ -224,6 +227,8 @@ def _campaign_run(args: argparse.Namespace) -> int:
         teardown=args.teardown,
         state_dir=args.state_dir,
         subnet=args.subnet,
+        prefix=args.prefix,
+        first_fault_s=args.first_fault,
         progress=not args.quiet,
     )
     out = trio.run(run_campaign, opts)

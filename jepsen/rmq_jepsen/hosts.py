@@ -150,6 +150,15 @@ def local_up(
                 return hosts
         local_down(state, log=log)
     ensure_packages(log)
+    taken = sorted({nd["netns"] for nd in map(plan.node, range(1, n + 1))} & _netns_list())
+    if Path(f"/sys/class/net/{plan.bridge}").exists():
+        taken.append(plan.bridge)
+    if taken:
+        # Not ours to record (or delete): another state directory, or another bench.
+        raise HostsError(
+            f"{', '.join(taken)} already exist (hosts of another state directory?); "
+            f"`rmq-ha hosts down` with that state directory, or use another --prefix"
+        )
     sshd = _ssh_dir(state)
     sshd.mkdir(parents=True, exist_ok=True)
     os.chmod(sshd, 0o700)

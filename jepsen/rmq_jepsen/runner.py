@@ -204,6 +204,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     say = progress.message
     timings: dict[str, float] = {}
 
+    logs = _log_to(run_dir / "bench.log")
     healed_before = heal_journal(state, log=say)
     if healed_before:
         out.notes.append(f"healed {len(healed_before)} leftovers of an earlier run first")
@@ -311,6 +312,8 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         progress.faults = lambda: [a.event.variant for a in nem.active.values()]
 
         progress.set_phase("run", opts.time_s)
+        timeline.t0 = time.monotonic()  # nemesis.jsonl times count from the run phase
+        timeline.write(event="run-start", wall_ns=time.time_ns())
         t0 = trio.current_time()
         t = time.monotonic()
         async with trio.open_nursery() as outer:
@@ -375,6 +378,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
             write_json_atomic(run_dir / "summary.json", summary)
             control.close()
             progress.close()
+            _unlog(logs)
     if recorder is not None:
         try:
             export_parquet(run_dir / "history.jsonl", run_dir / "history.parquet")
@@ -401,6 +405,29 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     if opts.teardown and provider == "local":
         hostmod.local_down(state, log=say)
     return out
+
+
+def _log_to(path: Path) -> list[tuple[logging.Logger, logging.Handler, bool]]:
+    """Client and bench logs go to bench.log in the run directory, not to the terminal."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    out = []
+    for name in ("rmq_ha", "rmq_jepsen"):
+        lg = logging.getLogger(name)
+        out.append((lg, handler, lg.propagate))
+        lg.addHandler(handler)
+        lg.propagate = False
+        if lg.level == logging.NOTSET or lg.level > logging.INFO:
+            lg.setLevel(logging.INFO)
+    return out
+
+
+def _unlog(logs: list[tuple[logging.Logger, logging.Handler, bool]]) -> None:
+    for lg, handler, propagate in logs:
+        lg.removeHandler(handler)
+        lg.propagate = propagate
+    if logs:
+        logs[0][1].close()
 
 
 def _control_ip(state: StateDir, hosts: list[Host]) -> str:
