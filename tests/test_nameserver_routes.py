@@ -86,3 +86,21 @@ def test_topics_update_only_when_the_data_version_changes() -> None:
     assert t.data_version_changed("m:1", DataVersion(counter=2, timestamp=11), 2)
     reg(t, "m:1", 0, 3, data_version=DataVersion(counter=2, timestamp=11), topics={"T": qd(1)})
     assert t.topics["T"]["broker-a"].read_queue_nums == 1
+
+
+def test_the_later_state_version_keeps_the_master_id() -> None:
+    """RocketMQ #6316: an old master that comes back (lower stateVersion) must not take id 0
+    from the master elected after it; a newer master does take it."""
+    t = RouteTable()
+    old, new = "127.0.0.1:1", "127.0.0.1:2"
+    t.register(cluster="c", addr=new, broker_name="b", broker_id=0, now_ms=1,
+               data_version=DataVersion(state_version=3, timestamp=1, counter=1))  # fmt: skip
+    res = t.register(cluster="c", addr=old, broker_name="b", broker_id=0, now_ms=2,
+                     data_version=DataVersion(state_version=2, timestamp=2, counter=9))  # fmt: skip
+    assert res.refused
+    assert t.groups["b"].broker_addrs == {0: new}
+    assert old not in t.live
+    newer = "127.0.0.1:3"
+    res = t.register(cluster="c", addr=newer, broker_name="b", broker_id=0, now_ms=3,
+                     data_version=DataVersion(state_version=4, timestamp=3, counter=1))  # fmt: skip
+    assert not res.refused and t.groups["b"].broker_addrs[0] == newer

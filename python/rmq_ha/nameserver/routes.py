@@ -44,6 +44,7 @@ class Live:
 class RegisterResult:
     master_addr: str | None
     ha_server_addr: str | None
+    refused: bool = False  # another live broker holds the id with a later stateVersion
 
 
 @dataclass
@@ -77,13 +78,21 @@ class RouteTable:
             self.groups[broker_name] = group
         group.enable_acting_master = enable_acting_master
         group.zone_name = zone_name
+        dv = data_version or DataVersion()
+        held_by = group.broker_addrs.get(broker_id)
+        if held_by is not None and held_by != addr:
+            holder = self.live.get(held_by)
+            if holder is not None and holder.data_version.state_version > dv.state_version:
+                # RocketMQ #6316: two brokers claim one id (an old master that came back, say);
+                # the one registered in the later epoch (stateVersion) keeps it.
+                self.live.pop(addr, None)
+                return RegisterResult(None, None, refused=True)
         # One address has one id: a slave promoted to master re-registers with id 0 at the same
         # address, and its old entry must go.
         for bid, a in list(group.broker_addrs.items()):
             if a == addr and bid != broker_id:
                 del group.broker_addrs[bid]
         group.broker_addrs[broker_id] = addr
-        dv = data_version or DataVersion()
         prev = self.live.get(addr)
         changed = prev is None or prev.data_version != dv
         if broker_id == MASTER_ID and topics is not None and (changed or first):

@@ -131,6 +131,13 @@ class Nameserver:
             enable_acting_master=bool(h.enable_acting_master),
             zone_name=h.zone_name,
         )
+        if res.refused:
+            log.warning(
+                "register of %s as %s id %d refused: a broker with a later stateVersion holds it",
+                h.broker_addr,
+                h.broker_name,
+                h.broker_id,
+            )
         resp_header = RegisterBrokerResponseHeader(
             ha_server_addr=res.ha_server_addr, master_addr=res.master_addr
         )

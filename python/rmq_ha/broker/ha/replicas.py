@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from rmq_ha import faults
 from rmq_ha.clock import monotonic_ms
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient
@@ -296,6 +297,8 @@ class ReplicasManager:
         )
         try:
             resp = await self.cc.request(req)
+            if faults.active(faults.DROP_ALTER_SYNC_STATE_SET_REPLY):
+                raise RemotingError("fault injected: the controller's answer is dropped")
         except (RemotingError, trio.TooSlowError) as e:
             # Unknown outcome: keep the union until the replica-info poll tells.
             log.info("ALTER_SYNC_STATE_SET %s: no answer (%s)", sorted(members), e)

@@ -1,0 +1,118 @@
+"""HaCore, the master's pure replication bookkeeping: each rule named after the RocketMQ issue
+whose failure it prevents (reference section 2.7-2.9)."""
+
+from rmq_ha.broker.ha.core import HaCore
+
+
+def core(members: set[int], all_ack: bool = True, **kw: int) -> HaCore:
+    return HaCore(self_id=1, all_ack=all_ack, sync_state_set=frozenset(members), **kw)
+
+
+def test_without_all_ack_or_alone_confirm_is_the_max_offset() -> None:
+    """#7656: allAckInSyncStateSet=false (or a one-member set) exposes everything written."""
+    c = core({1, 2}, all_ack=False)
+    assert c.recompute_confirm(500) == 500
+    alone = core({1})
+    assert alone.recompute_confirm(700) == 700
+
+
+def test_confirm_is_the_minimum_ack_over_the_set() -> None:
+    c = core({1, 2, 3})
+    c.connected(2, False, 0)
+    c.connected(3, False, 0)
+    c.acked(3, 200, 500, 1)
+    c.acked(2, 300, 500, 1)
+    assert c.confirm == 200
+    c.acked(3, 450, 500, 2)
+    assert c.confirm == 300
+
+
+def test_a_member_without_a_connection_freezes_confirm() -> None:
+    """#6662: an isolated master with one of two slaves must not move the confirm offset."""
+    c = core({1, 2, 3})
+    c.connected(2, False, 0)
+    c.connected(3, False, 0)
+    c.acked(2, 100, 100, 1)
+    c.acked(3, 100, 100, 1)
+    assert c.confirm == 100
+    c.disconnected(3)
+    c.acked(2, 400, 400, 2)
+    assert c.confirm == 100
+    assert not c.write_acked(400)
+
+
+def test_fresh_connections_without_an_ack_are_skipped() -> None:
+    """#6728: a connection that has not acked yet (-1) does not drag confirm to -1."""
+    c = core({1, 2, 3})
+    c.connected(2, False, 0)
+    c.connected(3, False, 0)
+    c.acked(2, 250, 300, 1)
+    assert c.confirm == 250
+    assert c.replicas[3].ack == -1
+
+
+def test_confirm_never_goes_backwards_when_a_slave_reconnects_lower() -> None:
+    c = core({1, 2})
+    c.connected(2, False, 0)
+    c.acked(2, 300, 300, 1)
+    c.disconnected(2)
+    c.connected(2, False, 2)
+    c.acked(2, 100, 300, 3)
+    assert c.confirm == 300
+
+
+def test_expansion_is_proposed_and_counts_before_the_controller_answers() -> None:
+    """#5663: while an expansion is pending, the union of old and new set must ack a write,
+    and the in-sync count is the larger set's."""
+    c = core({1, 2})
+    c.connected(2, False, 0)
+    c.connected(3, False, 0)
+    c.acked(2, 100, 100, 1)
+    proposal = c.acked(3, 100, 100, 1)
+    assert proposal == frozenset({1, 2, 3})
+    assert c.effective_set() == {1, 2, 3} and c.in_sync_count() == 3
+    c.acked(2, 200, 200, 2)
+    assert not c.write_acked(200)  # member 3 (only proposed) has not acked 200
+    c.acked(3, 200, 200, 2)
+    assert c.write_acked(200)
+    assert c.apply_set(frozenset({1, 2, 3}), 5, 200)
+    assert c.proposed is None and c.sync_state_set == {1, 2, 3}
+    assert not c.apply_set(frozenset({1}), 4, 200)  # stale epoch ignored
+
+
+def test_expansion_needs_confirm_and_the_current_epoch_start() -> None:
+    c = core({1}, epoch_start_offset=1000)
+    c.connected(2, False, 0)
+    assert c.acked(2, 900, 1200, 1) is None  # below the epoch start
+    assert c.acked(2, 1200, 1200, 2) == frozenset({1, 2})
+
+
+def test_async_learners_never_join_the_set() -> None:
+    c = core({1})
+    c.connected(2, True, 0)
+    assert c.acked(2, 100, 100, 1) is None
+    assert c.effective_set() == {1}
+
+
+def test_shrink_drops_lagging_and_disconnected_members_but_never_self() -> None:
+    c = core({1, 2, 3}, max_not_catchup_ms=1000)
+    c.connected(2, False, 0)
+    c.connected(3, False, 0)
+    c.transferring(2, 500, 10)
+    c.acked(2, 500, 500, 20)  # caught up at 20
+    c.transferring(3, 500, 10)
+    c.acked(3, 100, 500, 20)  # behind since it connected at 0
+    assert c.maybe_shrink(900) is None
+    c.idle(2, 1400)  # nothing left to send to 2: caught up now
+    assert c.maybe_shrink(1500) == frozenset({1, 2})
+    c.cancel_proposal()
+    c.disconnected(2)
+    assert c.maybe_shrink(1500) == frozenset({1})
+
+
+def test_in_sync_replicas_without_all_ack() -> None:
+    c = core({1}, all_ack=False, in_sync_replicas=2)
+    c.connected(2, False, 0)
+    assert not c.write_acked(100)
+    c.acked(2, 100, 100, 1)
+    assert c.write_acked(100) and not c.write_acked(101)

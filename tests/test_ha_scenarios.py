@@ -1,0 +1,168 @@
+"""More broker-HA scenarios with real processes on loopback (issue 5): the lost
+ALTER_SYNC_STATE_SET answer (#5663), a 2-replica group with minInSyncReplicas=2, and classic
+master/slave replication."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from hautil import Acked, HaCluster, read_all, send_values
+from rmq_ha import faults
+from rmq_ha.client import Admin, ClientConfig
+from test_ha_controller import assert_no_loss, send_values_direct
+
+pytestmark = pytest.mark.timeout(180)
+
+TOPIC = "TopicHA"
+
+
+@asynccontextmanager
+async def started(c: HaCluster) -> AsyncIterator[HaCluster]:
+    try:
+        await c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+async def test_lost_alter_sync_state_set_answer_cannot_lose_acked_writes(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ #5663. The controller commits an expanded set but its answer is lost, so the
+    master only *proposed* it. The master must still wait for the new member (union rule):
+    otherwise a write acked by the master alone is lost when that member is elected."""
+    c = HaCluster(
+        tmp_path,
+        broker={"syncBrokerMetadataPeriod": 60_000},  # no poll heals the lost answer
+        broker_env={faults.ENV: faults.DROP_ALTER_SYNC_STATE_SET_REPLY},
+    )
+    async with started(c):
+        m = await c.master()
+        with trio.fail_after(20):
+            while True:
+                st = await c.status(m)
+                if st and len(st["syncStateSet"]) > len(st["committedSyncStateSet"]):
+                    break
+                await trio.sleep(0.1)
+        assert st["committedSyncStateSet"] == [st["brokerId"]]
+        (joiner_id,) = set(st["syncStateSet"]) - set(st["committedSyncStateSet"])
+        acked = Acked()
+        assert await send_values(c.ns_addrs[0], TOPIC, [f"a{i}" for i in range(10)], acked) == []
+        ids = {i: (await c.status(i) or {}).get("brokerId") for i in range(3)}
+        joiner = next(i for i, bid in ids.items() if bid == joiner_id)
+        # The joiner freezes: a write is stored on the master but must not be acknowledged.
+        c.brokers[joiner].signal(signal.SIGSTOP)
+        assert await send_values_direct(c, m, ["maybe-x"], timeout_s=1.0) == ["maybe-x"]
+        # Master dies; the joiner loses what sat unread in its socket and comes back: it is
+        # the only other member the controller knows, so it is elected.
+        c.brokers[m].kill()
+        c.brokers[joiner].kill()
+        c.brokers[joiner].start()
+        await c.brokers[joiner].wait_ready()
+        assert await c.master(exclude=m, timeout_s=30) == joiner
+        assert_no_loss(acked, await read_all(c.ns_addrs[0], TOPIC))
+
+
+async def test_two_replicas_with_min_in_sync_two_refuse_writes_instead_of_losing_them(
+    tmp_path: Path,
+) -> None:
+    c = HaCluster(tmp_path, replicas=2, broker={"minInSyncReplicas": 2})
+    async with started(c):
+        m = await c.master()
+        await c.wait_sync_state_set(m, 2)
+        acked = Acked()
+        assert await send_values(c.ns_addrs[0], TOPIC, [f"a{i}" for i in range(10)], acked) == []
+        slave = 1 - m
+        c.brokers[slave].kill()
+        await c.wait_sync_state_set(m, 1)
+        failed = await send_values(c.ns_addrs[0], TOPIC, [f"r{i}" for i in range(5)], acked)
+        assert failed == [f"r{i}" for i in range(5)], "a write was accepted with one replica"
+        c.brokers[slave].start()
+        await c.brokers[slave].wait_ready()
+        await c.wait_sync_state_set(m, 2)
+        assert await send_values(c.ns_addrs[0], TOPIC, [f"b{i}" for i in range(10)], acked) == []
+        assert_no_loss(acked, await read_all(c.ns_addrs[0], TOPIC))
+
+
+async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it_dies(
+    tmp_path: Path,
+) -> None:
+    c = HaCluster(
+        tmp_path,
+        replicas=2,
+        controller_mode=False,
+        broker={"brokerNotActiveTimeoutMillis": 1500},
+    )
+    async with started(c):
+        acked = Acked()
+        with trio.fail_after(20):
+            while not (await c.status(1) or {}).get("slaveState") == "TRANSFER":
+                await trio.sleep(0.1)
+        assert await send_values(c.ns_addrs[0], TOPIC, [f"a{i}" for i in range(30)], acked) == []
+        master, slave = await c.status(0), await c.status(1)
+        assert master and slave and master["maxOffset"] == slave["maxOffset"]
+        # A SYNC_MASTER without its slave answers SLAVE_NOT_AVAILABLE (stored, not replicated).
+        c.brokers[1].kill()
+        with trio.fail_after(10):
+            while (await c.status(0) or {}).get("maxOffset") is None:
+                await trio.sleep(0.1)
+        assert await send_values_direct(c, 0, ["maybe-x"]) == ["maybe-x"]
+        c.brokers[1].start()
+        await c.brokers[1].wait_ready()
+        with trio.fail_after(20):
+            while (await c.status(1) or {}).get("maxOffset") != (await c.status(0) or {})[
+                "maxOffset"
+            ]:
+                await trio.sleep(0.1)
+        # The master dies: once the name servers drop it, reads go to the slave.
+        c.brokers[0].kill()
+        async with Admin(c.ns_addrs[0], config=ClientConfig(client_ip="127.0.0.1")) as admin:
+            with trio.fail_after(20):
+                while True:
+                    route = await admin.route(TOPIC)
+                    if all(0 not in b.broker_addrs for b in route.broker_datas):
+                        break
+                    await trio.sleep(0.2)
+        assert_no_loss(acked, await read_all(c.ns_addrs[0], TOPIC))
+
+
+async def test_candidates_more_than_2_pow_31_apart_the_higher_offset_wins(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ #10578 against the running controllers: brokers report their offsets in
+    heartbeats (2 GiB of real data would not fit a test), and the election after the master
+    dies must pick the replica 2^31 + 1 bytes ahead, not the one at 0."""
+    from rmq_ha.controller import messages as m
+    from rmq_ha.controller.testbroker import TestBroker
+
+    c = HaCluster(tmp_path, replicas=0)
+    async with started(c), trio.open_nursery() as n:
+        bs = [TestBroker(c.ns_addrs, heartbeat_timeout_ms=1500) for _ in range(3)]
+        for b in bs:
+            await n.start(b.run)
+            await b.join(deadline_s=20)
+        master = bs[0]
+        assert (await master.elect(10)).master_broker_id == master.broker_id
+        ids = frozenset(b.broker_id for b in bs if b.broker_id is not None)
+        alter = m.AlterSyncStateSetRequest("broker-a", master.broker_id, 1, ids, 1)
+        assert (await master.request(alter, 10)).ok
+        bs[1].epoch, bs[1].max_offset = 1, 0
+        bs[2].epoch, bs[2].max_offset = 1, 2**31 + 1
+        for b in bs[1:]:
+            b.start_heartbeats(0.2)
+        master.stop()
+        with trio.fail_after(20):
+            while True:
+                info = await bs[1].replica_info()
+                if info.master_broker_id not in (None, master.broker_id):
+                    break
+                await trio.sleep(0.1)
+        assert info.master_broker_id == bs[2].broker_id
+        for b in bs:
+            b.stop()
