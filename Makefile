@@ -31,8 +31,8 @@ $(STAMP): $(VPY) $(NATIVE_SRC)
 
 dev: $(STAMP) ## create .venv, build the Rust core with maturin, install rmq_ha (idempotent)
 
-demo: dev ## write/read a million messages, crash a writer mid-batch, recover, print what was cut
-	$(VENV)/bin/rmq-ha demo store
+demo: dev ## 5 local hosts, 60 s controller-mode campaign with partitions and kills, check, verdict (root; else loopback, kill+pause)
+	$(VENV)/bin/rmq-ha campaign demo
 
 test: dev test-rust test-py test-fuzz ## run every test (Rust, Python, a short fuzz replay)
 
@@ -76,3 +76,15 @@ bench: dev ## storage benchmark vs a plain sequential writer (writes docs-ready 
 clean: ## remove build outputs and the virtualenv
 	cargo clean
 	rm -rf $(VENV) target
+
+# ---- the Jepsen-style bench (jepsen/, issue 6) ---------------------------------------------------
+.PHONY: demo-store bench-history hosts-down
+
+demo-store: dev ## the store demo: write/read a million messages, crash a writer mid-batch, recover
+	$(VENV)/bin/rmq-ha demo store
+
+bench-history: dev ## recorder ops/s vs raw json writes, and 5-host bring-up time (rmq-ha bench history)
+	$(VENV)/bin/rmq-ha bench history --json
+
+hosts-down: dev ## heal every fault the bench journalled, stop its processes, delete local hosts
+	$(VENV)/bin/rmq-ha hosts down

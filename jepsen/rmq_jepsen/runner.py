@@ -409,7 +409,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
 
 def _log_to(path: Path) -> list[tuple[logging.Logger, logging.Handler, bool]]:
     """Client and bench logs go to bench.log in the run directory, not to the terminal."""
-    handler = logging.FileHandler(path)
+    handler: logging.Handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     out = []
     for name in ("rmq_ha", "rmq_jepsen"):
