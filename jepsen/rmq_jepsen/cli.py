@@ -191,7 +191,9 @@ def _print_outcome(out: Any, as_json: bool) -> None:
     )
     for note in out.notes:
         print(f"note: {note}")
-    if out.verdict == "unavailable":
+    if out.verdict == "unchecked":
+        print("verdict: not checked (--no-check)")
+    elif out.verdict == "unavailable":
         print("verdict: unavailable (the checker is not installed; nothing was checked)")
     else:
         print(f"verdict: {out.verdict} (rmq-ha check exit {out.check_rc})")

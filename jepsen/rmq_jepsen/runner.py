@@ -441,6 +441,8 @@ def list_runs(store: Path) -> list[dict[str, Any]]:
     out = []
     for summ in sorted(store.glob("*/*/summary.json")):
         d = summ.parent
+        if d.is_symlink():
+            continue
         try:
             s = json.loads(summ.read_text())
         except (OSError, ValueError):

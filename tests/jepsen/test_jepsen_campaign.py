@@ -18,7 +18,7 @@ from rmq_jepsen.state import StateDir
 from rmq_ha import history as h
 
 ROOT = os.geteuid() == 0 and shutil.which("ip") is not None
-SUBNET = "198.18.9.0/24"
+SUBNET = f"198.18.{100 + os.getpid() % 100}.0/24"
 PREFIX = f"rmqjt{os.getpid() % 1000}"
 
 
