@@ -57,6 +57,9 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy, the .pyi stub ag
 	$(VENV)/bin/mypy
 	$(VPY) -m rmq_ha._stubcheck
 	cd crates/rmq-wire/fuzz && cargo fmt -- --check && cargo clippy --all-targets --release -- -D warnings
+	$(VENV)/bin/ruff check jepsen
+	$(VENV)/bin/ruff format --check jepsen
+	cd jepsen && ../$(VENV)/bin/mypy
 
 SEEDS ?= 20000
 sim: dev ## run SEEDS (default 20000) deterministic Raft simulator seeds (make test runs 2000)

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from controllerutil import wait_leader
-from hautil import RMQ_HA, Acked, HaCluster, read_all, send_values
+from hautil import Acked, HaCluster, read_all, send_values
 from rmq_ha.client import Admin, ClientConfig
 from rmq_ha.controller.client import ControllerClient
 from rmq_ha.errors import RemotingError

@@ -25,6 +25,7 @@ from rmq_ha._native import (
     encode_transfer_header,
 )
 from rmq_ha.broker.ha.core import HaCore
+from rmq_ha.broker.ha.slave import first_error as _leaf
 from rmq_ha.clock import monotonic_ms
 from rmq_ha.store import AsyncStore
 
@@ -279,9 +280,3 @@ def _peer(stream: trio.SocketStream) -> str:
     except OSError:
         return "?"
 
-
-def _leaf(e: BaseException) -> BaseException:
-    """The first real error inside (nested) exception groups."""
-    while isinstance(e, BaseExceptionGroup) and e.exceptions:
-        e = e.exceptions[0]
-    return e

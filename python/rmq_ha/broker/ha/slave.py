@@ -95,7 +95,7 @@ class HaSlave:
                     try:
                         await self._session(addr)
                     except BaseExceptionGroup as g:
-                        raise _leaf(g) from g
+                        raise first_error(g) from g
                 except NoConsistentPointError as e:
                     self.status.state = "SUSPEND"
                     self.status.refused = str(e)
@@ -215,7 +215,8 @@ async def _first_record(
             return recs[0], recs[1:]
 
 
-def _leaf(e: BaseException) -> BaseException:
+def first_error(e: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups, for logging and matching."""
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     return e

@@ -1,0 +1,248 @@
+"""A replicated cluster of real processes on loopback, for the broker-HA benchmark and tests:
+three name servers with embedded controllers and one broker group (controller mode, or classic
+master/slave). Every process is started with a ready file and stopped by its pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rmq_ha.errors import RemotingError
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.command import RemotingCommand
+
+#: Raft and scans fast enough for a failover in about a second (ms).
+FAST_CONTROLLER = {
+    "heartBeatTimeIntervalMs": 100,
+    "maxHeartBeatLeak": 3,
+    "minVoteIntervalMs": 30,
+    "maxVoteIntervalMs": 100,
+    "scanNotActiveBrokerInterval": 200,
+    "scanInactiveMasterInterval": 300,
+}
+
+
+def free_ports(n: int) -> list[int]:
+    """Loopback ports free right now (peers must know each other's ports up front)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def write_properties(path: Path, values: dict[str, Any]) -> Path:
+    path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
+    return path
+
+
+async def wait_for(pred: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    with trio.move_on_after(timeout_s):
+        while True:
+            got = pred()
+            if got:
+                return got
+            await trio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+RMQ_HA = [sys.executable, "-m", "rmq_ha.cli"]
+
+#: Timings for tests: a dead master is noticed in about 1.5 s.
+FAST_BROKER = {
+    "brokerHeartbeatInterval": 200,
+    "controllerHeartBeatTimeoutMills": 1500,
+    "syncBrokerMetadataPeriod": 500,
+    "checkSyncStateSetPeriod": 500,
+    "haMaxTimeSlaveNotCatchup": 2000,
+    "haSendHeartbeatInterval": 500,
+    "haHousekeepingInterval": 3000,
+    "slaveTimeout": 3000,
+    "registerNameServerPeriod": 2000,
+    "flushIntervalCommitLog": 50,
+}
+
+
+@dataclass
+class Proc:
+    args: list[str]
+    log: Path
+    ready: Path
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.ready.unlink(missing_ok=True)
+        with open(self.log, "ab") as log:
+            self.popen = subprocess.Popen(
+                [*self.args, "--ready-file", str(self.ready)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, **(self.env or {})},
+            )
+
+    async def wait_ready(self, timeout_s: float = 30) -> str:
+        p = self.popen
+        assert p is not None
+        await wait_for(lambda: self.ready.exists() or p.poll() is not None, timeout_s, "ready")
+        if not self.ready.exists():
+            raise AssertionError(f"{self.args} exited:\n{self.log.read_text()[-4000:]}")
+        return self.ready.read_text().strip()
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            os.kill(self.popen.pid, sig)
+
+    def kill(self) -> None:
+        if self.popen is not None:
+            if self.popen.poll() is None:
+                os.kill(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+            self.popen = None
+
+
+@dataclass
+class HaCluster:
+    tmp: Path
+    replicas: int = 3
+    broker: dict[str, Any] = field(default_factory=dict)
+    controller_mode: bool = True
+    broker_name: str = "broker-a"
+    broker_env: dict[str, str] = field(default_factory=dict)
+    namesrvs: list[Proc] = field(default_factory=list)
+    brokers: list[Proc] = field(default_factory=list)
+    broker_ports: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ports = free_ports(3)
+        self.ns_addrs = [f"127.0.0.1:{p}" for p in ports]
+        for i in range(3):
+            values: dict[str, Any] = {
+                "controllerDLegerGroup": "ha-group",
+                "controllerDLegerPeers": ";".join(
+                    f"n{j}-127.0.0.1:{p}" for j, p in enumerate(ports)
+                ),
+                "controllerDLegerSelfId": f"n{i}",
+                "controllerStorePath": str(self.tmp / "ctl"),
+                **FAST_CONTROLLER,
+                "listenPort": ports[i],
+                "enableControllerInNamesrv": "true",
+            }
+            conf = write_properties(self.tmp / f"namesrv-{i}.conf", values)
+            self.namesrvs.append(
+                Proc(
+                    [*RMQ_HA, "namesrv", "-c", str(conf)],
+                    self.tmp / f"namesrv-{i}.log",
+                    self.tmp / f"namesrv-{i}.ready",
+                )
+            )
+        self.broker_ports = free_ports(self.replicas)
+        for i in range(self.replicas):
+            values = {
+                "brokerClusterName": "HaCluster",
+                "brokerName": self.broker_name,
+                "listenPort": self.broker_ports[i],
+                "namesrvAddr": ";".join(self.ns_addrs),
+                "storePathRootDir": str(self.tmp / f"broker-{i}"),
+                **FAST_BROKER,
+            }
+            if self.controller_mode:
+                values |= {
+                    "brokerId": -1,
+                    "enableControllerMode": "true",
+                    "controllerAddr": ";".join(self.ns_addrs),
+                    "allAckInSyncStateSet": "true",
+                }
+            else:
+                values |= {
+                    "brokerId": i,
+                    "brokerRole": "SYNC_MASTER" if i == 0 else "SLAVE",
+                }
+            values |= self.broker
+            conf = write_properties(self.tmp / f"broker-{i}.conf", values)
+            self.brokers.append(
+                Proc(
+                    [*RMQ_HA, "broker", "-c", str(conf)],
+                    self.tmp / f"broker-{i}.log",
+                    self.tmp / f"broker-{i}.ready",
+                    self.broker_env,
+                )
+            )
+
+    def broker_addr(self, i: int) -> str:
+        return f"127.0.0.1:{self.broker_ports[i]}"
+
+    async def start(self) -> None:
+        for p in self.namesrvs:
+            p.start()
+        for p in self.namesrvs:
+            await p.wait_ready()
+        for i in range(self.replicas):
+            self.brokers[i].start()
+        for i in range(self.replicas):
+            await self.brokers[i].wait_ready()
+
+    def stop(self) -> None:
+        for p in [*self.brokers, *self.namesrvs]:
+            p.kill()
+
+    def logs(self) -> str:
+        out = []
+        for p in [*self.brokers, *self.namesrvs]:
+            if p.log.exists():
+                out.append(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}")
+        return "\n".join(out)
+
+    # ---- state --------------------------------------------------------------------------
+
+    async def status(self, i: int) -> dict[str, Any] | None:
+        """GET_BROKER_EPOCH_CACHE from broker i (None if it does not answer)."""
+        async with RemotingClient() as c:
+            try:
+                r = await c.invoke(
+                    self.broker_addr(i), RemotingCommand.request(RC.GET_BROKER_EPOCH_CACHE), 2.0
+                )
+            except (RemotingError, OSError):
+                return None
+        return json.loads(r.body) if r.body else None
+
+    async def master(self, timeout_s: float = 20, exclude: int | None = None) -> int:
+        """The index of the broker that says it is master (and is not `exclude`)."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                for i, p in enumerate(self.brokers):
+                    if i == exclude or not p.alive:
+                        continue
+                    st = await self.status(i)
+                    if st is not None and st["role"] == "MASTER":
+                        return i
+                await trio.sleep(0.1)
+        raise AssertionError(f"no master within {timeout_s} s\n{self.logs()}")
+
+    async def wait_sync_state_set(self, i: int, size: int, timeout_s: float = 20) -> list[int]:
+        with trio.move_on_after(timeout_s):
+            while True:
+                st = await self.status(i)
+                if st is not None and len(st["syncStateSet"]) == size:
+                    return list(st["syncStateSet"])
+                await trio.sleep(0.1)
+        raise AssertionError(f"SyncStateSet of broker {i} never reached {size}\n{self.logs()}")
