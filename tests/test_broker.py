@@ -268,7 +268,8 @@ async def test_consumer_offsets_heartbeat_consumer_list_and_locks(tmp_path: Path
 
 
 async def test_send_back_goes_to_retry_then_dead_letter(tmp_path: Path) -> None:
-    async with cluster(tmp_path) as c:
+    # Retries wait their delay level (3 + reconsume times): short levels keep this quick.
+    async with cluster(tmp_path, message_delay_level="100ms 100ms 100ms") as c:
         r = await c.client.invoke(c.broker, send_cmd("RT", b"fails"))
         _, _, off = parse_offset_msg_id(r.ext_fields["msgId"])
         h = ConsumerSendMsgBackRequestHeader(
@@ -278,7 +279,9 @@ async def test_send_back_goes_to_retry_then_dead_letter(tmp_path: Path) -> None:
             c.broker, RemotingCommand.request(RC.CONSUMER_SEND_MSG_BACK, h.to_ext())
         )
         assert r.code == Resp.SUCCESS, r.remark
-        r = await c.client.invoke(c.broker, pull_cmd("%RETRY%g", 0, 0))
+        with trio.fail_after(5):
+            while (r := await c.client.invoke(c.broker, pull_cmd("%RETRY%g", 0, 0))).code:
+                await trio.sleep(0.05)
         from rmq_ha._native import decode_stored_record
 
         rec = decode_stored_record((r.body or b"")[: int.from_bytes((r.body or b"")[:4], "big")])

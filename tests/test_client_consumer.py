@@ -145,7 +145,8 @@ async def test_reconsume_later_goes_through_the_retry_topic(
     tmp_path: Path, ser: SerializeType
 ) -> None:
     cfg = replace(FAST_CONSUMER, client=replace(FAST_CLIENT, serialize_type=ser))
-    async with client_cluster(tmp_path) as env:
+    # Retries wait their delay level (3 + reconsume times): short levels keep this quick.
+    async with client_cluster(tmp_path, message_delay_level="100ms 100ms 100ms") as env:
         await create_topic(env.namesrv, "RetryT", queues=2)
         deliveries: list[tuple[str, int, str, str]] = []
 

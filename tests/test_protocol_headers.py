@@ -103,6 +103,17 @@ JAVA_FIELDS: dict[str, set[str]] = {
     "QueryDataVersionResponseHeader": {"changed"},
     "ExchangeHAInfoRequestHeader": {"masterHaAddress", "masterFlushOffset", "masterAddress"},
     "ExchangeHAInfoResponseHeader": {"masterHaAddress", "masterFlushOffset", "masterAddress"},
+    "PopMessageRequestHeader": TOPIC | {
+        "consumerGroup", "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime",
+        "bornTime", "initMode", "expType", "exp", "order", "attemptId"},
+    "PopMessageResponseHeader": {
+        "popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo", "msgOffsetInfo",
+        "orderCountInfo"},
+    "AckMessageRequestHeader": TOPIC | {
+        "consumerGroup", "topic", "queueId", "extraInfo", "offset"},
+    "ChangeInvisibleTimeRequestHeader": TOPIC | {
+        "consumerGroup", "topic", "queueId", "extraInfo", "offset", "invisibleTime"},
+    "ChangeInvisibleTimeResponseHeader": {"popTime", "invisibleTime", "reviveQid"},
 }  # fmt: skip
 
 #: @CFNotNull fields (RocketMQ 5.3.x); every other field is optional.
@@ -147,6 +158,14 @@ JAVA_REQUIRED: dict[str, set[str]] = {
     "GetBrokerMemberGroupRequestHeader": {"clusterName", "brokerName"},
     "QueryDataVersionRequestHeader": {"brokerName", "brokerAddr", "clusterName", "brokerId"},
     "QueryDataVersionResponseHeader": {"changed"},
+    "PopMessageRequestHeader": {
+        "consumerGroup", "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime",
+        "bornTime", "initMode"},
+    "PopMessageResponseHeader": {"popTime", "invisibleTime", "reviveQid", "restNum"},
+    "AckMessageRequestHeader": {"consumerGroup", "topic", "queueId", "extraInfo", "offset"},
+    "ChangeInvisibleTimeRequestHeader": {
+        "consumerGroup", "topic", "queueId", "extraInfo", "offset", "invisibleTime"},
+    "ChangeInvisibleTimeResponseHeader": {"popTime", "invisibleTime", "reviveQid"},
 }  # fmt: skip
 
 

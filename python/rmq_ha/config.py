@@ -137,6 +137,28 @@ class BrokerConfig:
     max_reconsume_times: int = rmq("maxReconsumeTimes", 16, "then the message goes to the DLQ")
     lock_expire_ms: int = rmq("rebalanceLockMaxLiveTime", 60_000, "queue lock lifetime")
     consumer_offset_flush_interval_ms: int = rmq("flushConsumerOffsetInterval", 5000)
+    # -- special messages (broker/special): delayed, transactional and pop messages -----------
+    message_delay_level: str = rmq(
+        "messageDelayLevel",
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        "delay of levels 1..n; units s m h d (and ms, ours: RocketMQ cannot read it)",
+    )
+    delay_offset_update_version_step: int = rmq(
+        "delayOffsetUpdateVersionStep", 200, "delay progress updates per DataVersion bump"
+    )
+    flush_delay_offset_interval_ms: int = rmq("flushDelayOffsetInterval", 10_000)
+    transaction_timeout_ms: int = rmq(
+        "transactionTimeOut", 6000, "a half message is checked once this old"
+    )
+    transaction_check_max: int = rmq(
+        "transactionCheckMax", 15, "checks of one half message before it is discarded"
+    )
+    transaction_check_interval_ms: int = rmq("transactionCheckInterval", 30_000)
+    revive_interval_ms: int = rmq("reviveInterval", 1000, "pop revive scan period")
+    revive_queue_num: int = rmq("reviveQueueNum", 8, "queues of rmq_sys_REVIVE_LOG_<cluster>")
+    pop_from_retry_probability: int = rmq(
+        "popFromRetryProbability", 20, "percent of pops that try the retry topic first"
+    )
 
     @property
     def namesrv_addrs(self) -> list[str]:

@@ -16,6 +16,7 @@ from harness import (
     check_orderly_sent,
     check_received,
     check_sent,
+    first_deliveries,
     run_client,
 )
 
@@ -262,3 +263,54 @@ def wire(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> No
     assert sniffer.to_server, "no frames seen"
     assert set(sniffer.to_server) == {want}, sniffer.to_server
     assert sniffer.to_client and set(sniffer.to_client) <= {0, want}, sniffer.to_client
+
+
+def _moved(sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Send records of messages the broker parks first (schedule or half topic): the answer's
+    queue offset and offset msgId are those of the parked copy, not of the delivered one."""
+    drop = ("queueId", "queueOffset", "offsetMsgId")
+    return [{k: v for k, v in s.items() if k not in drop} for s in sent]
+
+
+def delayed(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """DELAY level 1 (1 s with the default messageDelayLevel): parked on SCHEDULE_TOPIC_XXXX,
+    then delivered to the real topic and the queue the answer named, a second after it was
+    born, with its msgId, keys, tag and properties."""
+    count = 6
+    sent = _run(
+        client, "send-delayed", cluster, tmp, names, ser, count=count, extra=["--delay-level", "1"]
+    )
+    assert len(sent.sent) == count, sent.describe()
+    assert all(s["status"] == "SEND_OK" for s in sent.sent), sent.sent
+    got = _run(client, "consume-push-concurrent", cluster, tmp, names, ser, count=count)
+    check_received(cluster, names.topic, _moved(sent.sent), got.received)
+    first = first_deliveries(got.received)
+    for s in sent.sent:
+        r = first[s["body"]]
+        assert r["queueId"] == s["queueId"], (s, r)
+        assert r["storeTimestamp"] - r["bornTimestamp"] >= 950, r
+
+
+def transaction(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """TransactionMQProducer: body n commits (n % 3 == 0), rolls back (1), or answers UNKNOW
+    (2) and commits when the broker sends CHECK_TRANSACTION_STATE (after transactionTimeOut).
+    Consumers get exactly the committed ones."""
+    count = 6
+    sent = _run(client, "send-transaction", cluster, tmp, names, ser, count=count, timeout=150)
+    assert len(sent.sent) == count, sent.describe()
+    want_state = {0: "COMMIT_MESSAGE", 1: "ROLLBACK_MESSAGE", 2: "UNKNOW"}
+    for s in sent.sent:
+        n = int(s["body"].rsplit("-", 1)[1])
+        assert s["status"] == "SEND_OK" and s["localState"] == want_state[n % 3], s
+    by_body = {s["body"]: s for s in sent.sent}
+    checks = sent.data["checks"]
+    undecided = {b for b in by_body if int(b.rsplit("-", 1)[1]) % 3 == 2}
+    assert {c["body"] for c in checks} == undecided, checks
+    for c in checks:
+        # The check carries the message with its real topic and the producer's ids.
+        assert c["topic"] == names.topic and c["userProp"] == c["body"], c
+        assert c["transactionId"] == by_body[c["body"]]["transactionId"], (c, by_body[c["body"]])
+    committed = [s for s in sent.sent if int(s["body"].rsplit("-", 1)[1]) % 3 != 1]
+    got = _run(client, "consume-push-concurrent", cluster, tmp, names, ser, count=len(committed))
+    check_received(cluster, names.topic, _moved(committed), got.received)
+    assert {r["body"] for r in got.received} == {s["body"] for s in committed}

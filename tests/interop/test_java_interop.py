@@ -66,3 +66,11 @@ def test_large_compressed_bodies(live: Cluster, tmp_path: Path, names: Names, se
 
 def test_wire_serialization(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
     scenarios.wire(CLIENT, live, tmp_path, names, ser)
+
+
+def test_delayed_message(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.delayed(CLIENT, live, tmp_path, names, ser)
+
+
+def test_transaction_producer(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.transaction(CLIENT, live, tmp_path, names, ser)

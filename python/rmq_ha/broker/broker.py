@@ -14,6 +14,7 @@ from rmq_ha.broker.clients import ClientInfo, ClientManager
 from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
 from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.broker.special.services import SpecialServices
 from rmq_ha.broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -21,7 +22,7 @@ from rmq_ha.broker.topics import (
     check_topic_name,
 )
 from rmq_ha.clock import wall_ms as now_ms
-from rmq_ha.config import BrokerConfig
+from rmq_ha.config import BrokerConfig, BrokerRole
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -84,6 +85,8 @@ class Broker:
         self.clients = ClientManager()
         self.locks = QueueLocks(cfg.lock_expire_ms)
         self.hold = PullHold()
+        # Delayed/transaction/pop services and their request processors (broker/special).
+        self.special = SpecialServices(self)
         self.server = server
         server.handler = self._on_request
         self.outbound = RemotingClient()
@@ -93,6 +96,7 @@ class Broker:
 
         send.register(d, self)
         pull.register(d, self)
+        self.special.register(d)
         d.register(RC.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
         d.register(RC.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
         d.register(RC.GET_MAX_OFFSET, self.get_max_offset)
@@ -143,6 +147,9 @@ class Broker:
                 nursery.start_soon(self._registration_loop)
                 nursery.start_soon(self._heartbeat_loop)
             nursery.start_soon(self._housekeeping_loop)
+            if self.cfg.broker_id == 0 and self.cfg.broker_role is not BrokerRole.SLAVE:
+                # The master runs the special services (the acting-master work moves them).
+                await self.special.start(nursery)
             log.info("broker %s ready on %s", self.cfg.broker_name, self.address)
             task_status.started(self.address)
             try:

@@ -30,6 +30,7 @@ from rmq_ha.protocol.headers import (
     parse_send_message_header,
 )
 from rmq_ha.protocol.message import (
+    PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_WAIT,
@@ -68,6 +69,10 @@ async def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -
     why = check_topic_name(h.topic)
     if why is not None:
         return cmd.response(Resp.SYSTEM_ERROR, why)
+    if broker.special.not_allowed_send(h.topic):
+        return cmd.response(
+            Resp.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
+        )
     tc = broker.topic_for_write(h.topic, h.default_topic, h.default_topic_queue_nums)
     if tc is None:
         return cmd.response(
@@ -90,6 +95,12 @@ async def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -
     body = cmd.body or b""
     props = (h.properties or "").encode()
     is_batch = cmd.code == RC.SEND_BATCH_MESSAGE or bool(h.batch)
+    topic, store_qid, sys_flag = h.topic, queue_id, h.sys_flag
+    if not is_batch and broker.special.may_route(props):
+        # Transaction halves and delayed/timer messages are stored on system topics first.
+        topic, store_qid, props, sys_flag = broker.special.route_send(
+            topic, queue_id, props, sys_flag
+        )
     try:
         entries = decode_batch_body(body) if is_batch else [(h.flag, body, props)]
     except RemotingDecodeError as e:
@@ -106,19 +117,38 @@ async def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -
             return cmd.response(Resp.MESSAGE_ILLEGAL, "the message properties are too long")
     msgs = [
         Message(
-            h.topic,
-            queue_id,
+            topic,
+            store_qid,
             b,
             p,
             flag=f,
-            sys_flag=h.sys_flag,
+            sys_flag=sys_flag,
             born_timestamp=h.born_timestamp,
             born_host=conn.peer,
             reconsume_times=h.reconsume_times or 0,
         )
         for f, b, p in entries
     ]
-    return await append_and_respond(broker, cmd, msgs, wait=_wants_wait(props))
+    resp = await append_and_respond(broker, cmd, msgs, wait=_wants_wait(props))
+    if resp.ext_fields and "queueId" in resp.ext_fields:
+        if store_qid != queue_id:
+            resp.ext_fields["queueId"] = str(queue_id)  # RocketMQ answers the requested queue
+        uniq = _uniq_key(props) if not is_batch else None
+        if uniq:
+            # SendMessageProcessor answers the UNIQ_KEY as transactionId (a transactional
+            # producer reports it as the transaction id).
+            resp.ext_fields["transactionId"] = uniq
+    return resp
+
+
+def _uniq_key(props: bytes) -> str | None:
+    """The UNIQ_KEY property without decoding every property (this runs on every send)."""
+    key = b"UNIQ_KEY\x01"
+    i = props.find(key)
+    if i < 0 or (i > 0 and props[i - 1] != 2):
+        return None
+    j = props.find(b"\x02", i)
+    return props[i + len(key) : j if j >= 0 else len(props)].decode("utf-8", "replace")
 
 
 def _wants_wait(props: bytes) -> bool:
@@ -163,10 +193,8 @@ async def consumer_send_msg_back(
 ) -> RemotingCommand:
     """A consumer failed a message: re-store it on the group's retry topic, or on its
     dead-letter topic once it has been retried maxReconsumeTimes (or when delayLevel < 0).
-
-    Not done yet: RocketMQ delays the retry by delay level (3 + reconsumeTimes) through the
-    schedule topic; scheduled delivery belongs to the delayed-message work, so the retry is
-    delivered at once."""
+    A retry waits its delay level (the consumer's, else 3 + reconsumeTimes, as RocketMQ) on
+    the schedule topic (broker/special/delay.py)."""
     h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
     try:
         buf = broker.store.native.read_record(h.offset)
@@ -187,14 +215,20 @@ async def consumer_send_msg_back(
         topic = DLQ_GROUP_TOPIC_PREFIX + h.group
         broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
         broker.topics_changed()
+        props.pop(PROPERTY_DELAY, None)
     else:
         topic = RETRY_GROUP_TOPIC_PREFIX + h.group
         broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+        level = h.delay_level if h.delay_level > 0 else 3 + reconsume - 1  # 3 + orig's
+        props[PROPERTY_DELAY] = str(level)
+    store_topic, store_qid, store_props, _ = broker.special.route_send(
+        topic, 0, encode_properties(props).encode(), 0
+    )
     msg = Message(
-        topic,
-        0,
+        store_topic,
+        store_qid,
         orig["body"],  # type: ignore[arg-type]
-        encode_properties(props).encode(),
+        store_props,
         flag=int(orig["flag"]),  # type: ignore[call-overload]
         sys_flag=int(orig["sys_flag"]) & ~0xC,  # type: ignore[call-overload]
         born_timestamp=int(orig["born_timestamp"]),  # type: ignore[call-overload]

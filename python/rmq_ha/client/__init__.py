@@ -5,6 +5,8 @@
 * `PullConsumer`      manual pulls and offset commits
 * `LitePullConsumer`  rebalanced pulls with `poll()`
 * `Admin`             cluster list, routes, topic creation, offsets
+* `TransactionProducer`  half messages, local transactions, answers to broker checks
+* `PopConsumer`       broker-assigned pops with ack / change-invisible-time
 
 Errors are `rmq_ha.client.errors` classes (all `rmq_ha.errors.RmqHaError`), each saying
 whether the operation certainly had no effect (`definite`).
@@ -39,8 +41,14 @@ from rmq_ha.client.errors import (
     SendTimeoutError,
 )
 from rmq_ha.client.message import Message, MessageExt, SendResult, SendStatus, UniqIdGenerator
+from rmq_ha.client.pop import PopConsumer, PopResult, PopStatus
 from rmq_ha.client.producer import Producer, select_by_hash, select_random
 from rmq_ha.client.pull import LitePullConsumer, PullConsumer
+from rmq_ha.client.transaction import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 from rmq_ha.protocol.models import MessageQueue
 
 __all__ = [
@@ -56,11 +64,15 @@ __all__ = [
     "ConsumerConfig",
     "InvalidMessageError",
     "LitePullConsumer",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageQueue",
     "OrderlyContext",
     "OrderlyStatus",
+    "PopConsumer",
+    "PopResult",
+    "PopStatus",
     "Producer",
     "ProducerConfig",
     "PullConsumer",
@@ -75,6 +87,8 @@ __all__ = [
     "SendStatus",
     "SendTimeoutError",
     "SerializeType",
+    "TransactionProducer",
+    "TransactionSendResult",
     "UniqIdGenerator",
     "allocate_averagely",
     "allocate_averagely_by_circle",

@@ -8,7 +8,7 @@ an immediate rebalance of the named group."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Protocol
@@ -29,6 +29,8 @@ from rmq_ha.protocol.headers import NotifyConsumerIdsChangedRequestHeader
 from rmq_ha.protocol.models import ConsumerData, HeartbeatData, ProducerData
 
 log = logging.getLogger(__name__)
+
+RequestHandler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
 class ConsumerHook(Protocol):
@@ -58,6 +60,9 @@ class ClientInstance:
             self.remoting, timeout_s=cfg.mq_client_api_timeout_s, serialize_type=ser
         )
         self.producer_groups: set[str] = set()
+        #: Handlers of other broker -> client requests by code (e.g. CHECK_TRANSACTION_STATE,
+        #: registered by a transactional producer).
+        self.request_handlers: dict[int, RequestHandler] = {}
         self.consumers: dict[str, ConsumerHook] = {}
         self._stack: AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
@@ -173,6 +178,9 @@ class ClientInstance:
             if consumer is not None:
                 consumer.rebalance_now()
             return None
+        handler = self.request_handlers.get(cmd.code)
+        if handler is not None:
+            return await handler(conn, cmd)
         return cmd.response(
             Resp.REQUEST_CODE_NOT_SUPPORTED, f"the python client does not handle code {cmd.code}"
         )

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 import trio
 
-from rmq_ha._native import encode_batch_body
+from rmq_ha._native import TRANSACTION_PREPARED_TYPE, encode_batch_body
 from rmq_ha.client.config import ProducerConfig, parse_namesrv_addrs
 from rmq_ha.client.errors import (
     BrokerResponseError,
@@ -70,6 +70,7 @@ from rmq_ha.protocol.headers import SendMessageRequestHeaderV2, SendMessageRespo
 from rmq_ha.protocol.message import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_RECONSUME_TIME,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT,
     encode_properties,
     java_hash,
@@ -586,7 +587,8 @@ class Producer:
             default_topic=self.cfg.create_topic_key,
             default_topic_queue_nums=self.cfg.default_topic_queue_nums,
             queue_id=mq.queue_id,
-            sys_flag=0,
+            # A transaction half carries the prepared type too (DefaultMQProducerImpl).
+            sys_flag=TRANSACTION_PREPARED_TYPE if _is_half(props) else 0,
             born_timestamp=int(time.time() * 1000),
             flag=out.flag,
             properties=encode_properties(props),
@@ -634,6 +636,10 @@ class Producer:
             possible_duplicate=possible_duplicate,
             attempts=attempts,
         )
+
+
+def _is_half(props: Mapping[str, str]) -> bool:
+    return props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
 
 
 def _message(

@@ -32,11 +32,14 @@ __all__ = [
     "I32",
     "REQUEST_HEADERS",
     "RESPONSE_HEADERS",
+    "AckMessageRequestHeader",
     "AlterSyncStateSetRequestHeader",
     "AlterSyncStateSetResponseHeader",
     "ApplyBrokerIdRequestHeader",
     "ApplyBrokerIdResponseHeader",
     "BrokerHeartbeatRequestHeader",
+    "ChangeInvisibleTimeRequestHeader",
+    "ChangeInvisibleTimeResponseHeader",
     "CheckTransactionStateRequestHeader",
     "CleanControllerBrokerDataRequestHeader",
     "CommandHeader",
@@ -68,6 +71,8 @@ __all__ = [
     "NotifyBrokerRoleChangedRequestHeader",
     "NotifyConsumerIdsChangedRequestHeader",
     "NotifyMinBrokerIdChangeRequestHeader",
+    "PopMessageRequestHeader",
+    "PopMessageResponseHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "QueryConsumerOffsetRequestHeader",
@@ -458,6 +463,85 @@ class CheckTransactionStateRequestHeader(RpcRequestHeader):
     msg_id: str | None = None
     transaction_id: str | None = None
     offset_msg_id: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# POP consumption (5.x): the broker assigns messages and hides them for `invisibleTime`; each
+# popped message carries an "extraInfo" (the POP_CK property) that ACK_MESSAGE and
+# CHANGE_MESSAGE_INVISIBLETIME send back. See broker/special/pop.py for its format.
+
+
+@dataclass(kw_only=True, slots=True)
+class PopMessageRequestHeader(TopicQueueRequestHeader):
+    """queueId -1 pops from every readable queue. initMode: 0 = from the min offset, 1 = from
+    the max offset, for a group new to the queue. expType/exp: the filter (TAG only here)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.POP_MESSAGE,)
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    max_msg_nums: I32
+    invisible_time: int
+    poll_time: int
+    born_time: int
+    init_mode: I32
+    exp_type: str | None = None
+    exp: str | None = None
+    order: bool | None = False
+    attempt_id: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class PopMessageResponseHeader(CommandHeader):
+    """startOffsetInfo: "retry qid startOffset" per queue, ';'-separated; msgOffsetInfo:
+    "retry qid o1,o2,..." (retry is 1 for the group's pop retry topic, else 0)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.POP_MESSAGE,)
+
+    pop_time: int
+    invisible_time: int
+    revive_qid: I32
+    rest_num: int
+    start_offset_info: str | None = None
+    msg_offset_info: str | None = None
+    order_count_info: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class AckMessageRequestHeader(TopicQueueRequestHeader):
+    """`topic` is the topic the message was popped from (the retry topic for a retry)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.ACK_MESSAGE,)
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    extra_info: str
+    offset: int
+
+
+@dataclass(kw_only=True, slots=True)
+class ChangeInvisibleTimeRequestHeader(TopicQueueRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.CHANGE_MESSAGE_INVISIBLETIME,)
+
+    consumer_group: str
+    topic: str
+    queue_id: I32
+    extra_info: str
+    offset: int
+    invisible_time: int
+
+
+@dataclass(kw_only=True, slots=True)
+class ChangeInvisibleTimeResponseHeader(CommandHeader):
+    """The new lease: the client rebuilds the message's extraInfo from it."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CHANGE_MESSAGE_INVISIBLETIME,)
+
+    pop_time: int
+    invisible_time: int
+    revive_qid: I32
 
 
 @dataclass(kw_only=True, slots=True)
@@ -863,6 +947,9 @@ REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
     CheckTransactionStateRequestHeader,
+    PopMessageRequestHeader,
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
     NotifyConsumerIdsChangedRequestHeader,
     UnregisterClientRequestHeader,
     LockBatchMqRequestHeader,
@@ -887,6 +974,8 @@ RESPONSE_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetMinOffsetResponseHeader,
     GetEarliestMsgStoretimeResponseHeader,
     SearchOffsetResponseHeader,
+    PopMessageResponseHeader,
+    ChangeInvisibleTimeResponseHeader,
     RegisterBrokerResponseHeader,
     QueryDataVersionResponseHeader,
     ExchangeHAInfoResponseHeader,

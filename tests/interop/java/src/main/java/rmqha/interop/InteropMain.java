@@ -26,8 +26,12 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
@@ -54,7 +58,9 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * </pre>
  *
  * Scenarios: send-sync, send-async, send-oneway, send-batch, send-orderly, consume-push-concurrent,
- * consume-push-orderly, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route.
+ * consume-push-orderly, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route,
+ * send-delayed (--delay-level), send-transaction (body n: n % 3 == 0 commits, 1 rolls back,
+ * 2 answers UNKNOW and commits when the broker checks).
  */
 public final class InteropMain {
     static final String CLIENT_VERSION = "5.5.0";
@@ -77,6 +83,7 @@ public final class InteropMain {
     int failEvery = 3;
     int retryDelayLevel = 1;
     int queues = 0;
+    int delayLevel = 1;
 
     final Map<String, Object> result = new LinkedHashMap<>();
     final List<Object> sent = Collections.synchronizedList(new ArrayList<>());
@@ -169,6 +176,7 @@ public final class InteropMain {
                 case "--fail-every": failEvery = Integer.parseInt(v); break;
                 case "--retry-delay-level": retryDelayLevel = Integer.parseInt(v); break;
                 case "--queues": queues = Integer.parseInt(v); break;
+                case "--delay-level": delayLevel = Integer.parseInt(v); break;
                 default: throw new IllegalArgumentException("unknown option " + k);
             }
         }
@@ -204,6 +212,8 @@ public final class InteropMain {
             case "consume-with-failures": consumeWithFailures(); break;
             case "offset-resume": offsetResume(); break;
             case "route": route(); break;
+            case "send-delayed": sendDelayed(); break;
+            case "send-transaction": sendTransaction(); break;
             default: throw new IllegalArgumentException("unknown scenario " + scenario);
         }
     }
@@ -339,6 +349,92 @@ public final class InteropMain {
                 }
             }
         } finally {
+            p.shutdown();
+        }
+    }
+
+    void sendDelayed() throws Exception {
+        DefaultMQProducer p = producer();
+        try {
+            for (int i = 0; i < count; i++) {
+                String id = prefix + "-" + i;
+                String key = "k" + i;
+                Message msg = message(id, key);
+                msg.setDelayTimeLevel(delayLevel);
+                try {
+                    Map<String, Object> s = sentRecord(id, key, p.send(msg));
+                    s.put("sentAt", System.currentTimeMillis());
+                    sent.add(s);
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    /** TransactionMQProducer: the local transaction of body n commits (n % 3 == 0), rolls back
+     * (1) or answers UNKNOW (2), and then commits when the broker checks it; waits (--timeout)
+     * until every UNKNOW one has been checked. */
+    void sendTransaction() throws Exception {
+        Set<String> checked = ConcurrentHashMap.newKeySet();
+        List<Object> checks = Collections.synchronizedList(new ArrayList<>());
+        TransactionMQProducer p = new TransactionMQProducer(
+            group.startsWith("P") ? group : "P_" + group, hook);
+        p.setNamesrvAddr(namesrv);
+        p.setInstanceName(instance("tx-producer"));
+        p.setSendMsgTimeout(10000);
+        p.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                int n = (Integer) arg;
+                return n % 3 == 0 ? LocalTransactionState.COMMIT_MESSAGE
+                    : n % 3 == 1 ? LocalTransactionState.ROLLBACK_MESSAGE
+                    : LocalTransactionState.UNKNOW;
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                String id = bodyId(msg.getBody());
+                Map<String, Object> c = new LinkedHashMap<>();
+                c.put("body", id);
+                c.put("topic", msg.getTopic());
+                c.put("queueId", msg.getQueueId());
+                c.put("transactionId", msg.getTransactionId());
+                c.put("msgId", msg.getMsgId());
+                c.put("userProp", msg.getUserProperty(USER_PROP));
+                checks.add(c);
+                checked.add(id);
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        p.start();
+        int unknown = 0;
+        try {
+            for (int i = 0; i < count; i++) {
+                String id = prefix + "-" + i;
+                String key = "k" + i;
+                try {
+                    TransactionSendResult r = p.sendMessageInTransaction(message(id, key), i);
+                    Map<String, Object> s = sentRecord(id, key, r);
+                    s.put("localState", r.getLocalTransactionState().name());
+                    s.put("transactionId", r.getTransactionId());
+                    sent.add(s);
+                    if (i % 3 == 2) {
+                        unknown++;
+                    }
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+            }
+            if (!await(checked, unknown, deadline())) {
+                errors.add(Map.of("type", "timeout",
+                    "message", "checked " + checked.size() + " of " + unknown + " undecided"));
+            }
+            Thread.sleep(500); // the END_TRANSACTION after the last check is oneway
+        } finally {
+            result.put("checks", checks);
             p.shutdown();
         }
     }

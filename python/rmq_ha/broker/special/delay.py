@@ -1,0 +1,323 @@
+"""Delayed and timer messages (RocketMQ's ScheduleMessageService), and GET_ALL_DELAY_OFFSET.
+
+A message with DELAY = level (1..n of messageDelayLevel; larger levels are clamped to n) is
+stored on SCHEDULE_TOPIC_XXXX, queue level-1, with its real topic and queue in REAL_TOPIC /
+REAL_QID (see `SpecialServices.route`). One scanner per level reads its queue from the level's
+offset: all messages of a level wait the same time, so they come due in store order and the
+head of the queue is always the next one due (store time + level delay; RocketMQ keeps the
+same value in the consume-queue tag code). A due message goes to its real topic through the
+escape, without DELAY; then the level's offset moves past it. A level with nothing due sleeps
+until its head is due, or until a message arrives (the send path wakes it like a parked pull).
+
+Progress is delayOffset.json, `{"offsetTable": {level: offset}, "dataVersion": {...}}`,
+written atomically every flushDelayOffsetInterval and when the service stops. Its DataVersion
+moves once every delayOffsetUpdateVersionStep offset updates, so a returning master can tell
+whether a slave that acted for it got further (pre-online).
+
+Timer messages (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) ride the same levels
+instead of a timing wheel: a timer is stored on the largest level that does not pass its
+delivery time (the smallest level when even that one does), and each time it comes due the
+scanner routes it again with the time left, until none is left. A timer is therefore late by
+less than the smallest level (1 s with the default levels; RocketMQ's timerPrecisionMs is
+1 s too), and costs one write per level hop (a few for minutes, about 12 per day beyond 2 h).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from rmq_ha.broker.special.records import read_queue
+from rmq_ha.broker.special.services import (
+    InnerMessage,
+    SpecialService,
+    SpecialServices,
+    real_destination,
+)
+from rmq_ha.clock import wall_ms
+from rmq_ha.durable import write_atomic
+from rmq_ha.errors import ConfigError, CorruptFileError
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol import json_compat
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.message import (
+    PROPERTY_DELAY,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_WAIT,
+)
+from rmq_ha.protocol.models import DataVersion
+
+if TYPE_CHECKING:
+    from rmq_ha.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+_UNITS_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+#: Messages one scanner reads per look.
+BATCH: Final = 32
+#: How long a level waits after a refused write before it tries the same message again.
+RETRY_AFTER_FAILURE_S: Final = 1.0
+#: A level with nothing to do looks again at least this often (a wake-up can be missed when
+#: a message is written by another path than the send path, e.g. replication).
+IDLE_RECHECK_S: Final = 1.0
+#: A timer this close to its delivery time is delivered rather than parked again (a hop for a
+#: few milliseconds would make it late by a whole level).
+TIMER_TOLERANCE_MS: Final = 50
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """messageDelayLevel ("1s 5s 10s ...") as milliseconds per level (level 1 first)."""
+    out: list[int] = []
+    for item in text.split():
+        unit = "ms" if item.endswith("ms") else item[-1:]
+        num = item[: -len(unit)] if unit else item
+        if unit not in _UNITS_MS or not num.isdigit() or int(num) <= 0:
+            raise ConfigError(
+                f"bad config messageDelayLevel: {item!r} is not <positive number><ms|s|m|h|d>",
+                "messageDelayLevel",
+            )
+        out.append(int(num) * _UNITS_MS[unit])
+    if not out:
+        raise ConfigError("bad config messageDelayLevel: no level", "messageDelayLevel")
+    return out
+
+
+def _parse_offsets(raw: bytes) -> tuple[dict[int, int], DataVersion | None]:
+    # Lenient: RocketMQ's own body (fastjson) writes the Integer level keys unquoted.
+    doc = json_compat.loads(raw)
+    table = {int(k): int(v) for k, v in (doc.get("offsetTable") or {}).items()}
+    dv = doc.get("dataVersion")
+    return table, (DataVersion.from_json(json.dumps(dv).encode()) if dv is not None else None)
+
+
+class DelayOffsets:
+    """The per-level progress (delayOffset.json) and its DataVersion."""
+
+    def __init__(self, path: Path, version_step: int) -> None:
+        self.path = path
+        self.version_step = max(1, version_step)
+        self.table: dict[int, int] = {}
+        self.data_version = DataVersion.initial(wall_ms())
+        #: Used as DataVersion.stateVersion (the master epoch, once the HA work sets it).
+        self.state_version = 0
+        self._updates = 0
+        self.dirty = False
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            self._adopt(raw)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise CorruptFileError(
+                f"delay offsets {self.path} are unreadable: {e}", str(self.path)
+            ) from None
+
+    def _adopt(self, raw: bytes) -> None:
+        self.table, dv = _parse_offsets(raw)
+        if dv is not None:
+            self.data_version = dv
+
+    def get(self, level: int) -> int:
+        return self.table.get(level, 0)
+
+    def update(self, level: int, offset: int) -> None:
+        self.table[level] = offset
+        self.dirty = True
+        self._updates += 1
+        if self._updates >= self.version_step:
+            self._updates = 0
+            self.data_version = self.data_version.next_version(wall_ms(), self.state_version)
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "offsetTable": {str(k): v for k, v in sorted(self.table.items())},
+                "dataVersion": json.loads(self.data_version.to_json()),
+            }
+        ).encode()
+
+    def merge_newer(self, raw: bytes) -> bool:
+        """Adopts another replica's delayOffset.json (GET_ALL_DELAY_OFFSET body) when its
+        DataVersion is newer; True when it was (pre-online reverse sync)."""
+        table, dv = _parse_offsets(raw)
+        if dv is None or dv.compare(self.data_version) <= 0:
+            return False
+        self.table, self.data_version = table, dv
+        self.dirty = True
+        return True
+
+    def persist(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, self.to_json())
+        self.dirty = False
+
+
+class DelayService(SpecialService):
+    name = "schedule"
+
+    def __init__(self, broker: Broker, special: SpecialServices) -> None:
+        super().__init__()
+        self.broker = broker
+        self.special = special
+        self.levels_ms = parse_delay_levels(broker.cfg.message_delay_level)
+        self.offsets = DelayOffsets(
+            broker.cfg.store_root / "config" / "delayOffset.json",
+            broker.cfg.delay_offset_update_version_step,
+        )
+        #: Messages delivered to their real topic (or routed on, for timers) since start.
+        self.delivered = 0
+
+    @property
+    def max_level(self) -> int:
+        return len(self.levels_ms)
+
+    def system_topics(self) -> dict[str, int]:
+        return {SCHEDULE_TOPIC: self.max_level}
+
+    def register(self, d: Dispatcher) -> None:
+        d.register(RC.GET_ALL_DELAY_OFFSET, self.get_all_delay_offset)
+
+    async def get_all_delay_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(Resp.SUCCESS, None, None, self.offsets.to_json())
+
+    # ---- routing (called through SpecialServices.route) --------------------------------------
+
+    def to_schedule(self, msg: InnerMessage) -> InnerMessage:
+        try:
+            level = int(msg.properties[PROPERTY_DELAY])
+        except ValueError:
+            level = 0
+        if level <= 0:
+            msg.properties.pop(PROPERTY_DELAY, None)
+            return msg
+        level = min(level, self.max_level)
+        msg.properties[PROPERTY_DELAY] = str(level)
+        return self._park(msg, level)
+
+    def to_timer(self, msg: InnerMessage, now_ms: int) -> InnerMessage:
+        props = msg.properties
+        try:
+            if PROPERTY_TIMER_DELIVER_MS in props:
+                deliver = int(props[PROPERTY_TIMER_DELIVER_MS])
+            elif PROPERTY_TIMER_DELAY_SEC in props:
+                deliver = now_ms + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
+            else:
+                deliver = now_ms + int(props[PROPERTY_TIMER_DELAY_MS])
+        except ValueError:
+            deliver = now_ms
+        # One absolute time from here on, so every hop measures the same target.
+        props.pop(PROPERTY_TIMER_DELAY_SEC, None)
+        props.pop(PROPERTY_TIMER_DELAY_MS, None)
+        left = deliver - now_ms
+        if left <= TIMER_TOLERANCE_MS:
+            props.pop(PROPERTY_TIMER_DELIVER_MS, None)
+            return msg
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver)
+        levels = self.levels_ms
+        fitting = [i for i, ms in enumerate(levels) if ms <= left]
+        if fitting:
+            index = max(fitting, key=levels.__getitem__)
+        else:
+            index = min(range(len(levels)), key=levels.__getitem__)
+        return self._park(msg, index + 1)
+
+    def _park(self, msg: InnerMessage, level: int) -> InnerMessage:
+        msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
+        msg.properties[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.topic = SCHEDULE_TOPIC
+        msg.queue_id = level - 1
+        return msg
+
+    # ---- the scanners ------------------------------------------------------------------------
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        for level in range(1, self.max_level + 1):
+            nursery.start_soon(self._level_loop, level)
+        nursery.start_soon(self._flush_loop)
+
+    async def save(self) -> None:
+        if self.offsets.dirty:
+            await trio.to_thread.run_sync(self.offsets.persist)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await trio.sleep(self.broker.cfg.flush_delay_offset_interval_ms / 1000)
+            if self.offsets.dirty:
+                await trio.to_thread.run_sync(self.offsets.persist)
+
+    async def _level_loop(self, level: int) -> None:
+        while True:
+            await self.scan_level(level)
+
+    async def scan_level(self, level: int) -> None:
+        """One look at a level: delivers what is due, then waits (until the head is due, a
+        message arrives, or IDLE_RECHECK_S)."""
+        store = self.broker.store.native
+        qid = level - 1
+        delay_ms = self.levels_ms[qid]
+        offset = self.offsets.get(level)
+        recs, nxt = read_queue(store, SCHEDULE_TOPIC, qid, offset, BATCH)
+        if not recs:
+            if nxt != offset:  # retention cut the queue below our offset: skip the gap
+                self.offsets.update(level, nxt)
+                return
+            await self.broker.hold.wait(SCHEDULE_TOPIC, qid, offset, IDLE_RECHECK_S)
+            return
+        for rec in recs:
+            now = wall_ms()
+            store_ts = _int(rec["store_timestamp"])
+            # A clock that went back must not hold a message longer than its level
+            # (RocketMQ's correctDeliverTimestamp).
+            due = min(store_ts + delay_ms, now + delay_ms)
+            if due > now:
+                await trio.sleep(min((due - now) / 1000, IDLE_RECHECK_S))
+                return
+            if not await self._deliver(rec):
+                await trio.sleep(RETRY_AFTER_FAILURE_S)
+                return
+            self.offsets.update(level, _int(rec["queue_offset"]) + 1)
+
+    async def _deliver(self, rec: dict[str, object]) -> bool:
+        """Writes a due message to its real topic (or, for a timer not yet due, to its next
+        level). False when the write was refused (tried again later)."""
+        msg = InnerMessage.from_record(rec)
+        dest = real_destination(msg.properties)
+        if dest is None:
+            log.warning(
+                "delayed message at %s has no real topic; dropped", rec.get("physical_offset")
+            )
+            return True
+        msg.topic, msg.queue_id = dest
+        msg.properties.pop(PROPERTY_DELAY, None)
+        # RocketMQ does not wait for the store on these (messageTimeup sets WAIT=false).
+        msg.properties[PROPERTY_WAIT] = "false"
+        if self.broker.topics.get(msg.topic) is None and not msg.topic.startswith("%"):
+            log.warning("delayed message for unknown topic %s delivered anyway", msg.topic)
+        msg = self.special.route(msg)
+        r = await self.special.escape.put([msg])
+        if not r.ok:
+            log.warning("delayed message to %s refused (%s %s)", msg.topic, r.code, r.remark)
+            return False
+        self.delivered += 1
+        return True
+
+
+def _int(v: object) -> int:
+    assert isinstance(v, int)
+    return v

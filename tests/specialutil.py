@@ -1,0 +1,108 @@
+"""Support for the special-message tests: a name server and one broker over loopback whose
+`Broker` object the test can reach (to look at its store, stop and start its special
+services, or swap its escape), and which can be restarted on the same store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rmq_ha.broker.broker import Broker
+from rmq_ha.config import BrokerConfig, NamesrvConfig
+from rmq_ha.nameserver.server import Nameserver
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.net.server import RemotingServer
+from rmq_ha.store import open_store
+
+#: 18 short levels: a retry's default level (3 + reconsume times) waits 600 ms.
+FAST_LEVELS = "200ms 400ms 600ms 800ms 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
+
+
+async def run_broker(
+    cfg: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """`broker.serve()`, but reporting the Broker object."""
+    cfg.store_root.mkdir(parents=True, exist_ok=True)
+    server = RemotingServer(Dispatcher("broker"), cfg.broker_ip, cfg.listen_port)
+    port = await server.bind()
+    async with open_store(
+        cfg.store_root,
+        segment_size=cfg.commitlog_segment_bytes,
+        cq_units_per_file=cfg.cq_units_per_file,
+        store_host=f"{cfg.broker_ip}:{port}",
+        flush_interval_ms=cfg.flush_interval_ms,
+        max_message_size=cfg.max_message_size,
+    ) as store:
+        broker = Broker(cfg, store, server)
+        async with trio.open_nursery() as n:
+            await n.start(broker.serve)
+            task_status.started(broker)
+
+
+@dataclass
+class SpecialEnv:
+    namesrv: str
+    cfg: BrokerConfig
+    nursery: trio.Nursery
+    broker: Broker = field(init=False)
+    _scope: trio.CancelScope = field(init=False)
+    _stopped: trio.Event = field(init=False)
+
+    @property
+    def addr(self) -> str:
+        return self.broker.address
+
+    def max_offset(self, topic: str, queue_id: int = 0) -> int:
+        return self.broker.store.native.queue_max_offset(topic, queue_id)
+
+    async def start_broker(self) -> Broker:
+        scope = trio.CancelScope()
+        stopped = trio.Event()
+
+        async def run(*, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with scope:
+                    await run_broker(self.cfg, task_status=task_status)
+            finally:
+                stopped.set()
+
+        self._scope, self._stopped = scope, stopped
+        self.broker = await self.nursery.start(run)
+        return self.broker
+
+    async def stop_broker(self) -> None:
+        self._scope.cancel()
+        await self._stopped.wait()
+
+    async def restart_broker(self) -> Broker:
+        await self.stop_broker()
+        return await self.start_broker()
+
+
+@asynccontextmanager
+async def special_cluster(tmp_path: Path, **broker_kw: Any) -> AsyncIterator[SpecialEnv]:
+    async with trio.open_nursery() as n:
+        ns = Nameserver(NamesrvConfig(listen_port=0))
+        await n.start(ns.serve)
+        cfg = BrokerConfig(
+            listen_port=0,
+            namesrv_addr=ns.address,
+            store_path_root_dir=str(tmp_path / "store"),
+            commitlog_segment_bytes=1 << 20,
+            **broker_kw,
+        )
+        env = SpecialEnv(ns.address, cfg, n)
+        await env.start_broker()
+        yield env
+        n.cancel_scope.cancel()
+
+
+async def eventually(pred: Any, timeout_s: float = 10.0, interval_s: float = 0.02) -> None:
+    with trio.fail_after(timeout_s):
+        while not pred():
+            await trio.sleep(interval_s)

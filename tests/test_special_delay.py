@@ -1,0 +1,205 @@
+"""Delayed and timer messages (broker/special/delay.py) on an in-process broker: a message comes
+due at its level and not before, progress survives a restart without redelivery, the
+DataVersion steps, consumer retries wait their delay level, timers ride the levels."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from rmq_ha._native import decode_stored_record
+from rmq_ha.broker.special.delay import SCHEDULE_TOPIC, DelayOffsets, parse_delay_levels
+from rmq_ha.client import MessageQueue, Producer, PullConsumer, PullStatus
+from rmq_ha.errors import ConfigError
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import ConsumerSendMsgBackRequestHeader
+from rmq_ha.protocol.message import parse_offset_msg_id
+from specialutil import SpecialEnv, eventually, special_cluster
+from test_client_cluster import FAST_CLIENT, FAST_PRODUCER, create_topic
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def wait_arrival(env: SpecialEnv, topic: str, count: int, timeout_s: float) -> float:
+    """Seconds until `topic` queue 0 holds `count` messages."""
+    t0 = time.monotonic()
+    await eventually(lambda: env.max_offset(topic) >= count, timeout_s, 0.005)
+    return time.monotonic() - t0
+
+
+def test_delay_levels_parse_and_reject_garbage() -> None:
+    assert parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")[
+        -3:
+    ] == [1_800_000, 3_600_000, 7_200_000]
+    assert parse_delay_levels("250ms 1d") == [250, 86_400_000]
+    for bad in ("", "5", "1x", "-1s", "0s"):
+        with pytest.raises(ConfigError):
+            parse_delay_levels(bad)
+
+
+def test_delay_offsets_step_the_data_version_and_merge_newer(tmp_path: Path) -> None:
+    d = DelayOffsets(tmp_path / "delayOffset.json", version_step=3)
+    v0 = d.data_version
+    for i in range(1, 3):
+        d.update(1, i)
+    assert d.data_version == v0  # two updates: below the step
+    d.update(2, 7)
+    assert d.data_version.counter == v0.counter + 1
+    for i in range(3):
+        d.update(1, 10 + i)
+    assert d.data_version.counter == v0.counter + 2
+    d.persist()
+    doc = json.loads((tmp_path / "delayOffset.json").read_bytes())
+    assert doc["offsetTable"] == {"1": 12, "2": 7} and doc["dataVersion"]["counter"] == 2
+    again = DelayOffsets(tmp_path / "delayOffset.json", version_step=3)
+    assert again.table == {1: 12, 2: 7} and again.data_version == d.data_version
+    # A replica that got further (newer version) wins; an older one does not.
+    newer = DelayOffsets(tmp_path / "other.json", version_step=1)
+    newer.table = {1: 99}
+    newer.data_version = d.data_version.next_version(d.data_version.timestamp + 1)
+    assert again.merge_newer(newer.to_json()) and again.table == {1: 99}
+    assert not again.merge_newer(d.to_json()) and again.table == {1: 99}
+
+
+@pytest.mark.timeout(30)
+async def test_delayed_message_comes_due_at_its_level_and_not_before(tmp_path: Path) -> None:
+    async with special_cluster(tmp_path, message_delay_level="300ms 1200ms") as env:
+        await create_topic(env.namesrv, "DelayT", queues=2)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            mq = MessageQueue("DelayT", env.cfg.broker_name, 1)
+            t0 = time.monotonic()
+            r = await p.send("DelayT", b"later", tags="TagA", properties={"DELAY": "2"}, queue=mq)
+            # Answered with the queue asked for; stored on the schedule topic, queue level-1.
+            assert r.queue.queue_id == 1 and env.max_offset(SCHEDULE_TOPIC, 1) == 1
+            assert env.max_offset("DelayT", 1) == 0
+            # A level past the last one is clamped to it.
+            await p.send("DelayT", b"clamped", properties={"DELAY": "99"}, queue=mq)
+            await eventually(lambda: env.max_offset("DelayT", 1) >= 2, 5, 0.005)
+            waited = time.monotonic() - t0
+        assert 1.15 <= waited <= 2.5, waited
+        async with PullConsumer("cg", env.namesrv, config=FAST_CLIENT) as c:
+            res = await c.pull(mq, "*", 0, max_nums=8)
+        assert res.status is PullStatus.FOUND
+        [first, second] = res.messages
+        assert first.body == b"later" and first.tags == "TagA"
+        assert "DELAY" not in first.properties
+        assert first.properties["REAL_TOPIC"] == "DelayT" and first.properties["REAL_QID"] == "1"
+        assert second.body == b"clamped"
+        assert env.broker.special.delay.offsets.table[2] == 2
+
+
+@pytest.mark.timeout(40)
+async def test_progress_survives_a_restart_without_redelivery(tmp_path: Path) -> None:
+    async with special_cluster(
+        tmp_path, message_delay_level="300ms 1s", delay_offset_update_version_step=2
+    ) as env:
+        await create_topic(env.namesrv, "RestartT", queues=1)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            for i in range(3):
+                await p.send("RestartT", f"m{i}", properties={"DELAY": "1"})
+            await wait_arrival(env, "RestartT", 3, 5)
+            # Due while the broker is down: delivered once, after the restart.
+            await p.send("RestartT", "during-restart", properties={"DELAY": "2"})
+        await env.stop_broker()
+        doc = json.loads((env.cfg.store_root / "config" / "delayOffset.json").read_bytes())
+        assert doc["offsetTable"] == {"1": 3}
+        assert doc["dataVersion"]["counter"] == 1  # 3 updates, step 2
+        await trio.sleep(1.2)
+        await env.start_broker()
+        await wait_arrival(env, "RestartT", 4, 5)
+        await trio.sleep(1.0)  # several scans of both levels
+        assert env.max_offset("RestartT") == 4
+        store = env.broker.store.native
+        bodies = []
+        for i in range(4):
+            phys, _, _ = store.queue_unit("RestartT", 0, i)
+            bodies.append(decode_stored_record(store.read_record(phys).tobytes())["body"])
+        assert bodies == [b"m0", b"m1", b"m2", b"during-restart"]
+        assert env.broker.special.delay.offsets.table == {1: 3, 2: 1}
+
+
+@pytest.mark.timeout(30)
+async def test_send_back_retry_waits_its_delay_level(tmp_path: Path) -> None:
+    levels = "100ms 100ms 1500ms 100ms"
+    async with special_cluster(tmp_path, message_delay_level=levels) as env:
+        await create_topic(env.namesrv, "SbT", queues=1)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            r = await p.send("SbT", b"fails")
+        _, _, off = parse_offset_msg_id(r.offset_msg_id)
+        async with RemotingClient() as c:
+
+            async def send_back(offset: int, level: int) -> None:
+                h = ConsumerSendMsgBackRequestHeader(
+                    offset=offset, group="g", delay_level=level, max_reconsume_times=16
+                )
+                resp = await c.invoke(
+                    env.addr, RemotingCommand.request(RC.CONSUMER_SEND_MSG_BACK, h.to_ext())
+                )
+                assert resp.code == Resp.SUCCESS, resp.remark
+
+            # delayLevel 0: the broker picks 3 + reconsumeTimes = level 3 (1.5 s).
+            await send_back(off, 0)
+            t0 = time.monotonic()
+            await trio.sleep(1.0)
+            assert env.max_offset("%RETRY%g") == 0
+            await wait_arrival(env, "%RETRY%g", 1, 3)
+            assert 1.4 <= time.monotonic() - t0 <= 2.6
+            # A level the consumer chose is used as it is.
+            phys, _, _ = env.broker.store.native.queue_unit("%RETRY%g", 0, 0)
+            rec = decode_stored_record(env.broker.store.native.read_record(phys).tobytes())
+            assert rec["reconsume_times"] == 1 and rec["body"] == b"fails"
+            t0 = time.monotonic()
+            await send_back(phys, 1)
+            await wait_arrival(env, "%RETRY%g", 2, 2)
+            assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.timeout(30)
+async def test_timer_message_rides_the_levels_to_its_delivery_time(tmp_path: Path) -> None:
+    async with special_cluster(tmp_path, message_delay_level="200ms 1s") as env:
+        await create_topic(env.namesrv, "TimerT", queues=1)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            deliver = int(time.time() * 1000) + 2500
+            await p.send("TimerT", b"at", properties={"TIMER_DELIVER_MS": str(deliver)})
+            await p.send("TimerT", b"in", properties={"TIMER_DELAY_SEC": "1"})
+            await wait_arrival(env, "TimerT", 1, 3)
+            first_at = int(time.time() * 1000)
+            await wait_arrival(env, "TimerT", 2, 4)
+            second_at = int(time.time() * 1000)
+        assert deliver - 50 <= second_at <= deliver + 1000, second_at - deliver
+        assert first_at < deliver
+        store = env.broker.store.native
+        phys, _, _ = store.queue_unit("TimerT", 0, 1)
+        rec = decode_stored_record(store.read_record(phys).tobytes())
+        assert rec["body"] == b"at"
+        assert b"TIMER_DELIVER_MS" not in rec["properties"]  # type: ignore[operator]
+
+
+@pytest.mark.timeout(20)
+async def test_system_topics_refuse_sends_and_delay_offsets_are_served(tmp_path: Path) -> None:
+    async with special_cluster(tmp_path, message_delay_level="200ms") as env:
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            await create_topic(env.namesrv, "GT", queues=1)
+            await p.send("GT", b"x", properties={"DELAY": "1"})
+            await wait_arrival(env, "GT", 1, 3)
+        async with RemotingClient() as c:
+            r = await c.invoke(env.addr, RemotingCommand.request(RC.GET_ALL_DELAY_OFFSET))
+            assert r.code == Resp.SUCCESS
+            assert json.loads(r.body or b"")["offsetTable"] == {"1": 1}
+        from test_broker import send_cmd
+
+        async with RemotingClient() as c:
+            for topic in (
+                SCHEDULE_TOPIC,
+                "RMQ_SYS_TRANS_HALF_TOPIC",
+                "rmq_sys_REVIVE_LOG_DefaultCluster",
+            ):
+                r = await c.invoke(env.addr, send_cmd(topic, b"forged"))
+                assert r.code == Resp.NO_PERMISSION, topic

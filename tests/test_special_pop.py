@@ -1,0 +1,153 @@
+"""Pop consumption (broker/special/pop.py) with the Python PopConsumer: pop / ack, revive of
+what was not acked after the invisible time (through the pop retry topic), change of the
+invisible time, long polling, revive across a restart, and the revive records' keys."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from rmq_ha._native import decode_stored_record
+from rmq_ha.broker.special.pop import REVIVE_TOPIC_PREFIX
+from rmq_ha.client import PopConsumer, PopStatus, Producer
+from rmq_ha.protocol.message import decode_properties
+from rmq_ha.protocol.pop import ExtraInfo
+from specialutil import SpecialEnv, eventually, special_cluster
+from test_client_cluster import FAST_CONSUMER, FAST_PRODUCER, create_topic
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST_REVIVE = {"revive_interval_ms": 100, "revive_queue_num": 2}
+
+
+async def produce(env: SpecialEnv, topic: str, bodies: list[str]) -> None:
+    async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+        for b in bodies:
+            await p.send(topic, b, tags="T")
+
+
+def revive_records(env: SpecialEnv) -> list[tuple[str, dict[str, object], dict[str, str]]]:
+    store = env.broker.store.native
+    topic = REVIVE_TOPIC_PREFIX + env.cfg.cluster_name
+    out = []
+    for q in range(env.cfg.revive_queue_num):
+        for i in range(store.queue_max_offset(topic, q)):
+            phys, _, _ = store.queue_unit(topic, q, i)
+            rec = decode_stored_record(store.read_record(phys).tobytes())
+            props = decode_properties(rec["properties"])  # type: ignore[arg-type]
+            out.append((props["TAGS"], json.loads(rec["body"]), props))  # type: ignore[arg-type]
+    return out
+
+
+@pytest.mark.timeout(30)
+async def test_pop_ack_and_revive_after_the_invisible_time(tmp_path: Path) -> None:
+    async with special_cluster(tmp_path, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "PopT", queues=2)
+        await produce(env, "PopT", [f"m{i}" for i in range(6)])
+        async with PopConsumer("pcg", env.namesrv, ["PopT"], config=FAST_CONSUMER) as c:
+            r = await c.pop("PopT", invisible_time_s=1.0)
+            assert r.status is PopStatus.FOUND and r.rest_num == 0
+            got = {m.body.decode(): m for m in r.messages}
+            assert sorted(got) == [f"m{i}" for i in range(6)]
+            t_pop = time.monotonic()
+            for name in ("m0", "m1", "m2", "m3"):
+                await c.ack(got[name])
+            # Invisible: nothing to pop until the lease ends, then the two un-acked come back.
+            assert (await c.pop("PopT")).status is PopStatus.NO_NEW_MSG
+            again: list[str] = []
+            while len(again) < 2:
+                r2 = await c.pop("PopT", invisible_time_s=5.0, poll_time_s=1.0)
+                again += [m.body.decode() for m in r2.messages]
+                assert time.monotonic() - t_pop < 5
+            assert time.monotonic() - t_pop >= 0.95
+            assert sorted(again) == ["m4", "m5"]
+            for m in r2.messages:
+                assert m.topic == "PopT" and m.reconsume_times == 1
+                assert ExtraInfo.parse(m.properties["POP_CK"]).retry
+                assert m.properties["ORIGIN_GROUP"] == "pcg" and "1ST_POP_TIME" in m.properties
+                await c.ack(m)
+            await trio.sleep(0.5)
+            assert (await c.pop("PopT")).status is PopStatus.NO_NEW_MSG
+        # Acked retries are not revived again, and the group's offsets moved at pop time.
+        assert env.max_offset("%RETRY%pcg_PopT") == 2
+        assert env.broker.offsets.query("pcg", "PopT", 0) is not None
+        cks = [(tag, body, props) for tag, body, props in revive_records(env) if tag == "ck"]
+        assert cks and all(body["bn"] == "broker-a" for _, body, _ in cks)
+        assert all(props["UNIQ_KEY"].split("@")[5] == "broker-a" for _, _, props in cks)
+
+
+@pytest.mark.timeout(30)
+async def test_change_invisible_time_extends_and_shortens_the_lease(tmp_path: Path) -> None:
+    async with special_cluster(tmp_path, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "CitT", queues=1)
+        await produce(env, "CitT", ["long", "short"])
+        async with PopConsumer("ccg", env.namesrv, ["CitT"], config=FAST_CONSUMER) as c:
+            r = await c.pop("CitT", invisible_time_s=2.0)
+            t_pop = time.monotonic()
+            msgs = {m.body.decode(): m for m in r.messages}
+            old_ck = msgs["long"].properties["POP_CK"]
+            await c.change_invisible_time(msgs["long"], 30.0)
+            assert msgs["long"].properties["POP_CK"] != old_ck
+            await c.change_invisible_time(msgs["short"], 0.2)
+            r2 = await c.pop("CitT", poll_time_s=3.0, invisible_time_s=30.0)
+            assert [m.body for m in r2.messages] == [b"short"]
+            assert time.monotonic() - t_pop < 1.6  # well before the first lease (2 s) ends
+            await trio.sleep(max(0.0, t_pop + 2.5 - time.monotonic()))
+            # Past the first lease of "long": still invisible under its new one.
+            assert (await c.pop("CitT")).status is PopStatus.NO_NEW_MSG
+            await c.ack(msgs["long"])  # with its new extraInfo
+            await c.ack(r2.messages[0])
+        pop = env.broker.special.pop
+        await eventually(lambda: pop.stats()["pending"] == 0, 3)
+
+
+@pytest.mark.timeout(30)
+async def test_pop_long_polls_until_a_message_arrives(tmp_path: Path) -> None:
+    async with special_cluster(tmp_path, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "PollT", queues=2)
+        async with PopConsumer("lcg", env.namesrv, ["PollT"], config=FAST_CONSUMER) as c:
+            t0 = time.monotonic()
+            assert (await c.pop("PollT", poll_time_s=0.4)).status is PopStatus.NO_NEW_MSG
+            assert 0.35 <= time.monotonic() - t0 < 2.0
+            got: list[bytes] = []
+
+            async def popper() -> None:
+                r = await c.pop("PollT", poll_time_s=5.0)
+                got.extend(m.body for m in r.messages)
+
+            async with trio.open_nursery() as n:
+                n.start_soon(popper)
+                await trio.sleep(0.3)
+                t0 = time.monotonic()
+                await produce(env, "PollT", ["wake"])
+            assert got == [b"wake"] and time.monotonic() - t0 < 2.0
+
+
+@pytest.mark.timeout(40)
+async def test_revive_survives_a_restart(tmp_path: Path) -> None:
+    async with special_cluster(tmp_path, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "PopRT", queues=1)
+        await produce(env, "PopRT", ["a", "b", "c"])
+        async with PopConsumer("rcg", env.namesrv, ["PopRT"], config=FAST_CONSUMER) as c:
+            r = await c.pop("PopRT", invisible_time_s=1.5)
+            assert len(r.messages) == 3
+            await c.ack(r.messages[0])
+        await env.restart_broker()
+        await eventually(lambda: env.max_offset("%RETRY%rcg_PopRT") == 2, 10)
+        await trio.sleep(1.0)
+        env.broker.offsets.persist(force=True)
+        await env.restart_broker()
+        await trio.sleep(1.0)
+        # Not revived twice: the revived messages were acked in the revive topic.
+        assert env.max_offset("%RETRY%rcg_PopRT") == 2
+        async with PopConsumer("rcg", env.namesrv, ["PopRT"], config=FAST_CONSUMER) as c:
+            got: list[bytes] = []
+            with trio.fail_after(10):
+                while len(got) < 2:
+                    r = await c.pop("PopRT", invisible_time_s=30, poll_time_s=1.0)
+                    got += [m.body for m in r.messages]
+            assert sorted(got) == [b"b", b"c"]
