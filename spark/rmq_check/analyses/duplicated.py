@@ -1,0 +1,57 @@
+"""duplicated: a value at two or more (queue, offset) positions, or delivered more than once
+to one consumer group (the final drain is not a consumer group). Reported as a rate; it fails
+the run only under ``--exactly-once``. The verdict names the delivery guarantee that held."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+from rmq_check.analyses import UNKNOWN, result
+from rmq_check.core import MAX_GROUPS, Frames, example_rows, value_counts, value_flags
+
+
+def guarantee(lost: int, duplicated: int, drained: bool) -> str:
+    if lost and not drained:
+        return UNKNOWN
+    if not lost:
+        return "exactly-once" if not duplicated else "at-least-once"
+    return "at-most-once" if not duplicated else "none"
+
+
+def run(fr: Frames) -> dict[str, Any]:
+    c = value_counts(fr)
+    n = c["duplicated"]
+    ex = []
+    if n:
+        ex = example_rows(
+            fr.values()
+            .where(value_flags(fr)["duplicated"])
+            .select(
+                "v",
+                "key",
+                "n_read",
+                F.bit_count("gmask").alias("groups"),
+                "off_min",
+                "off_max",
+                (F.col("qh_min") != F.col("qh_max")).alias("several_queues"),
+            )
+            .orderBy("v"),
+            fr.cfg.examples,
+        )
+    read = c["read"]
+    g = guarantee(c["lost"], n, fr.has("drain", "ok"))
+    # more consumer groups than mask bits: some share a bit, so redelivery is over-counted
+    untracked = len(fr.groups()) > MAX_GROUPS
+    return result(
+        (n == 0) if fr.cfg.exactly_once else (UNKNOWN if untracked else True),
+        n,
+        ex,
+        rate=n / read if read else 0.0,
+        redelivered=c["redelivered"],
+        at_two_offsets=c["at_two_offsets"],
+        excess_deliveries=c["excess_deliveries"],
+        values_read=read,
+        guarantee=g,
+        consumer_groups=len(fr.groups()),
+    )

@@ -1,0 +1,155 @@
+"""ordering: per key, acknowledged sends are delivered in send order; per consumer and queue,
+deliveries never go backwards (nonmonotonic) and never skip a known message (poll-skip).
+
+key order (a safety property): for each key and each group (consumer groups and the final
+drain), take each acknowledged value's first delivery to that group. Value ``a`` precedes
+``b`` when ``a``'s send completed before ``b``'s send was invoked (real-time order; concurrent
+sends of one key are unordered). A violation is a value ``a`` whose first delivery comes after
+the first delivery of some ``b`` that ``a`` precedes. Duplicates and missing values are not
+ordering violations (they are counted by duplicated and lost). In ``auto`` mode, only keys
+whose acknowledged sends all landed on one queue are checked (the ordered workload routes a
+key to one queue); ``on`` checks every key.
+
+nonmonotonic / poll-skip (reported, not safety: a consumer rebalance legally causes both):
+successive deliveries to one process from one queue (in delivery order, within and across
+polls) where the offset does not increase (nonmonotonic), or increases by more than one while
+some offset in between is known to hold a message (acked or read by anyone: poll-skip).
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from rmq_check.analyses import UNKNOWN, result, verdict
+from rmq_check.core import DRAIN_GID, Frames, example_rows
+
+BROADCAST_LIMIT = 1_000_000
+
+
+def _group_name(fr: Frames, gid: int) -> str:
+    return "<drain>" if gid == DRAIN_GID else fr.groups()[gid - 1]
+
+
+def key_order(fr: Frames) -> dict[str, Any]:
+    if not fr.order_enabled():
+        return result(UNKNOWN, 0, [], reason="no keyed sends (or --order off)")
+    v = fr.values()
+    c = F.col
+    acked = v.where((c("ok") == 1) & c("key").isNotNull())
+    keys = acked.groupBy("key").agg(
+        F.min("ack_qh").alias("q0"), F.max("ack_qh").alias("q1"), F.count(F.lit(1)).alias("n")
+    )
+    if fr.cfg.order == "auto":
+        ordered_keys = keys.where(c("q0") == c("q1"))
+    else:
+        ordered_keys = keys
+    kc = keys.agg(
+        F.count(F.lit(1)).alias("keys"),
+        F.sum(F.when(c("q0") == c("q1"), 1).otherwise(0)).alias("single"),
+    ).collect()[0]
+    nkeys, single = int(kc["keys"] or 0), int(kc["single"] or 0)
+    checked = nkeys if fr.cfg.order == "on" else single
+    if checked == 0:
+        return result(UNKNOWN, 0, [], keys=nkeys, keys_checked=0, reason="no ordered keys")
+    parts = [
+        acked.where(c(f"fd{g}").isNotNull()).select(
+            F.lit(g).alias("gid"),
+            "key",
+            c(f"fd{g}").alias("fd"),
+            "inv_idx",
+            "comp_idx",
+            "v",
+        )
+        for g in range(0, fr.tracked_groups() + 1)
+    ]
+    u: DataFrame = reduce(DataFrame.unionByName, parts)
+    u = u.join(ordered_keys.select("key"), "key", "left_semi")
+    w = Window.partitionBy("gid", "key").orderBy("fd").rowsBetween(Window.unboundedPreceding, -1)
+    x = u.select(
+        "*", F.max(F.struct(c("inv_idx").alias("inv_idx"), c("v").alias("v"))).over(w).alias("prev")
+    )
+    bad = x.where(c("prev.inv_idx") > c("comp_idx")).select(
+        "gid",
+        "key",
+        c("v").alias("late_value"),
+        c("prev.v").alias("delivered_before_it"),
+        "comp_idx",
+        c("prev.inv_idx").alias("its_invoke_idx"),
+    )
+    bad = fr.persist(bad)
+    n = bad.count()
+    ex = example_rows(bad.orderBy("gid", "key", "late_value"), fr.cfg.examples) if n else []
+    for e in ex:
+        e["group"] = _group_name(fr, int(e.pop("gid")))
+    per_group = (
+        {
+            _group_name(fr, int(r["gid"])): int(r["n"])
+            for r in bad.groupBy("gid").agg(F.count(F.lit(1)).alias("n")).collect()
+        }
+        if n
+        else {}
+    )
+    return result(verdict(n), n, ex, keys=nkeys, keys_checked=checked, per_group=per_group)
+
+
+def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
+    c = F.col
+    r = fr.reads().where(c("qh").isNotNull() & c("off").isNotNull())
+    w = Window.partitionBy("process", "gid", "qh").orderBy("dpos")
+    x = r.select(
+        "process",
+        "gid",
+        "qh",
+        "off",
+        "dpos",
+        "v",
+        "idx",
+        F.lag("off").over(w).alias("prev_off"),
+        F.lag("idx").over(w).alias("prev_idx"),
+    )
+    odd = fr.persist(x.where((c("off") <= c("prev_off")) | (c("off") > c("prev_off") + 1)))
+    nonmono = odd.where(c("off") <= c("prev_off"))
+    n_nm = nonmono.count()
+    cands = odd.where(c("off") > c("prev_off") + 1)
+    n_c = cands.count()
+    cols = ["process", "gid", "qh", "prev_off", "off", "prev_idx", "idx", "v"]
+    nm_ex = example_rows(nonmono.select(*cols).orderBy("idx"), fr.cfg.examples) if n_nm else []
+    skip_ex: list[dict[str, Any]] = []
+    n_skip = 0
+    if n_c:
+        p = fr.positions().select(c("qh").alias("pqh"), c("off").alias("poff"))
+        cs = cands.select("dpos", "qh", "prev_off", "off")
+        cs = F.broadcast(cs) if n_c <= BROADCAST_LIMIT else cs
+        hit = (
+            p.join(cs, (c("pqh") == c("qh")) & (c("poff") > c("prev_off")) & (c("poff") < c("off")))
+            .select("dpos")
+            .distinct()
+        )
+        skips = cands.join(hit, "dpos", "left_semi")
+        n_skip = skips.count()
+        skip_ex = (
+            example_rows(skips.select(*cols).orderBy("idx"), fr.cfg.examples) if n_skip else []
+        )
+    for e in nm_ex + skip_ex:
+        e["group"] = _group_name(fr, int(e.pop("gid")))
+    # rebalancing makes both legal, so they are reported without failing the run
+    return (
+        result(verdict(n_nm), n_nm, nm_ex),
+        result(verdict(n_skip), n_skip, skip_ex, gaps_checked=n_c),
+    )
+
+
+def run(fr: Frames) -> dict[str, Any]:
+    ko = key_order(fr)
+    nm, ps = poll_order(fr)
+    return result(
+        ko["valid"],
+        ko["count"],
+        ko["examples"],
+        key_order=ko,
+        nonmonotonic=nm,
+        poll_skip=ps,
+    )

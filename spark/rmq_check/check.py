@@ -1,0 +1,207 @@
+"""Run every analysis over one history and write results.json, plots and report.html."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import functions as F
+from rmq_check.analyses import (
+    NAMES,
+    SAFETY,
+    aborted,
+    availability,
+    duplicated,
+    lost,
+    lost_write,
+    metadata,
+    offsets,
+    ordering,
+    recovered,
+    unexpected,
+)
+from rmq_check.core import Config, Frames
+
+ANALYSES: dict[str, Callable[[Frames], dict[str, Any]]] = {
+    "lost": lost.run,
+    "lost-write": lost_write.run,
+    "unexpected": unexpected.run,
+    "duplicated": duplicated.run,
+    "inconsistent-offsets": offsets.run,
+    "ordering": ordering.run,
+    "aborted-read": aborted.run,
+    "recovered": recovered.run,
+    "availability": availability.run,
+    "metadata": metadata.run,
+}
+assert tuple(ANALYSES) == NAMES
+
+TRACE_LIMIT = 12  # history ops shown per example value
+
+
+def safety_failures(results: dict[str, Any], cfg: Config) -> list[str]:
+    out = [n for n in NAMES if n in SAFETY and results[n]["valid"] is False]
+    if cfg.exactly_once and results["duplicated"]["valid"] is False:
+        out.append("duplicated")
+    return out
+
+
+def check(
+    ops: Any,
+    cfg: Config | None = None,
+    *,
+    only: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """All analyses over a loaded history DataFrame; the results as one JSON-able dict."""
+    cfg = cfg or Config()
+    fr = Frames(ops, cfg)
+    out: dict[str, Any] = {"analyses": {}, "timings_s": {}}
+    try:
+        t = time.perf_counter()
+        out["stats"] = fr.stats()
+        out["timings_s"]["stats"] = time.perf_counter() - t
+        for name, fn in ANALYSES.items():
+            if only and name not in only:
+                continue
+            if progress:
+                progress(name)
+            t = time.perf_counter()
+            out["analyses"][name] = fn(fr)
+            out["timings_s"][name] = time.perf_counter() - t
+        if not only:
+            t = time.perf_counter()
+            _trace_examples(fr, out["analyses"])
+            out["timings_s"]["trace"] = time.perf_counter() - t
+    finally:
+        fr.close()
+    a = out["analyses"]
+    failed = safety_failures(a, cfg) if not only else []
+    out["safety_failed"] = failed
+    out["valid"] = not failed
+    if "duplicated" in a:
+        out["guarantee"] = a["duplicated"]["guarantee"]
+    return out
+
+
+def _example_values(analyses: dict[str, Any]) -> set[int]:
+    vals: set[int] = set()
+    for name in ("lost", "lost-write", "unexpected", "duplicated", "aborted-read", "recovered"):
+        for e in analyses.get(name, {}).get("examples", []):
+            if e.get("v") is not None:
+                vals.add(int(e["v"]))
+    for e in analyses.get("inconsistent-offsets", {}).get("examples", []):
+        vals.update(int(e[k]) for k in ("vmin", "vmax") if e.get(k) is not None)
+    o = analyses.get("ordering", {})
+    for e in o.get("examples", []):
+        vals.update(
+            int(e[k]) for k in ("late_value", "delivered_before_it") if e.get(k) is not None
+        )
+    for sub in ("nonmonotonic", "poll_skip"):
+        for e in o.get(sub, {}).get("examples", []):
+            if e.get("v") is not None:
+                vals.add(int(e["v"]))
+    return vals
+
+
+def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
+    """Attach the history ops that touched each example value (one scan, bounded output)."""
+    vals = sorted(_example_values(analyses))
+    if not vals:
+        return
+    c = F.col
+    ops = fr.ops
+    sends = ops.where((c("f") == "send") & c("value.value").isin(vals)).select(
+        c("value.value").alias("v"),
+        "index",
+        "process",
+        "type",
+        "f",
+        c("value.topic").alias("topic"),
+        c("value.broker").alias("broker"),
+        c("value.queue_id").alias("queue_id"),
+        c("value.queue_offset").alias("queue_offset"),
+        c("value.status").alias("status"),
+        c("value.group").alias("group"),
+    )
+    reads = (
+        ops.where(c("f").isin("poll", "drain") & (c("type") == "ok"))
+        .select(
+            "index",
+            "process",
+            "type",
+            "f",
+            c("value.group").alias("group"),
+            F.explode("value.messages").alias("m"),
+        )
+        .where(c("m.value").isin(vals))
+        .select(
+            c("m.value").alias("v"),
+            "index",
+            "process",
+            "type",
+            "f",
+            c("m.topic").alias("topic"),
+            c("m.broker").alias("broker"),
+            c("m.queue_id").alias("queue_id"),
+            c("m.queue_offset").alias("queue_offset"),
+            F.lit(None).cast("string").alias("status"),
+            "group",
+        )
+    )
+    rows = (
+        sends.unionByName(reads).orderBy("v", "index").limit(TRACE_LIMIT * len(vals) * 4).collect()
+    )
+    trace: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        d = {k: v for k, v in r.asDict().items() if v is not None and k != "v"}
+        lst = trace.setdefault(int(r["v"]), [])
+        if len(lst) < TRACE_LIMIT:
+            lst.append(d)
+
+    def attach(e: dict[str, Any], keys: tuple[str, ...]) -> None:
+        t = {str(e[k]): trace.get(int(e[k]), []) for k in keys if e.get(k) is not None}
+        if t:
+            e["history"] = t
+
+    for name in ("lost", "lost-write", "unexpected", "duplicated", "aborted-read", "recovered"):
+        for e in analyses.get(name, {}).get("examples", []):
+            attach(e, ("v",))
+    for e in analyses.get("inconsistent-offsets", {}).get("examples", []):
+        attach(e, ("vmin", "vmax"))
+    o = analyses.get("ordering", {})
+    for e in o.get("examples", []):
+        attach(e, ("late_value", "delivered_before_it"))
+    for sub in ("nonmonotonic", "poll_skip"):
+        for e in o.get(sub, {}).get("examples", []):
+            attach(e, ("v",))
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_outputs(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    """results.json (without the raw latency sample), the PNG plots and report.html."""
+    from rmq_check import plots, report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = plots.draw(results, out_dir)
+    slim = json.loads(json.dumps(_jsonable(results), default=str))
+    av = slim.get("analyses", {}).get("availability")
+    if av:
+        av.pop("latency_points", None)
+    (out_dir / "results.json").write_text(json.dumps(slim, indent=2, sort_keys=False) + "\n")
+    files.append(out_dir / "results.json")
+    files.append(report.write(results, out_dir, [f.name for f in files if f.suffix == ".png"]))
+    return files

@@ -1,0 +1,132 @@
+"""`rmq-ha check RUN_DIR` and `rmq-ha bench check`, added through the rmq_ha.cli entry point."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_SAFETY = 1
+EXIT_ERROR = 2
+
+
+def add_parsers(sub: Any, bench_sub: Any) -> None:
+    p = sub.add_parser(
+        "check",
+        help="check a bench history with Spark: results.json, plots, report.html",
+        description="Check RUN_DIR/history.{parquet,jsonl} (or a history file). Writes "
+        "results.json, PNG plots and report.html next to it (or to --out). Exit 0 if every "
+        "safety property held, 1 if one failed, 2 on bad input. Definitions: docs/checker.md.",
+    )
+    p.add_argument("run_dir", help="run directory (or history file)")
+    _spark_args(p)
+    p.add_argument("--out", help="output directory (default: the run directory)")
+    p.add_argument("--examples", type=int, default=8, help="examples kept per anomaly")
+    p.add_argument("--bin-ms", type=int, default=10, help="availability resolution (ms)")
+    p.add_argument(
+        "--order",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="per-key order: auto = keys whose sends all went to one queue",
+    )
+    p.add_argument("--exactly-once", action="store_true", help="duplicates fail the run (safety)")
+    p.add_argument("--json", action="store_true", help="print results.json to stdout")
+    p.set_defaults(func=run_check)
+
+    b = bench_sub.add_parser(
+        "check",
+        help="checker throughput on a synthetic history vs a pure-Python baseline",
+    )
+    b.add_argument("--ops", type=int, default=20_000_000, help="history size in ops")
+    _spark_args(b)
+    b.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+    b.add_argument("--no-baseline", action="store_true", help="skip the pure-Python baseline")
+    b.add_argument("--keep", help="keep the generated history in this directory")
+    b.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    b.set_defaults(func=run_bench)
+
+
+def _spark_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", default="local[2]", help="Spark master, e.g. spark://host:7077")
+    p.add_argument("--shuffle-partitions", type=int, default=8)
+    p.add_argument("--driver-memory", default="4g")
+
+
+def run_check(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+    from rmq_check.check import check, write_outputs
+    from rmq_check.core import Config
+    from pyspark.sql import SparkSession
+
+    from rmq_check.load import find_history, load, session
+
+    err = Console(stderr=True)
+    try:
+        hist = find_history(args.run_dir)
+    except FileNotFoundError as e:
+        err.print(f"[red]no history:[/] {e}")
+        return EXIT_ERROR
+    out = Path(args.out) if args.out else (hist.parent if hist.is_file() else hist)
+    cfg = Config(
+        examples=args.examples,
+        bin_ms=args.bin_ms,
+        exactly_once=args.exactly_once,
+        order=args.order,
+    )
+    own = SparkSession.getActiveSession() is None
+    spark = session(
+        args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory
+    )
+    try:
+        with err.status("checking") as status:
+            results = check(
+                load(spark, hist),
+                cfg,
+                progress=lambda name: status.update(f"checking: {name}"),
+            )
+            write_outputs(results, out)
+    except Exception as e:  # bad input surfaces as a Spark/Py4J error
+        err.print(f"[red]check failed:[/] {type(e).__name__}: {str(e)[:2000]}")
+        return EXIT_ERROR
+    finally:
+        if own:
+            spark.stop()
+    if args.json:
+        print((out / "results.json").read_text())
+    else:
+        print_verdict(results, out)
+    return EXIT_SAFETY if results["safety_failed"] else 0
+
+
+def print_verdict(results: dict[str, Any], out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rmq_check.analyses import NAMES, SAFETY
+
+    t = Table(title=f"rmq-ha check: {results['stats']['ops']} ops")
+    for col in ("analysis", "valid", "count", "safety"):
+        t.add_column(col)
+    for n in NAMES:
+        r = results["analyses"].get(n)
+        if r is None:
+            continue
+        v = r["valid"]
+        style = "green" if v is True else "red" if v is False else "yellow"
+        t.add_row(n, f"[{style}]{v}[/]", str(r["count"]), "yes" if n in SAFETY else "no")
+    c = Console()
+    c.print(t)
+    verdict = "VALID" if results["valid"] else "INVALID: " + ", ".join(results["safety_failed"])
+    c.print(f"guarantee: {results.get('guarantee')}; verdict: [bold]{verdict}[/]")
+    c.print(f"report: {out / 'report.html'}")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from rmq_check import bench
+
+    return bench.main(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(0)

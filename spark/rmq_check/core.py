@@ -1,0 +1,404 @@
+"""Frames derived once from the history and shared by the analyses.
+
+* ``values`` (one row per message value): what happened to it, from its send (invoke,
+  completion, acknowledged position) and from every read of it. Most analyses are a filter
+  and a count over this frame; building it is the one big shuffle.
+* ``positions`` (one row per (queue, offset)): the values seen there, from acks and reads.
+* ``reads``: every message delivered by a poll or drain, with the delivering op.
+* ``pairs``: non-send client ops (poll, drain, offsets, metadata) paired invoke -> completion.
+
+A queue is (topic, broker, queue_id) and is carried as a 64-bit hash ``qh``; the readable
+fields are looked up only for the bounded example lists. A delivery position ``dpos`` orders
+reads: the completion index of the poll, then the message's place in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+INVOKE, OK, FAIL, INFO, READ, DRAIN_READ, OK_WEAK = 0, 1, 2, 3, 4, 5, 6
+DRAIN_GID = 0  # the final drain's reads are group 0; consumer groups are 1..n
+MAX_GROUPS = 61  # consumer groups with their own bit in a 64-bit mask (the rest share bit 62)
+POS_BITS = 20  # messages per op kept apart in dpos
+SEND_OK = "SEND_OK"
+READ_FS = ("poll", "drain")
+PAIRED_FS = ("poll", "drain", "offsets", "metadata")
+
+
+@dataclass
+class Config:
+    examples: int = 8
+    bin_ms: int = 10  # availability resolution
+    exactly_once: bool = False  # duplicates fail the run (a safety property) when set
+    order: str = "auto"  # "auto": per-key order where sends carry keys; "off"
+    persist: Any = field(default_factory=lambda: StorageLevel.MEMORY_AND_DISK)
+
+
+def qhash(topic: Column, broker: Column, queue_id: Column) -> Column:
+    return F.xxhash64(topic, F.coalesce(broker, F.lit("")), queue_id)
+
+
+def _flag(cond: Column) -> Column:
+    return F.max(F.when(cond, 1).otherwise(0))
+
+
+class Frames:
+    def __init__(self, ops: DataFrame, cfg: Config) -> None:
+        self.ops = ops
+        self.cfg = cfg
+        self.spark = ops.sparkSession
+        self._cache: list[DataFrame] = []
+        self._stats: dict[str, Any] | None = None
+        self._groups: list[str] | None = None
+        self._values: DataFrame | None = None
+        self._positions: DataFrame | None = None
+        self._pairs: DataFrame | None = None
+
+    def persist(self, df: DataFrame) -> DataFrame:
+        df = df.persist(self.cfg.persist)
+        self._cache.append(df)
+        return df
+
+    def close(self) -> None:
+        for df in self._cache:
+            df.unpersist()
+        self._cache.clear()
+
+    # small global facts ------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counts per (f, type), the time span, and the consumer groups; one pass."""
+        if self._stats is None:
+            rows = (
+                self.ops.groupBy("f", "type")
+                .agg(
+                    F.count(F.lit(1)).alias("n"),
+                    F.min("time_ns").alias("t0"),
+                    F.max("time_ns").alias("t1"),
+                    F.max("index").alias("imax"),
+                    F.sort_array(
+                        F.collect_set(
+                            F.when(
+                                F.col("f") == "poll", F.coalesce(F.col("value.group"), F.lit(""))
+                            )
+                        )
+                    ).alias("groups"),
+                )
+                .collect()
+            )
+            counts = {f"{r['f']}:{r['type']}": int(r["n"]) for r in rows}
+            groups = sorted({g for r in rows for g in (r["groups"] or [])})
+            self._stats = {
+                "ops": sum(counts.values()),
+                "counts": counts,
+                "t0_ns": min((r["t0"] for r in rows if r["t0"] is not None), default=0),
+                "t1_ns": max((r["t1"] for r in rows if r["t1"] is not None), default=0),
+                "groups": groups,
+            }
+        return self._stats
+
+    def has(self, f: str, type_: str | None = None) -> bool:
+        c = self.stats()["counts"]
+        return any(k.split(":")[0] == f and (type_ is None or k.endswith(":" + type_)) for k in c)
+
+    def groups(self) -> list[str]:
+        """Consumer groups of polls (drain excluded), gid = position + 1."""
+        return list(self.stats()["groups"])
+
+    def gid(self, group: Column) -> Column:
+        g = F.coalesce(group, F.lit(""))
+        expr: Column = F.lit(None).cast("int")
+        for i, name in enumerate(self.groups()):
+            expr = F.when(g == name, F.lit(i + 1)).otherwise(expr)
+        return expr
+
+    def tracked_groups(self) -> int:
+        return min(len(self.groups()), MAX_GROUPS)
+
+    # reads ----------------------------------------------------------------------------
+    def reads(self) -> DataFrame:
+        r = self.ops.where(F.col("f").isin(*READ_FS) & (F.col("type") == "ok")).select(
+            "index",
+            "process",
+            "f",
+            F.col("value.group").alias("group"),
+            F.posexplode("value.messages").alias("pos", "m"),
+        )
+        return r.select(
+            F.col("m.value").alias("v"),
+            F.when(F.col("f") == "drain", F.lit(DRAIN_READ)).otherwise(F.lit(READ)).alias("kind"),
+            F.col("index").alias("idx"),
+            F.col("process"),
+            F.when(F.col("f") == "drain", F.lit(DRAIN_GID))
+            .otherwise(self.gid(F.col("group")))
+            .alias("gid"),
+            qhash(F.col("m.topic"), F.col("m.broker"), F.col("m.queue_id")).alias("qh"),
+            F.col("m.queue_offset").alias("off"),
+            F.when(F.col("m.key").isNotNull(), F.xxhash64(F.col("m.key"))).alias("key"),
+            (F.col("index") * F.lit(1 << POS_BITS) + F.col("pos")).alias("dpos"),
+        )
+
+    def _send_events(self) -> DataFrame:
+        t = F.col("type")
+        ok = t == "ok"
+        has_pos = ok & F.col("value.queue_offset").isNotNull()
+        return self.ops.where((F.col("f") == "send") & (F.col("process") >= 0)).select(
+            F.col("value.value").alias("v"),
+            F.when(t == "invoke", F.lit(INVOKE))
+            .when(ok, F.lit(OK))
+            .when(t == "fail", F.lit(FAIL))
+            .otherwise(F.lit(INFO))
+            .alias("kind"),
+            F.col("index").alias("idx"),
+            F.col("time_ns").alias("t"),
+            F.when(F.col("value.key").isNotNull(), F.xxhash64(F.col("value.key"))).alias("key"),
+            (ok & F.col("value.status").isNotNull() & (F.col("value.status") != SEND_OK)).alias(
+                "weak"
+            ),
+            F.when(
+                has_pos, qhash(F.col("value.topic"), F.col("value.broker"), F.col("value.queue_id"))
+            ).alias("qh"),
+            F.when(has_pos, F.col("value.queue_offset")).alias("off"),
+        )
+
+    # values -----------------------------------------------------------------------------
+    def values(self) -> DataFrame:
+        if self._values is not None:
+            return self._values
+        ngroups = self.tracked_groups()
+        # narrow rows, repartitioned by value before aggregating: the partial aggregation
+        # would otherwise shuffle a wide buffer per (mostly unique) value
+        r = self.reads().select(
+            "v",
+            "kind",
+            F.col("dpos").alias("a"),
+            F.lit(None).cast("long").alias("b"),
+            "key",
+            "qh",
+            "off",
+            "gid",
+        )
+        s = self._send_events().select(
+            "v",
+            F.when(F.col("weak"), F.lit(OK_WEAK)).otherwise(F.col("kind")).alias("kind"),
+            F.col("idx").alias("a"),
+            F.col("t").alias("b"),
+            "key",
+            "qh",
+            "off",
+            F.lit(None).cast("int").alias("gid"),
+        )
+        u = s.unionByName(r).repartition("v")
+        k = F.col("kind")
+        comp = k.isin(OK, FAIL, INFO, OK_WEAK)
+        is_read = k == READ
+        any_read = k.isin(READ, DRAIN_READ)
+        has_pos = F.col("qh").isNotNull() & k.isin(OK, OK_WEAK, READ, DRAIN_READ)
+        aggs = [
+            F.bit_or(F.expr("shiftleft(1, kind)")).alias("kinds"),
+            F.min(F.when(k == INVOKE, F.col("a"))).alias("inv_idx"),
+            F.min(F.when(comp, F.col("a"))).alias("comp_idx"),
+            F.min(F.when(k == INVOKE, F.col("b"))).alias("inv_t"),
+            F.min(F.when(comp, F.col("b"))).alias("comp_t"),
+            F.max(F.when(k.isin(INVOKE, OK, FAIL, INFO, OK_WEAK), F.col("key"))).alias("key"),
+            F.max(F.when(k.isin(OK, OK_WEAK), F.col("qh"))).alias("ack_qh"),
+            F.max(F.when(k.isin(OK, OK_WEAK), F.col("off"))).alias("ack_off"),
+            F.sum(F.when(is_read, 1).otherwise(0)).alias("n_read"),
+            F.sum(F.when(k == DRAIN_READ, 1).otherwise(0)).alias("n_drain"),
+            F.bit_or(
+                F.when(
+                    is_read, F.expr(f"shiftleft(CAST(1 AS BIGINT), least(gid, {MAX_GROUPS + 1}))")
+                )
+            ).alias("gmask"),
+            F.min(F.when(has_pos, F.col("qh"))).alias("qh_min"),
+            F.max(F.when(has_pos, F.col("qh"))).alias("qh_max"),
+            F.min(F.when(has_pos, F.col("off"))).alias("off_min"),
+            F.max(F.when(has_pos, F.col("off"))).alias("off_max"),
+        ]
+        if self.order_enabled():
+            for g in range(0, ngroups + 1):
+                aggs.append(
+                    F.min(F.when(any_read & (F.col("gid") == g), F.col("a"))).alias(f"fd{g}")
+                )
+        kinds = F.col("kinds")
+
+        def bit(*kinds_: int) -> Column:
+            m = sum(1 << x for x in kinds_)
+            return F.when(kinds.bitwiseAND(F.lit(m)) != 0, 1).otherwise(0)
+
+        v = u.groupBy("v").agg(*aggs)
+        v = v.select(
+            "*",
+            bit(INVOKE).alias("inv"),
+            bit(OK, OK_WEAK).alias("ok"),
+            bit(FAIL).alias("fail"),
+            bit(INFO).alias("info"),
+            bit(OK_WEAK).alias("weak"),
+        )
+        self._values = self.persist(v)
+        return self._values
+
+    def order_enabled(self) -> bool:
+        if self.cfg.order == "off":
+            return False
+        # keyed sends: any send invoke with a key; cheap check on the ops (a limit-1 scan)
+        if not hasattr(self, "_keyed"):
+            self._keyed = bool(
+                self.ops.where((F.col("f") == "send") & F.col("value.key").isNotNull())
+                .limit(1)
+                .count()
+            )
+        return self._keyed
+
+    # positions -------------------------------------------------------------------------
+    def positions(self) -> DataFrame:
+        """One row per (qh, off): smallest and largest value seen there, and whether any
+        read saw it. Values seen at one position come from ``values`` (no second shuffle of
+        every read); the rare values seen at several positions are re-read from the ops."""
+        if self._positions is not None:
+            return self._positions
+        v = self.values()
+        single = v.where(
+            F.col("v").isNotNull()
+            & F.col("qh_min").isNotNull()
+            & (F.col("qh_min") == F.col("qh_max"))
+            & (F.col("off_min") == F.col("off_max"))
+        ).select(
+            F.col("qh_min").alias("qh"),
+            F.col("off_min").alias("off"),
+            "v",
+            ((F.col("n_read") + F.col("n_drain")) > 0).alias("read"),
+        )
+        multi_v = v.where(
+            F.col("v").isNotNull()
+            & F.col("qh_min").isNotNull()
+            & ((F.col("qh_min") != F.col("qh_max")) | (F.col("off_min") != F.col("off_max")))
+        ).select("v")
+        acks = (
+            self._send_events()
+            .where((F.col("kind") == OK) & F.col("qh").isNotNull())
+            .select("v", "qh", "off", F.lit(False).alias("read"))
+        )
+        rds = self.reads().select("v", "qh", "off", F.lit(True).alias("read"))
+        multi = acks.unionByName(rds).join(F.broadcast(multi_v), "v", "left_semi")
+        # null values (unparseable reads) have no row in values' single set: keep them
+        nulls = rds.where(F.col("v").isNull())
+        p = (
+            single.unionByName(multi)
+            .unionByName(nulls)
+            .groupBy("qh", "off")
+            .agg(
+                F.min("v").alias("vmin"),
+                F.max("v").alias("vmax"),
+                F.sum(F.when(F.col("v").isNull(), 1).otherwise(0)).alias("nnull"),
+                _flag(F.col("read")).alias("read"),
+            )
+        )
+        self._positions = self.persist(p)
+        return self._positions
+
+    # paired non-send ops ----------------------------------------------------------------
+    def pairs(self) -> DataFrame:
+        """Poll, drain, offsets and metadata completions with their invoke (the previous op of
+        the same process: a process runs one op at a time)."""
+        if self._pairs is not None:
+            return self._pairs
+        from pyspark.sql.window import Window
+
+        w = Window.partitionBy("process").orderBy("index")
+        o = self.ops.where(F.col("f").isin(*PAIRED_FS) & (F.col("process") >= 0)).select(
+            "process",
+            "index",
+            "time_ns",
+            "type",
+            "f",
+            F.col("value.broker").alias("broker"),
+            F.col("value.master").alias("master"),
+            F.col("value.epoch").alias("epoch"),
+        )
+        o = o.select(
+            "*",
+            F.lag("type").over(w).alias("ptype"),
+            F.lag("index").over(w).alias("pindex"),
+            F.lag("time_ns").over(w).alias("ptime"),
+        ).where((F.col("type") != "invoke") & (F.col("ptype") == "invoke"))
+        p = o.select(
+            "process",
+            "f",
+            "type",
+            F.col("pindex").alias("inv_idx"),
+            F.col("ptime").alias("inv_t"),
+            F.col("index").alias("comp_idx"),
+            F.col("time_ns").alias("comp_t"),
+            "broker",
+            "master",
+            "epoch",
+        )
+        self._pairs = self.persist(p)
+        return self._pairs
+
+
+def example_rows(df: DataFrame, n: int) -> list[dict[str, Any]]:
+    return [r.asDict(recursive=True) for r in df.limit(n).collect()]
+
+
+def value_flags(fr: Frames) -> dict[str, Column]:
+    """Per-value predicates over ``values``; each analysis counts one of them."""
+    c = F.col
+    nonnull = c("v").isNotNull()
+    read_any = (c("n_read") + c("n_drain")) > 0
+    attempted = (c("inv") + c("ok") + c("fail") + c("info")) > 0
+    acked = (c("ok") == 1) & (c("weak") == 0)
+    weak = (c("ok") == 1) & (c("weak") == 1)
+    ng = fr.tracked_groups()
+    all_groups = sum(1 << g for g in range(1, ng + 1))
+    excess = c("n_read") - F.coalesce(F.bit_count(c("gmask")), F.lit(0))
+    two_pos = (c("qh_min") != c("qh_max")) | (c("off_min") != c("off_max"))
+    flags = {
+        "acked": nonnull & acked,
+        "acked_weak": nonnull & weak,
+        "attempted": nonnull & attempted,
+        "read": nonnull & read_any,
+        "lost": nonnull & acked & ~read_any,
+        "lost_weak": nonnull & weak & ~read_any,
+        "unseen_by_group": nonnull
+        & acked
+        & F.lit(ng > 0)
+        & ((F.coalesce(c("gmask"), F.lit(0)).bitwiseAND(F.lit(all_groups))) != F.lit(all_groups)),
+        "unexpected": read_any & (~nonnull | ~attempted),
+        "redelivered": nonnull & (excess > 0),
+        "at_two_offsets": nonnull & F.coalesce(two_pos, F.lit(False)),
+        "aborted": nonnull & read_any & (c("fail") == 1) & (c("ok") == 0),
+        "recovered": nonnull & read_any & (c("ok") == 0) & (c("fail") == 0) & (c("inv") == 1),
+    }
+    flags["duplicated"] = flags["redelivered"] | flags["at_two_offsets"]
+    return flags
+
+
+def value_counts(fr: Frames) -> dict[str, int]:
+    """All per-value counts in one job over ``values`` (cached on the Frames)."""
+    cached: dict[str, int] | None = getattr(fr, "_value_counts", None)
+    if cached is not None:
+        return cached
+    flags = value_flags(fr)
+    c = F.col
+    ng = fr.tracked_groups()
+    excess = c("n_read") - F.coalesce(F.bit_count(c("gmask")), F.lit(0))
+    aggs = [F.sum(F.when(e, 1).otherwise(0)).alias(k) for k, e in flags.items()]
+    aggs += [
+        F.sum(F.when(c("v").isNotNull() & (excess > 0), excess).otherwise(0)).alias(
+            "excess_deliveries"
+        ),
+        F.sum(c("n_read")).alias("group_reads"),
+        F.sum(c("n_drain")).alias("drain_reads"),
+        F.sum(F.when(c("v").isNull(), c("n_read") + c("n_drain")).otherwise(0)).alias("null_reads"),
+    ]
+    row = fr.values().agg(*aggs).collect()[0]
+    out = {k: int(row[k] or 0) for k in row.asDict()}
+    out["tracked_groups"] = ng
+    fr._value_counts = out  # type: ignore[attr-defined]
+    return out

@@ -1,0 +1,123 @@
+"""PNG plots from the bounded series the availability analysis returns (never raw history).
+
+latency-raw.png        sampled (invoke time, latency) points, log y, colour by outcome
+latency-quantiles.png  p50/p95/p99/max per time bucket and function
+rate.png               completions per second by function and outcome
+availability.png       unavailability windows per function
+All draw the fault windows as grey bands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLOURS = {"ok": "#81BFFC", "info": "#FFA400", "fail": "#FF1E90"}
+MARKERS = {"send": "o", "poll": "^"}
+
+
+def _bands(ax: Any, faults: list[dict[str, Any]]) -> None:
+    for i, f in enumerate(faults[:64]):
+        ax.axvspan(
+            f["start_s"], f["stop_s"], color="0.85", zorder=0, label="fault" if i == 0 else None
+        )
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def draw(results: dict[str, Any], out: Path) -> list[Path]:
+    av = results.get("analyses", {}).get("availability")
+    if not av or (av.get("valid") == "unknown" and not av.get("rate")):
+        return []
+    faults = av.get("faults", [])
+    files = []
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    _bands(ax, faults)
+    for f in ("send", "poll"):
+        for o in ("ok", "info", "fail"):
+            pts = [(t, ms) for ff, oo, t, ms in av["latency_points"] if ff == f and oo == o]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.scatter(
+                    xs,
+                    [max(y, 1e-3) for y in ys],
+                    s=3,
+                    c=COLOURS[o],
+                    marker=MARKERS[f],
+                    label=f"{f} {o}",
+                    alpha=0.7,
+                    linewidths=0,
+                )
+    ax.set_yscale("log")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(f"latency (ok ops sampled 1 in {av['latency_points_every']}; all failures)")
+    ax.legend(loc="upper right", fontsize=7, markerscale=3)
+    files.append(_save(fig, out / "latency-raw.png"))
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    _bands(ax, faults)
+    for f, ls in (("send", "-"), ("poll", "--")):
+        rows = [r for r in av["latency_quantiles"] if r["f"] == f]
+        if not rows:
+            continue
+        ts = [r["t_s"] for r in rows]
+        for q, col in (("p50", "C0"), ("p95", "C1"), ("p99", "C2"), ("max", "C3")):
+            ax.plot(ts, [max(r[q], 1e-3) for r in rows], ls, color=col, label=f"{f} {q}", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(f"latency quantiles per {av['bucket_s']:.0f} s bucket (ok ops)")
+    ax.legend(loc="upper right", fontsize=7, ncol=2)
+    files.append(_save(fig, out / "latency-quantiles.png"))
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    _bands(ax, faults)
+    series: dict[tuple[str, str], dict[int, int]] = {}
+    for r in av["rate"]:
+        series.setdefault((r["f"], r["outcome"]), {})[r["t_s"]] = r["n"]
+    for (f, o), d in sorted(series.items()):
+        ts = sorted(d)
+        ax.plot(
+            ts,
+            [d[t] for t in ts],
+            "-" if f == "send" else "--",
+            color=COLOURS.get(o, "k"),
+            label=f"{f} {o}",
+            lw=1,
+        )
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("completions / s")
+    ax.set_title("throughput")
+    ax.legend(loc="upper right", fontsize=7)
+    files.append(_save(fig, out / "rate.png"))
+
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    _bands(ax, faults)
+    end = av["span_s"]
+    for y, f in enumerate(("send", "poll")):
+        x = av.get("per_f", {}).get(f)
+        if not x:
+            continue
+        spans = [
+            (w["start_s"], (w["end_s"] if w["end_s"] is not None else end) - w["start_s"])
+            for w in x["windows"][:5000]
+        ]
+        ax.broken_barh(spans, (y - 0.3, 0.6), color="#FF1E90")
+    ax.set_yticks([0, 1], ["send", "poll"])
+    ax.set_xlim(0, max(end, 1e-3))
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"unavailability windows (resolution {av['bin_ms']:.0f} ms)")
+    files.append(_save(fig, out / "availability.png"))
+    return files

@@ -1,0 +1,49 @@
+"""`rmq-ha check` end to end: outputs in the run dir, exit codes, and the bench smoke run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rmq_ha.cli import main
+from rmq_check.schema import schema_ddl
+from rmq_check.synth import Anomalies, Synth, generate
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_arrow_schema_matches_the_shared_spark_ddl():
+    from rmq_ha.history import SPARK_DDL
+
+    norm = lambda s: s.replace(" ", "")  # noqa: E731
+    assert norm(schema_ddl()) == norm(SPARK_DDL)
+
+
+def test_check_writes_outputs_and_exits_1_on_a_safety_failure(spark, tmp_path, capsys):
+    generate(Synth(ops=10_000, anomalies=Anomalies(lost_write=1)), tmp_path / "history.jsonl")
+    rc = main(["check", str(tmp_path), "--shuffle-partitions", "2"])
+    assert rc == 1
+    for f in ("results.json", "report.html", "latency-raw.png", "latency-quantiles.png",
+              "rate.png", "availability.png"):
+        assert (tmp_path / f).stat().st_size > 0, f
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["safety_failed"] == ["lost", "lost-write"]
+    assert res["analyses"]["lost"]["examples"][0]["history"]  # traced ops of the example
+    assert "INVALID: lost, lost-write" in (tmp_path / "report.html").read_text()
+    assert "INVALID" in capsys.readouterr().out
+    assert spark.sparkContext._jsc is not None  # the shared session survived the CLI
+
+
+def test_check_exits_0_on_a_clean_run_and_2_without_a_history(spark, tmp_path, capsys):
+    generate(Synth(ops=5_000), tmp_path / "history.parquet")
+    assert main(["check", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+    assert main(["check", str(tmp_path / "nowhere")]) == 2
+
+
+def test_bench_check_smoke(spark, capsys):
+    assert main(["bench", "check", "--ops", "20000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["spark"]["correct"] and out["baseline"]["correct"]
+    assert out["ratio"] > 0

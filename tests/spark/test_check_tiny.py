@@ -1,0 +1,224 @@
+"""Hand-written histories with a known answer for every analysis (docs/checker.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rmq_ha import history as h
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_lost_needs_every_reader_to_miss_it(hist, run_check):
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    hist.send(1, 3, off=2, status="FLUSH_SLAVE_TIMEOUT")  # acked, non-OK status
+    hist.send(1, 4, "fail")
+    hist.poll(10, [(0, 0, 1)])
+    hist.drain(20, [(0, 0, 1)])
+    r = run_check(hist, only=["lost"])["analyses"]["lost"]
+    assert (r["valid"], r["count"]) == (False, 1)
+    assert [e["v"] for e in r["examples"]] == [2]
+    assert r["lost_non_ok_status"] == 1
+    assert r["unseen_by_group"] == 1
+
+
+def test_lost_without_a_drain_is_unknown(hist, run_check):
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    hist.poll(10, [(0, 0, 1)])
+    r = run_check(hist, only=["lost"])["analyses"]["lost"]
+    assert (r["valid"], r["count"]) == ("unknown", 1)
+
+
+def test_drain_reads_count_against_loss_but_not_for_the_group(hist, run_check):
+    hist.send(1, 1, off=0)
+    hist.drain(20, [(0, 0, 1)])
+    hist.poll(10, [])
+    r = run_check(hist, only=["lost"])["analyses"]["lost"]
+    assert (r["valid"], r["count"], r["unseen_by_group"]) == (True, 0, 1)
+
+
+def test_lost_write_is_a_hole_below_the_highest_read_offset(hist, run_check):
+    for v in range(4):
+        hist.send(1, v, off=v)
+    hist.poll(10, [(0, 0, 0), (0, 2, 2)])  # offset 1 is a hole; offset 3 is past the end
+    hist.drain(20, [(0, 0, 0), (0, 2, 2)])
+    a = run_check(hist, only=["lost", "lost-write"])["analyses"]
+    assert a["lost"]["count"] == 2
+    assert (a["lost-write"]["valid"], a["lost-write"]["count"]) == (False, 1)
+    assert a["lost-write"]["examples"][0]["v"] == 1
+
+
+def test_lost_write_is_per_queue(hist, run_check):
+    hist.send(1, 1, q=0, off=5)
+    hist.send(1, 2, q=1, off=0)
+    hist.poll(10, [(1, 0, 2)])
+    hist.drain(20, [(1, 0, 2)])
+    a = run_check(hist, only=["lost", "lost-write"])["analyses"]
+    assert (a["lost"]["count"], a["lost-write"]["count"]) == (1, 0)
+
+
+def test_unexpected_counts_values_never_sent_and_unparseable_reads(hist, run_check):
+    hist.send(1, 1, off=0)
+    hist.invoke_send(2, 5)  # attempted, never completed: not unexpected when read
+    hist.poll(10, [(0, 0, 1), (0, 1, 99), (0, 2, None), (0, 3, 5)])
+    r = run_check(hist, only=["unexpected"])["analyses"]["unexpected"]
+    assert (r["valid"], r["count"], r["null_reads"]) == (False, 2, 1)
+
+
+def test_duplicated_by_group_and_by_offset(hist, run_check):
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    hist.send(1, 3, off=2)
+    hist.poll(10, [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    hist.poll(11, [(0, 0, 1)])  # second delivery of 1 to group g
+    hist.poll(12, [(0, 1, 2)], group="other")  # another group: not a duplicate
+    hist.drain(20, [(0, 0, 1), (0, 1, 2), (0, 2, 3), (0, 3, 3)])  # 3 also at offset 3
+    r = run_check(hist, only=["duplicated"])["analyses"]["duplicated"]
+    assert (r["valid"], r["count"]) == (True, 2)
+    assert (r["redelivered"], r["at_two_offsets"], r["excess_deliveries"]) == (1, 1, 1)
+    assert r["guarantee"] == "at-least-once"
+    assert r["rate"] == pytest.approx(2 / 3)
+    r = run_check(hist, only=["duplicated"], exactly_once=True)["analyses"]["duplicated"]
+    assert r["valid"] is False
+
+
+def test_exactly_once_when_nothing_lost_or_duplicated(hist, run_check):
+    hist.send(1, 1, off=0)
+    hist.poll(10, [(0, 0, 1)])
+    hist.drain(20, [(0, 0, 1)])
+    res = run_check(hist)
+    assert res["valid"] is True and res["guarantee"] == "exactly-once"
+    assert res["safety_failed"] == []
+
+
+def test_inconsistent_offsets_from_acks_and_reads(hist, run_check):
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    hist.poll(10, [(0, 0, 1), (0, 1, 2)])
+    hist.drain(20, [(0, 0, 7), (0, 1, 2)])  # offset 0 now holds 7; 7 was never sent
+    hist.send(1, 3, off=1, broker="b1")  # same offset on another broker's queue: fine
+    r = run_check(hist, only=["inconsistent-offsets"])["analyses"]["inconsistent-offsets"]
+    assert (r["valid"], r["count"]) == (False, 1)
+    assert (r["examples"][0]["off"], r["examples"][0]["vmin"], r["examples"][0]["vmax"]) == (
+        0,
+        1,
+        7,
+    )
+
+
+def test_key_order_follows_real_time_send_order(hist, run_check):
+    # key a: 1 then 2 (sequential) delivered 2 then 1: one late value per group that sees it
+    hist.send(1, 1, key="a", off=1)
+    hist.send(1, 2, key="a", off=0)
+    # key b: 3 and 4 concurrent, delivered 4 then 3: no order between them
+    hist.invoke_send(2, 3, key="b")
+    hist.invoke_send(3, 4, key="b")
+    hist.complete_send(2, 3, key="b", off=2)
+    hist.complete_send(3, 4, key="b", off=3)
+    hist.poll(10, [(0, 0, 2), (0, 1, 1)], key="a")
+    hist.poll(12, [(0, 3, 4)], key="b")
+    hist.poll(11, [(0, 2, 3)], key="b")
+    hist.drain(20, [(0, 0, 2), (0, 1, 1), (0, 2, 3), (0, 3, 4)])
+    r = run_check(hist, only=["ordering"])["analyses"]["ordering"]
+    ko = r["key_order"]
+    assert (r["valid"], r["count"]) == (False, 2)
+    assert ko["per_group"] == {"g": 1, "<drain>": 1}
+    assert {e["late_value"] for e in ko["examples"]} == {1}
+    assert r["nonmonotonic"]["count"] == 0, r["nonmonotonic"]
+    assert r["poll_skip"]["count"] == 0, r["poll_skip"]
+
+
+def test_key_order_ignores_keys_spread_over_queues_in_auto_mode(hist, run_check):
+    hist.send(1, 1, key="a", q=0, off=0)
+    hist.send(1, 2, key="a", q=1, off=0)
+    hist.poll(10, [(1, 0, 2)], key="a")
+    hist.poll(11, [(0, 0, 1)], key="a")
+    r = run_check(hist, only=["ordering"])["analyses"]["ordering"]["key_order"]
+    assert (r["valid"], r["keys"], r["keys_checked"]) == ("unknown", 1, 0)
+    r = run_check(hist, only=["ordering"], order="on")["analyses"]["ordering"]["key_order"]
+    assert (r["valid"], r["count"]) == (False, 1)
+
+
+def test_nonmonotonic_and_poll_skip_per_consumer_and_queue(hist, run_check):
+    for v in range(6):
+        hist.send(1, v, off=v)
+    hist.poll(10, [(0, 0, 0), (0, 1, 1)])
+    hist.poll(10, [(0, 1, 1), (0, 3, 3)])  # back to 1 (nonmonotonic), then skips known 2
+    hist.poll(11, [(0, 2, 2)])  # another process: its own sequence
+    hist.poll(12, [(0, 4, 4), (0, 9, 9)])  # nothing known at 5..8? 5 is acked: a skip
+    hist.poll(13, [(0, 7, 7), (0, 9, 9)])  # 8 unknown: no skip
+    hist.poll(10, [(1, 5, 5)])  # another queue for process 10: no skip from queue 0
+    r = run_check(hist, only=["ordering"])["analyses"]["ordering"]
+    assert r["key_order"]["valid"] == "unknown"
+    assert (r["nonmonotonic"]["valid"], r["nonmonotonic"]["count"]) == (False, 1)
+    assert (r["poll_skip"]["valid"], r["poll_skip"]["count"]) == (False, 2)
+    assert r["valid"] == "unknown"  # poll order is reported, not a safety failure
+
+
+def test_aborted_read_and_recovered(hist, run_check):
+    hist.send(1, 1, "fail")
+    hist.send(2, 2, "info")
+    hist.send(3, 3, "info")  # indeterminate, never read: not recovered
+    hist.invoke_send(4, 4)  # never completed: indeterminate
+    hist.poll(10, [(0, 0, 1), (0, 1, 2), (0, 2, 4)])
+    a = run_check(hist, only=["aborted-read", "recovered"])["analyses"]
+    assert (a["aborted-read"]["valid"], a["aborted-read"]["count"]) == (False, 1)
+    assert a["aborted-read"]["examples"][0]["v"] == 1
+    assert (a["recovered"]["valid"], a["recovered"]["count"]) == (True, 2)
+    assert a["recovered"]["indeterminate"] == 3
+
+
+def test_availability_windows_and_rto(hist, run_check):
+    hist.fault(1, 10_000, 20_000)
+    hist.send(1, 1, at_ms=(1_000, 1_010), off=0)
+    hist.send(1, 2, "info", at_ms=(12_000, 12_500))  # unavailable from 12 s
+    hist.send(2, 3, at_ms=(11_900, 13_000), off=1)  # invoked before the failure: no end
+    hist.send(3, 4, at_ms=(13_200, 13_500), off=2)  # first good op invoked after: 13.5 s
+    hist.send(1, 5, "fail", at_ms=(30_000, 30_001))  # outside any fault
+    hist.send(1, 6, at_ms=(30_100, 30_200), off=3)
+    r = run_check(hist, only=["availability"], bin_ms=10)["analyses"]["availability"]
+    send = r["per_f"]["send"]
+    assert r["valid"] is True and r["count"] == 2
+    assert [round(w["duration_ms"]) for w in send["windows"]] == [1500, 200]
+    rto = send["rto"][0]
+    assert (rto["outcome"], round(rto["rto_ms"])) == ("recovered-during-fault", 1500)
+    assert send["unexpected_windows"] == 1
+    assert r["latency_ms"]["send"]["n"] == 4
+    assert r["latency_ms"]["send"]["max"] == pytest.approx(1100.0)
+
+
+def test_availability_never_recovered(hist, run_check):
+    hist.fault(1, 1_000, None)
+    hist.send(1, 1, at_ms=(500, 600), off=0)
+    hist.send(1, 2, "info", at_ms=(1_500, 2_500))
+    hist.send(1, 3, "fail", at_ms=(3_000, 3_100))
+    r = run_check(hist, only=["availability"])["analyses"]["availability"]
+    assert r["valid"] is False
+    assert r["per_f"]["send"]["rto"][0]["outcome"] == "not-recovered"
+    assert r["per_f"]["send"]["not_recovered"] == 1
+
+
+def test_metadata_epoch_backwards_and_two_masters(hist, run_check):
+    hist.metadata(50, "bg0", "n1", 1)
+    hist.metadata(50, "bg0", "n2", 2)
+    hist.metadata(51, "bg0", "n1", 1)  # after epoch 2 was seen: backwards
+    hist.metadata(50, "bg1", "n1", 4)
+    hist.metadata(51, "bg1", "n3", 4)  # two masters in epoch 4
+    # concurrent observations may disagree: 60 reads 7 while 61 (overlapping) reads 6
+    hist.op(60, "invoke", "metadata", h.Value(broker="bg2"))
+    hist.op(61, "invoke", "metadata", h.Value(broker="bg2"))
+    hist.op(60, "ok", "metadata", h.Value(broker="bg2", master="n1", epoch=7))
+    hist.op(61, "ok", "metadata", h.Value(broker="bg2", master="n2", epoch=6))
+    r = run_check(hist, only=["metadata"])["analyses"]["metadata"]
+    assert (r["valid"], r["count"]) == (False, 2)
+    assert r["epoch_backwards"]["count"] == 1
+    assert r["epoch_backwards"]["examples"][0]["broker"] == "bg0"
+    assert r["two_masters"]["examples"][0]["masters"] == ["n1", "n3"]
+
+
+def test_metadata_unknown_without_observations(hist, run_check):
+    hist.send(1, 1, off=0)
+    r = run_check(hist, only=["metadata"])["analyses"]["metadata"]
+    assert r["valid"] == "unknown"
