@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import trio
+
 from rmq_ha.bench.cluster import FAST_BROKER, RMQ_HA, HaCluster, Proc
 from rmq_ha.client import Admin, ClientConfig, Producer, ProducerConfig, PullConsumer
 from rmq_ha.client.errors import ClientError
+from rmq_ha.errors import RemotingError
 from rmq_ha.protocol.models import MessageQueue
 
 __all__ = ["FAST_BROKER", "RMQ_HA", "Acked", "HaCluster", "Proc", "read_all", "send_values"]
@@ -44,8 +47,18 @@ async def send_values(
     return failed
 
 
-async def read_all(namesrv: str, topic: str) -> list[str]:
-    """Every message of every queue of `topic`, from each queue's minimum to maximum."""
+async def read_all(namesrv: str, topic: str, timeout_s: float = 15.0) -> list[str]:
+    """Every message of every queue of `topic`, from each queue's minimum to maximum; retried
+    while the name servers still route to a broker that just died."""
+    with trio.fail_after(timeout_s):
+        while True:
+            try:
+                return await _read_all(namesrv, topic)
+            except (ClientError, RemotingError):
+                await trio.sleep(0.3)
+
+
+async def _read_all(namesrv: str, topic: str) -> list[str]:
     out: list[str] = []
     cc = ClientConfig(client_ip="127.0.0.1")
     async with (

@@ -125,6 +125,31 @@ class BrokerConfig:
     flush_interval_ms: int = rmq("flushIntervalCommitLog", 500)
     sync_flush_timeout_ms: int = rmq("syncFlushTimeout", 5000)
     broker_role: BrokerRole = rmq("brokerRole", BrokerRole.ASYNC_MASTER)
+    # -- replication (broker/ha): classic master/slave and controller mode ------------------
+    broker_ip2: str = rmq("brokerIP2", "", "HA address host announced (default brokerIP1)")
+    ha_listen_port: int = rmq("haListenPort", 0, "HA port; 0 picks a free one")
+    ha_master_address: str = rmq("haMasterAddress", "", "classic slave: fixed master HA addr")
+    ha_send_heartbeat_interval_ms: int = rmq("haSendHeartbeatInterval", 5000)
+    ha_housekeeping_interval_ms: int = rmq("haHousekeepingInterval", 20_000)
+    ha_transfer_batch_bytes: int = rmq("haTransferBatchSize", 32 * 1024)
+    ha_max_time_slave_not_catchup_ms: int = rmq("haMaxTimeSlaveNotCatchup", 15_000)
+    slave_timeout_ms: int = rmq(
+        "slaveTimeout", 3000, "wait for replicas before FLUSH_SLAVE_TIMEOUT"
+    )
+    sync_from_last_file: bool = rmq("syncFromLastFile", False)
+    async_learner: bool = rmq("asyncLearner", False, "replicate, never in the SyncStateSet")
+    all_ack_in_sync_state_set: bool = rmq("allAckInSyncStateSet", False)
+    in_sync_replicas: int = rmq("inSyncReplicas", 1, "acks needed (self included)")
+    min_in_sync_replicas: int = rmq("minInSyncReplicas", 1, "refuse writes below this")
+    total_replicas: int = rmq("totalReplicas", 1)
+    read_uncommitted: bool = rmq("readUnCommitted", False, "dispatch past confirmOffset")
+    enable_controller_mode: bool = rmq("enableControllerMode", False)
+    controller_addr: str = rmq("controllerAddr", "", "host:port;host:port")
+    controller_heartbeat_timeout_ms: int = rmq("controllerHeartBeatTimeoutMills", 10_000)
+    sync_broker_metadata_period_ms: int = rmq("syncBrokerMetadataPeriod", 5000)
+    check_sync_state_set_period_ms: int = rmq("checkSyncStateSetPeriod", 5000)
+    sync_controller_metadata_period_ms: int = rmq("syncControllerMetadataPeriod", 10_000)
+    broker_election_priority: int = rmq("brokerElectionPriority", 2**31 - 1, "lower wins")
     broker_permission: int = rmq("brokerPermission", 6, "perm bits: 2 write, 4 read")
     auto_create_topic_enable: bool = rmq("autoCreateTopicEnable", True)
     default_topic_queue_nums: int = rmq("defaultTopicQueueNums", 4)
@@ -163,6 +188,14 @@ class BrokerConfig:
     @property
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def ha_host(self) -> str:
+        return self.broker_ip2 or self.broker_ip
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        return [a.strip() for a in self.controller_addr.replace(",", ";").split(";") if a.strip()]
 
     @property
     def cq_units_per_file(self) -> int:
@@ -247,8 +280,17 @@ def _validate(record: Any) -> None:
     if isinstance(record, ControllerConfig):
         _validate_controller(record)
     if isinstance(record, BrokerConfig):
-        if record.broker_id < 0:
+        if record.broker_id < 0 and not record.enable_controller_mode:
+            # Controller mode ignores brokerId (the controller assigns one); RocketMQ's
+            # quick-start configs say -1.
             raise ConfigError("bad config brokerId: must be >= 0", "brokerId")
+        if not 1 <= record.min_in_sync_replicas:
+            raise ConfigError("bad config minInSyncReplicas: must be >= 1", "minInSyncReplicas")
+        if record.enable_controller_mode and not record.controller_addr.strip():
+            raise ConfigError(
+                "bad config controllerAddr: required when enableControllerMode=true",
+                "controllerAddr",
+            )
         if record.broker_permission & ~0xF:
             raise ConfigError(
                 f"bad config brokerPermission: {record.broker_permission} has bits beyond 1|2|4|8",

@@ -6,11 +6,14 @@ change, plus a light heartbeat every brokerHeartbeatInterval."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import trio
 
 from rmq_ha.broker.clients import ClientInfo, ClientManager
+from rmq_ha.broker.ha.replicas import ReplicasManager
+from rmq_ha.broker.ha.service import HaService
 from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
 from rmq_ha.broker.offsets import ConsumerOffsetManager
@@ -22,7 +25,7 @@ from rmq_ha.broker.topics import (
     check_topic_name,
 )
 from rmq_ha.clock import wall_ms as now_ms
-from rmq_ha.config import BrokerConfig, BrokerRole
+from rmq_ha.config import BrokerConfig
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -44,6 +47,7 @@ from rmq_ha.protocol.headers import (
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
     RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
     SearchOffsetRequestHeader,
     SearchOffsetResponseHeader,
     UnregisterClientRequestHeader,
@@ -51,6 +55,8 @@ from rmq_ha.protocol.headers import (
     ViewMessageRequestHeader,
 )
 from rmq_ha.protocol.models import (
+    EpochEntry,
+    EpochEntryCache,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
@@ -89,7 +95,15 @@ class Broker:
         self.special = SpecialServices(self)
         self.server = server
         server.handler = self._on_request
+        # Replication. Controller mode starts fenced: no writes and no registration until the
+        # controller has told this broker its role.
+        self.ha = HaService(cfg, store, max(cfg.broker_id, 0))
+        self.runtime_broker_id = cfg.broker_id
+        self.fenced = cfg.enable_controller_mode
+        self.master_addr: str | None = None  # the group's master, as a slave knows it
+        self._role_changed = trio.Event()
         self.outbound = RemotingClient()
+        self.replicas = ReplicasManager(self) if cfg.enable_controller_mode else None
         self._topics_changed = trio.Event()
         d = Dispatcher("broker")
         from rmq_ha.broker import pull, send
@@ -111,6 +125,9 @@ class Broker:
         d.register(RC.UNLOCK_BATCH_MQ, self.unlock_batch)
         d.register(RC.UPDATE_AND_CREATE_TOPIC, self.create_topic)
         d.register(RC.GET_ALL_TOPIC_CONFIG, self.all_topic_config)
+        d.register(RC.GET_ALL_CONSUMER_OFFSET, self.all_consumer_offsets)
+        d.register(RC.NOTIFY_BROKER_ROLE_CHANGED, self.role_changed_notice)
+        d.register(RC.GET_BROKER_EPOCH_CACHE, self.epoch_cache)
         self.dispatcher = d
 
     # ---- addresses -----------------------------------------------------------------------
@@ -140,16 +157,29 @@ class Broker:
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         async with self.outbound, trio.open_nursery() as nursery:
             self._nursery = nursery
+            await self.ha.bind()
             await nursery.start(self.server.serve)
             self.topics.persist()
+            nursery.start_soon(self.ha.run)
+            if self.replicas is not None:
+                nursery.start_soon(self.replicas.run)
+                with trio.fail_after(self.cfg.controller_heartbeat_timeout_ms / 1000 * 3):
+                    await self.replicas.running.wait()
+            else:
+                self.ha.start_classic()
             if self.cfg.namesrv_addrs:
                 await self.register_all()
                 nursery.start_soon(self._registration_loop)
-                nursery.start_soon(self._heartbeat_loop)
+                if self.replicas is None:
+                    # In controller mode BROKER_HEARTBEAT (904) is the controller's (which may
+                    # live in the name servers); liveness there comes from registrations.
+                    nursery.start_soon(self._heartbeat_loop)
             nursery.start_soon(self._housekeeping_loop)
-            if self.cfg.broker_id == 0 and self.cfg.broker_role is not BrokerRole.SLAVE:
-                # The master runs the special services (the acting-master work moves them).
+            if self.replicas is None and self.ha.is_master:
+                # The master runs the special services; in controller mode the role changes
+                # start and stop them (the acting-master work will move them too).
                 await self.special.start(nursery)
+            nursery.start_soon(self._slave_sync_loop)
             log.info("broker %s ready on %s", self.cfg.broker_name, self.address)
             task_status.started(self.address)
             try:
@@ -172,8 +202,8 @@ class Broker:
             broker_name=self.cfg.broker_name,
             broker_addr=self.address,
             cluster_name=self.cfg.cluster_name,
-            ha_server_addr="",
-            broker_id=self.cfg.broker_id,
+            ha_server_addr=self.ha.ha_address,
+            broker_id=self.runtime_broker_id,
             heartbeat_timeout_millis=self.cfg.broker_not_active_timeout_ms,
             enable_acting_master=False,
         )
@@ -195,20 +225,171 @@ class Broker:
         )
         return RemotingCommand.request(RC.REGISTER_BROKER, h.to_ext(), encode_register_body(body))
 
-    async def register_all(self) -> None:
-        """Registers with every name server at once; a failure of one is logged, not fatal."""
+    async def register_all(self) -> list[RegisterBrokerResponseHeader]:
+        """Registers with every name server at once; a failure of one is logged, not fatal.
+        A slave takes its master's HA address from the answers. Fenced brokers (controller
+        mode before the role is known) do not register."""
+        if self.fenced:
+            return []
+        answers: list[RegisterBrokerResponseHeader] = []
 
         async def one(addr: str) -> None:
             try:
                 r = await self.outbound.invoke(addr, self._register_command(), 3.0)
                 if r.code != Resp.SUCCESS:
                     log.warning("register with %s failed: %s %s", addr, r.code, r.remark)
+                    return
+                answers.append(RegisterBrokerResponseHeader.from_ext(r.ext_fields))
             except Exception as e:  # one unreachable name server must not stop the others
                 log.warning("register with %s failed: %s", addr, e)
 
         async with trio.open_nursery() as n:
             for addr in self.cfg.namesrv_addrs:
                 n.start_soon(one, addr)
+        if not self.ha.is_master:
+            self._follow_master(answers)
+        return answers
+
+    def _follow_master(self, answers: list[RegisterBrokerResponseHeader]) -> bool:
+        """Points the HA client at the master the name servers name (the controller's choice
+        in controller mode: only that master's address is accepted)."""
+        for a in answers:
+            if not a.master_addr or not a.ha_server_addr:
+                continue
+            if self.replicas is not None and a.master_addr != self.master_addr:
+                continue
+            if self.replicas is None:
+                self.master_addr = a.master_addr
+            self.ha.slave.set_master(a.ha_server_addr)
+            return True
+        if self.replicas is None and self.cfg.ha_master_address:
+            self.ha.slave.set_master(self.cfg.ha_master_address)
+            return True
+        return False
+
+    # ---- roles ---------------------------------------------------------------------------
+
+    def role_is_master(self) -> bool:
+        return self.ha.is_master and not self.fenced
+
+    def ha_service(self) -> HaService:
+        return self.ha
+
+    async def became_master(self, epoch: int) -> None:
+        """After HaService.change_to_master: topics of every queue in the log exist (a topic
+        auto-created on the old master just before it died, #9804), the data version carries
+        the epoch (the name server prefers the larger, #6316), then register."""
+        self._adopt_topics_from_log()
+        self.runtime_broker_id = 0
+        self.master_addr = self.address
+        self.topics.data_version = self.topics.data_version.next_version(now_ms(), epoch)
+        self.topics.persist()
+        self.fenced = False
+        self._role_changed.set()
+        self._role_changed = trio.Event()
+        await self.special.change_status(True, self._nursery)
+        await self.register_all()
+
+    async def became_slave(self, epoch: int, master_addr: str | None) -> None:
+        self.runtime_broker_id = self.ha.self_id
+        self.master_addr = master_addr
+        self.topics.data_version = self.topics.data_version.next_version(now_ms(), epoch)
+        await self.special.change_status(False, self._nursery)
+        self.fenced = False
+        self._role_changed.set()
+        self._role_changed = trio.Event()
+        self._nursery.start_soon(self._find_master_ha, epoch)
+
+    async def _find_master_ha(self, epoch: int) -> None:
+        """Registers until a name server names the controller's master (it may still list the
+        old one for a moment) and hands its HA address to the HA client."""
+        while not self.ha.is_master and self.ha.master_epoch == epoch:
+            if self._follow_master(await self.register_all()):
+                return
+            await trio.sleep(0.3)
+
+    def _adopt_topics_from_log(self) -> None:
+        queues: dict[str, int] = {}
+        for topic, qid in self.store.native.queues():
+            queues[topic] = max(queues.get(topic, 0), qid + 1)
+        for topic, n in queues.items():
+            if self.topics.get(topic) is None and check_topic_name(topic) is None:
+                self.topics.update(
+                    TopicConfig(
+                        topic_name=topic,
+                        read_queue_nums=max(n, self.cfg.default_topic_queue_nums),
+                        write_queue_nums=max(n, self.cfg.default_topic_queue_nums),
+                        perm=PERM_READ | PERM_WRITE,
+                    )
+                )
+                log.info("topic %s adopted from the log (%d queues)", topic, n)
+
+    async def role_changed_notice(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if self.replicas is not None:
+            await self.replicas.on_notice(cmd)
+
+    async def epoch_cache(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_EPOCH_CACHE (1007): this replica's epochs and offsets, as JSON."""
+        native = self.store.native
+        cache = EpochEntryCache(
+            cluster_name=self.cfg.cluster_name,
+            broker_name=self.cfg.broker_name,
+            broker_id=self.ha.self_id,
+            epoch_list=[
+                EpochEntry(epoch=e, start_offset=s, end_offset=min(end, 2**63 - 1))
+                for e, s, end in self.ha.epochs.entries()
+            ],
+            max_offset=native.max_offset,
+        )
+        # RocketMQ's fields, then ours: the replica's role and replication state.
+        body = json.loads(cache.to_json()) | {
+            "confirmOffset": native.confirm_offset,
+            "role": "MASTER" if self.role_is_master() else "SLAVE",
+            "masterEpoch": self.ha.master_epoch,
+            "syncStateSet": sorted(self.ha.core.effective_set()) if self.ha.is_master else [],
+            "committedSyncStateSet": sorted(self.ha.core.sync_state_set),
+            "slaveState": self.ha.slave.status.state,
+            "refused": self.ha.slave.status.refused,
+            "truncatedTo": self.ha.slave.status.truncated_to,
+        }
+        return cmd.response(Resp.SUCCESS, None, None, json.dumps(body).encode())
+
+    async def all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(Resp.SUCCESS, None, None, self.offsets.to_json())
+
+    async def _slave_sync_loop(self) -> None:
+        """A slave copies topic configs and consumer offsets from its master every
+        syncBrokerMetadataPeriod, so a new master starts from recent metadata."""
+        while True:
+            await trio.sleep(self.cfg.sync_broker_metadata_period_ms / 1000)
+            if self.ha.is_master:
+                continue
+            # Topics whose messages replicated before their config did (auto-created on the
+            # master a moment ago) are readable here at once.
+            self._adopt_topics_from_log()
+            if not self.master_addr or self.master_addr == self.address:
+                continue
+            try:
+                await self.sync_from_master(self.master_addr)
+            except Exception as e:  # the master may be gone; the next period retries
+                log.debug("metadata sync from %s failed: %s", self.master_addr, e)
+
+    async def sync_from_master(self, addr: str) -> None:
+        r = await self.outbound.invoke(addr, RemotingCommand.request(RC.GET_ALL_TOPIC_CONFIG), 3.0)
+        if r.code == Resp.SUCCESS and r.body:
+            w = TopicConfigSerializeWrapper.from_json(r.body)
+            changed = False
+            for name, tc in w.topic_config_table.items():
+                if self.topics.get(name) != tc:
+                    self.topics.update(tc)
+                    changed = True
+            if changed:
+                self.topics.persist()
+        r = await self.outbound.invoke(
+            addr, RemotingCommand.request(RC.GET_ALL_CONSUMER_OFFSET), 3.0
+        )
+        if r.code == Resp.SUCCESS and r.body:
+            self.offsets.merge_from_json(r.body)
 
     def topics_changed(self) -> None:
         self._topics_changed.set()
@@ -227,7 +408,7 @@ class Broker:
                 cluster_name=self.cfg.cluster_name,
                 broker_addr=self.address,
                 broker_name=self.cfg.broker_name,
-                broker_id=self.cfg.broker_id,
+                broker_id=self.runtime_broker_id,
             )
             for addr in self.cfg.namesrv_addrs:
                 try:
@@ -273,8 +454,28 @@ class Broker:
         )
         self.topics.update(tc)
         self.topics_changed()
+        if self.ha.is_master and self.replicas is not None:
+            await self._forward_to_replicas(cmd)
         await self.register_all()
         return cmd.response(Resp.SUCCESS)
+
+    async def _forward_to_replicas(self, cmd: RemotingCommand) -> None:
+        """A topic created on the master reaches the other replicas before the answer, so a
+        failover right after cannot lose it (RocketMQ #9804: the periodic slave sync alone
+        leaves a window of up to syncBrokerMetadataPeriod)."""
+
+        async def one(addr: str) -> None:
+            fwd = RemotingCommand.request(cmd.code, dict(cmd.ext_fields or {}), cmd.body)
+            try:
+                await self.outbound.invoke(addr, fwd, 2.0)
+            except Exception as e:  # a dead replica catches up through the periodic sync
+                log.info("topic forward to %s failed: %s", addr, e)
+
+        assert self.replicas is not None
+        async with trio.open_nursery() as n:
+            for bid, addr in self.replicas.replica_addrs.items():
+                if bid != self.ha.self_id and addr != self.address:
+                    n.start_soon(one, addr)
 
     async def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         w = TopicConfigSerializeWrapper(
@@ -426,5 +627,8 @@ async def serve(
         store_host=f"{cfg.broker_ip}:{port}",
         flush_interval_ms=cfg.flush_interval_ms,
         max_message_size=cfg.max_message_size,
+        # In controller mode the confirm offset is the replication's to move (HaCore); every
+        # other broker exposes what it has (RocketMQ's rule for a one-member set, #7656).
+        confirm_follows_max=not cfg.enable_controller_mode or cfg.read_uncommitted,
     ) as store:
         await Broker(cfg, store, server).serve(task_status=task_status)

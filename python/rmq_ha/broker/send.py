@@ -158,10 +158,14 @@ def _wants_wait(props: bytes) -> bool:
 async def append_and_respond(
     broker: Broker, cmd: RemotingCommand, msgs: list[Message], *, wait: bool
 ) -> RemotingCommand:
+    refused = _refuse_write(broker, cmd)
+    if refused is not None:
+        return refused
     try:
         placed = broker.store.append_batch(msgs)
     except MessageIllegalError as e:
         return cmd.response(Resp.MESSAGE_ILLEGAL, str(e))
+    broker.ha.after_append()
     topic, queue_id = msgs[0].topic, msgs[0].queue_id
     broker.hold.notify(topic, queue_id, broker.store.native.queue_max_offset(topic, queue_id))
     if wait and broker.cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -171,7 +175,40 @@ async def append_and_respond(
             # Written but not yet durable: RocketMQ answers FLUSH_DISK_TIMEOUT, which the
             # client treats as a send that may or may not survive a crash.
             return _send_response(broker, cmd, placed, queue_id, Resp.FLUSH_DISK_TIMEOUT)
+    if wait:
+        outcome = await broker.ha.wait_replicated(placed.end_offset)
+        if not outcome.ok:
+            # Stored here but not (yet) on enough replicas: the client must treat the send as
+            # possibly lost on a failover, exactly as RocketMQ reports it.
+            code = (
+                Resp.SLAVE_NOT_AVAILABLE
+                if outcome.reason == "no-slave"
+                else (Resp.FLUSH_SLAVE_TIMEOUT)
+            )
+            return _send_response(broker, cmd, placed, queue_id, code)
     return _send_response(broker, cmd, placed, queue_id, Resp.SUCCESS)
+
+
+def _refuse_write(broker: Broker, cmd: RemotingCommand) -> RemotingCommand | None:
+    """Writes only on a serving master; and, with replication, only with at least
+    minInSyncReplicas in sync (refused, never half-done: the client sees SYSTEM_ERROR, as
+    RocketMQ answers IN_SYNC_REPLICAS_NOT_ENOUGH)."""
+    if broker.fenced:
+        return cmd.response(
+            Resp.SERVICE_NOT_AVAILABLE, "the broker is fenced: its role is not known yet"
+        )
+    if not broker.ha.is_master:
+        return cmd.response(
+            Resp.SERVICE_NOT_AVAILABLE,
+            "the broker is a slave, so putMessage is forbidden (send to the master)",
+        )
+    if not broker.ha.in_sync_replicas_enough():
+        return cmd.response(
+            Resp.SYSTEM_ERROR,
+            f"in-sync replicas not enough: {broker.ha.core.in_sync_count()} < "
+            f"minInSyncReplicas {broker.cfg.min_in_sync_replicas}",
+        )
+    return None
 
 
 def _send_response(

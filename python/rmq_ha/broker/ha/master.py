@@ -279,4 +279,3 @@ def _peer(stream: trio.SocketStream) -> str:
         return f"{host}:{port}"
     except OSError:
         return "?"
-

@@ -57,6 +57,9 @@ class ReplicasManager:
         self._proposed_at = 0
         self._lock = trio.Lock()
         self.replica_addrs: dict[int, str] = {}
+        # The last answer named no (live) master: ask for an election every second until one
+        # is known, not only at the next replica-info poll.
+        self.masterless = False
         broker.ha.on_proposal = self.report
 
     # ---- identity -----------------------------------------------------------------------
@@ -131,6 +134,7 @@ class ReplicasManager:
             n.start_soon(self._heartbeat_loop)
             n.start_soon(self._poll_loop)
             n.start_soon(self._shrink_loop)
+            n.start_soon(self._elect_loop)
 
     async def _start(self) -> None:
         await self.cc.find_leader()
@@ -163,10 +167,20 @@ class ReplicasManager:
             return
         if resp.ok or resp.master_broker_id is not None:
             await self._apply_master_info(resp)
+        else:
+            log.info("election refused: %s %s", resp.code, resp.remark)
+
+    async def _elect_loop(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            if self.masterless:
+                await self.elect()
 
     async def _apply_master_info(self, info: m.MasterInfo) -> None:
         if info.master_broker_id is None or info.master_epoch is None:
+            self.masterless = True
             return
+        self.masterless = False
         await self.change_role(
             info.master_broker_id,
             info.master_address,
@@ -257,6 +271,7 @@ class ReplicasManager:
             return
         ha = self.broker.ha_service()
         if info.master_broker_id is None:
+            self.masterless = True
             await self.elect()
             return
         if info.master_epoch is not None and info.master_epoch > ha.master_epoch:
