@@ -262,12 +262,19 @@ async def send_values_direct(
     c: HaCluster, i: int, values: list[str], timeout_s: float = 10.0
 ) -> list[str]:
     """Sends to broker i's queue 0 without a name server; returns the values not acked."""
+    codes = await send_codes_direct(c, i, values, timeout_s)
+    return [v for v, code in zip(values, codes, strict=True) if code != 0]
+
+
+async def send_codes_direct(
+    c: HaCluster, i: int, values: list[str], timeout_s: float = 10.0
+) -> list[int | None]:
+    """Sends to broker i's queue 0; the response code of each send (None: no answer)."""
     from rmq_ha.protocol.codes import RequestCode as RC
-    from rmq_ha.protocol.codes import ResponseCode as Resp
     from rmq_ha.protocol.command import RemotingCommand
     from rmq_ha.protocol.headers import SendMessageRequestHeader
 
-    failed = []
+    codes: list[int | None] = []
     async with RemotingClient() as rc:
         for v in values:
             h = SendMessageRequestHeader(
@@ -284,8 +291,7 @@ async def send_values_direct(
             try:
                 r = await rc.invoke(c.broker_addr(i), cmd, timeout_s)
             except RemotingError:
-                failed.append(v)
+                codes.append(None)
                 continue
-            if r.code != Resp.SUCCESS:
-                failed.append(v)
-    return failed
+            codes.append(int(r.code))
+    return codes
