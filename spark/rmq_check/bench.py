@@ -40,10 +40,9 @@ def _jvm_peak_rss_kib(spark: Any) -> int | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pyspark.sql import SparkSession
     from rmq_check.check import check
     from rmq_check.core import Config
-    from pyspark.sql import SparkSession
-
     from rmq_check.load import load, session
 
     err = Console(stderr=True)

@@ -129,7 +129,14 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
         c("value.group").alias("group"),
     )
     reads = (
-        ops.where(c("f").isin("poll", "drain") & (c("type") == "ok"))
+        ops.where(
+            c("f").isin("poll", "drain")
+            & (c("type") == "ok")
+            # prefilter on the value column before exploding every message
+            & F.arrays_overlap(
+                c("value.messages.value"), F.array(*[F.lit(x).cast("long") for x in vals])
+            )
+        )
         .select(
             "index",
             "process",

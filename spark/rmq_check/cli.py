@@ -55,11 +55,10 @@ def _spark_args(p: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
 
+    from pyspark.sql import SparkSession
     from rich.console import Console
     from rmq_check.check import check, write_outputs
     from rmq_check.core import Config
-    from pyspark.sql import SparkSession
-
     from rmq_check.load import find_history, load, session
 
     err = Console(stderr=True)

@@ -25,6 +25,7 @@ INVOKE, OK, FAIL, INFO, READ, DRAIN_READ, OK_WEAK = 0, 1, 2, 3, 4, 5, 6
 DRAIN_GID = 0  # the final drain's reads are group 0; consumer groups are 1..n
 MAX_GROUPS = 61  # consumer groups with their own bit in a 64-bit mask (the rest share bit 62)
 POS_BITS = 20  # messages per op kept apart in dpos
+MULTI_INLINE = 10_000  # values at several positions matched inline before exploding reads
 SEND_OK = "SEND_OK"
 READ_FS = ("poll", "drain")
 PAIRED_FS = ("poll", "drain", "offsets", "metadata")
@@ -230,8 +231,9 @@ class Frames:
             m = sum(1 << x for x in kinds_)
             return F.when(kinds.bitwiseAND(F.lit(m)) != 0, 1).otherwise(0)
 
-        v = u.groupBy("v").agg(*aggs)
-        v = v.select(
+        v = self.persist(u.groupBy("v").agg(*aggs))
+        # the flags are cheap to derive on every scan; not materialised in the cache
+        self._values = v.select(
             "*",
             bit(INVOKE).alias("inv"),
             bit(OK, OK_WEAK).alias("ok"),
@@ -239,7 +241,6 @@ class Frames:
             bit(INFO).alias("info"),
             bit(OK_WEAK).alias("weak"),
         )
-        self._values = self.persist(v)
         return self._values
 
     def order_enabled(self) -> bool:
@@ -283,8 +284,33 @@ class Frames:
             .where((F.col("kind") == OK) & F.col("qh").isNotNull())
             .select("v", "qh", "off", F.lit(False).alias("read"))
         )
-        rds = self.reads().select("v", "qh", "off", F.lit(True).alias("read"))
-        multi = acks.unionByName(rds).join(F.broadcast(multi_v), "v", "left_semi")
+        # a clean history has no value at two positions and no null read: then no read is
+        # re-read; a few such values prefilter the polls holding them before any explode
+        few = [int(r["v"]) for r in multi_v.limit(MULTI_INLINE + 1).collect()]
+        has_nulls = bool(
+            v.where(F.col("v").isNull() & ((F.col("n_read") + F.col("n_drain")) > 0))
+            .limit(1)
+            .count()
+        )
+        msg_values = F.col("value.messages.value")
+        cond: Column | None = None
+        if few and len(few) <= MULTI_INLINE:
+            cond = F.arrays_overlap(msg_values, F.array(*[F.lit(x).cast("long") for x in few]))
+        elif few:
+            cond = F.lit(True)
+        if has_nulls:
+            null_cond = F.size(F.array_compact(msg_values)) < F.size(msg_values)
+            cond = null_cond if cond is None else (cond | null_cond)
+        if cond is None:
+            rds = self.spark.createDataFrame([], "v long, qh long, off long, read boolean")
+        else:
+            sub = Frames(self.ops.where(cond), self.cfg)
+            sub._stats = self.stats()
+            rds = sub.reads().select("v", "qh", "off", F.lit(True).alias("read"))
+        if few:
+            multi = acks.unionByName(rds).join(F.broadcast(multi_v), "v", "left_semi")
+        else:
+            multi = rds.where(F.lit(False))
         # null values (unparseable reads) have no row in values' single set: keep them
         nulls = rds.where(F.col("v").isNull())
         p = (

@@ -33,6 +33,9 @@ def session(
         # the value-level aggregation is the one big shuffle; keep its output partitions even
         .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "false")
+        # the cached per-value frame is built once and scanned a few times: compressing it
+        # cost more than the scans saved (measured at 20M ops: 45 s -> 30 s to build)
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
     )
     for k, v in (extra or {}).items():
@@ -65,6 +68,7 @@ def load(spark: Any, path: str | Path) -> DataFrame:
     p = find_history(path)
     is_parquet = p.suffix == ".parquet" or (p.is_dir() and any(p.glob("*.parquet")))
     reader = spark.read.schema(SPARK_DDL)
-    if is_parquet:
-        return reader.parquet(str(p))
-    return reader.option("mode", "FAILFAST").json(str(p))
+    df: DataFrame = (
+        reader.parquet(str(p)) if is_parquet else reader.option("mode", "FAILFAST").json(str(p))
+    )
+    return df

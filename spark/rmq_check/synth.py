@@ -216,6 +216,17 @@ class _Plan:
         return q // 2
 
 
+def _pick(mask: Any, a: Any, b: Any) -> Any:
+    """np.where for object columns (None allowed): a where mask, else b (scalars or arrays)."""
+    out = np.empty(len(mask), dtype=object)
+    out[:] = b if not isinstance(b, np.ndarray) else b.astype(object)
+    if isinstance(a, np.ndarray):
+        out[mask] = a.astype(object)[mask]
+    else:
+        out[mask] = a
+    return out
+
+
 def _col(n: int, typ: Any, v: Any) -> Any:
     if v is None:
         return pa.nulls(n, typ)
@@ -305,12 +316,13 @@ def _chunk(p: _Plan, b0: int, b1: int, keys: _Strings, brokers: _Strings) -> Any
     base_ord = bb * 64 + 2
     dtc = np.repeat(p.window[blocks], B)
     # completions: ok, or fail/info alternately in failing blocks
-    ctype = np.where(okm, "ok", np.where(jj % 2 == 0, "fail", "info")).astype(object)
-    status = np.where(okm, "SEND_OK", None).astype(object)
+    even = jj % 2 == 0
+    ctype = _pick(okm, "ok", _pick(even, "fail", "info"))
+    status = _pick(okm, "SEND_OK", None)
     weak = okm & (values % 1000 == 999)
     status[weak] = "FLUSH_SLAVE_TIMEOUT"
-    definite = np.where(okm, None, np.where(jj % 2 == 0, True, False)).astype(object)
-    error = np.where(okm, None, np.where(jj % 2 == 0, "CONNECT_FAILED", "TIMEOUT")).astype(object)
+    definite = _pick(okm, None, _pick(even, True, False))
+    error = _pick(okm, None, _pick(even, "CONNECT_FAILED", "TIMEOUT"))
     ack_off = offsets.copy()
     has_ack = okm.copy()
     # per-message consumer-read multiplicity (0 removed, 2 repeated)
@@ -529,7 +541,7 @@ def _drain(p: _Plan, keys: _Strings, brokers: _Strings) -> Iterator[Any]:
                 for i in np.flatnonzero(kmask).tolist():
                     vals[i] = replace[int(orig[i])]
                 key_arr = pa.array(
-                    np.where(kmask, None, np.asarray(key_arr.to_pylist(), dtype=object)),
+                    _pick(kmask, None, np.asarray(key_arr.to_pylist(), dtype=object)),
                     pa.string(),
                 )
             keep = ~drop
@@ -703,3 +715,26 @@ def generate(s: Synth, path: str | Path) -> Summary:
         expected=expected(s.anomalies),
         fault_windows=len(p.fault_starts),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rmq_check.synth RUN_DIR [--ops N] [--inject K]``: write a synthetic run."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m rmq_check.synth", description=main.__doc__)
+    ap.add_argument("run_dir")
+    ap.add_argument("--ops", type=int, default=200_000)
+    ap.add_argument("--inject", type=int, default=0, help="how many of each anomaly")
+    ap.add_argument("--format", choices=("parquet", "jsonl"), default="jsonl")
+    ap.add_argument("--seed", type=int, default=7)
+    a = ap.parse_args(argv)
+    d = Path(a.run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    anomalies = Anomalies(**{k: a.inject for k in Anomalies.__dataclass_fields__})
+    s = generate(Synth(ops=a.ops, anomalies=anomalies, seed=a.seed), d / f"history.{a.format}")
+    print(json.dumps({"ops": s.ops, "fault_windows": s.fault_windows, "expected": s.expected}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from rmq_ha.cli import main
 from rmq_check.schema import schema_ddl
 from rmq_check.synth import Anomalies, Synth, generate
+
+from rmq_ha.cli import main
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -21,11 +21,17 @@ def test_arrow_schema_matches_the_shared_spark_ddl():
 
 
 def test_check_writes_outputs_and_exits_1_on_a_safety_failure(spark, tmp_path, capsys):
-    generate(Synth(ops=10_000, anomalies=Anomalies(lost_write=1)), tmp_path / "history.jsonl")
+    generate(Synth(ops=6_000, anomalies=Anomalies(lost_write=1)), tmp_path / "history.jsonl")
     rc = main(["check", str(tmp_path), "--shuffle-partitions", "2"])
     assert rc == 1
-    for f in ("results.json", "report.html", "latency-raw.png", "latency-quantiles.png",
-              "rate.png", "availability.png"):
+    for f in (
+        "results.json",
+        "report.html",
+        "latency-raw.png",
+        "latency-quantiles.png",
+        "rate.png",
+        "availability.png",
+    ):
         assert (tmp_path / f).stat().st_size > 0, f
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["safety_failed"] == ["lost", "lost-write"]
@@ -36,14 +42,14 @@ def test_check_writes_outputs_and_exits_1_on_a_safety_failure(spark, tmp_path, c
 
 
 def test_check_exits_0_on_a_clean_run_and_2_without_a_history(spark, tmp_path, capsys):
-    generate(Synth(ops=5_000), tmp_path / "history.parquet")
+    generate(Synth(ops=4_000), tmp_path / "history.parquet")
     assert main(["check", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["valid"] is True
     assert main(["check", str(tmp_path / "nowhere")]) == 2
 
 
 def test_bench_check_smoke(spark, capsys):
-    assert main(["bench", "check", "--ops", "20000", "--json"]) == 0
+    assert main(["bench", "check", "--ops", "8000", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["spark"]["correct"] and out["baseline"]["correct"]
     assert out["ratio"] > 0

