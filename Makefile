@@ -12,7 +12,7 @@ NATIVE_SRC += $(wildcard jepsen/pyproject.toml spark/pyproject.toml)
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim interop
+.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim interop sysdeps
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -34,7 +34,15 @@ dev: $(STAMP) ## create .venv, build the Rust core with maturin, install rmq_ha 
 demo: dev ## 5 local hosts, 60 s controller-mode campaign with partitions and kills, check, verdict (root; else loopback, kill+pause)
 	$(VENV)/bin/rmq-ha campaign demo
 
-test: dev test-rust test-py test-fuzz ## run every test (Rust, Python, a short fuzz replay)
+test: dev sysdeps test-rust test-py test-fuzz ## run every test (Rust, Python, a short fuzz replay)
+
+SYSDEPS := openssh-server iptables faketime vagrant
+sysdeps: ## as root with apt-get: the system packages the bench and its tests use ($(SYSDEPS))
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; for p in $(SYSDEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then echo "sysdeps: installing$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; fi; \
+	else echo "sysdeps: not root or no apt-get: campaigns run on loopback processes (kill and pause only) and vagrant validate is skipped"; fi
 
 test-rust: ## cargo test for the whole workspace
 	cargo test --workspace --release -q
@@ -91,3 +99,20 @@ bench-history: dev ## recorder ops/s vs raw json writes, and 5-host bring-up tim
 
 hosts-down: dev ## heal every fault the bench journalled, stop its processes, delete local hosts
 	$(VENV)/bin/rmq-ha hosts down
+
+# --- history checker (spark/, issue 7) ---
+.PHONY: test-check check-demo bench-check
+CHECK_DEMO_DIR ?= $(or $(TMPDIR),/tmp)/rmq-check-demo
+
+test-check: dev ## the checker's known-answer tests only (tests/spark, ~2-3 min on 2 cores)
+	$(VPY) -m pytest -q tests/spark $(PYTEST_ARGS)
+
+check-demo: dev ## a synthetic run with 2 of every anomaly injected, checked: prints the verdict
+	rm -rf $(CHECK_DEMO_DIR)
+	$(VPY) -m rmq_check.synth $(CHECK_DEMO_DIR) --ops 200000 --inject 2
+	$(VENV)/bin/rmq-ha check $(CHECK_DEMO_DIR); echo "exit code $$? (1 = a safety property failed, as injected)"
+	@echo "report: $(CHECK_DEMO_DIR)/report.html"
+
+CHECK_OPS ?= 20000000
+bench-check: dev ## checker throughput vs a pure-Python baseline (CHECK_OPS ops, default 20M)
+	$(VENV)/bin/rmq-ha bench check --ops $(CHECK_OPS)
