@@ -1,42 +1,33 @@
-"""Helpers for the controller tests: free loopback ports, configs, waiting for a leader."""
+"""Helpers for the controller tests: configs and waiting for a leader (ports, property files and
+`wait_for` come from `rmq_ha.bench.cluster`, shared with the HA bench)."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from rmq_ha import config
+from rmq_ha.bench.cluster import FAST_CONTROLLER, free_ports, wait_for, write_properties
 from rmq_ha.controller.client import ControllerClient
 from rmq_ha.errors import RemotingError
 from rmq_ha.protocol.headers import GetMetaDataResponseHeader
 
+__all__ = [
+    "FAST",
+    "controller_config",
+    "controller_values",
+    "free_ports",
+    "metadata_all",
+    "peers_of",
+    "wait_for",
+    "wait_leader",
+    "write_properties",
+]
+
 #: Fast Raft and scans for tests: failover within about a second.
-FAST = {
-    "heartBeatTimeIntervalMs": 100,
-    "maxHeartBeatLeak": 3,
-    "minVoteIntervalMs": 30,
-    "maxVoteIntervalMs": 100,
-    "scanNotActiveBrokerInterval": 200,
-    "scanInactiveMasterInterval": 300,
-}
-
-
-def free_ports(n: int) -> list[int]:
-    """Ports free right now (a Raft group's members must know each other's ports up front,
-    so they cannot listen on port 0)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+FAST = FAST_CONTROLLER
 
 
 def peers_of(ports: list[int]) -> str:
@@ -60,21 +51,6 @@ def controller_config(ports: list[int], i: int, store: Path, **extra: Any) -> An
     )
     assert not unknown
     return cfg
-
-
-def write_properties(path: Path, values: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
-    return path
-
-
-async def wait_for(pred: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    with trio.move_on_after(timeout_s):
-        while True:
-            got = pred()
-            if got:
-                return got
-            await trio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 async def wait_leader(cc: ControllerClient, timeout_s: float = 15.0) -> str:

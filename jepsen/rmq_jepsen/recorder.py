@@ -147,52 +147,8 @@ def read_ops(path: str | Path) -> Iterator[Op]:
 
 
 def _arrow_schema() -> Any:
-    """The Arrow schema equal to `history.SPARK_DDL` (same names, same nesting)."""
-    import pyarrow as pa
-
-    read = pa.struct(
-        [
-            ("topic", pa.string()),
-            ("queue_id", pa.int32()),
-            ("queue_offset", pa.int64()),
-            ("value", pa.int64()),
-            ("key", pa.string()),
-            ("broker", pa.string()),
-        ]
-    )
-    value = pa.struct(
-        [
-            ("topic", pa.string()),
-            ("queue_id", pa.int32()),
-            ("queue_offset", pa.int64()),
-            ("value", pa.int64()),
-            ("key", pa.string()),
-            ("broker", pa.string()),
-            ("status", pa.string()),
-            ("group", pa.string()),
-            ("messages", pa.list_(read)),
-            ("offset", pa.int64()),
-            ("master", pa.string()),
-            ("epoch", pa.int32()),
-            ("fault", pa.string()),
-            ("fault_id", pa.int32()),
-            ("targets", pa.list_(pa.string())),
-            ("detail", pa.string()),
-        ]
-    )
-    return pa.schema(
-        [
-            ("index", pa.int64()),
-            ("time_ns", pa.int64()),
-            ("process", pa.int32()),
-            ("node", pa.string()),
-            ("type", pa.string()),
-            ("f", pa.string()),
-            ("value", value),
-            ("error", pa.string()),
-            ("definite", pa.bool_()),
-        ]
-    )
+    """The Arrow schema equal to `history.SPARK_DDL` (defined once, in rmq_ha.history)."""
+    return h.arrow_schema()
 
 
 _VALUE_KEYS = (

@@ -234,3 +234,53 @@ SPARK_DDL: Final = (
     "targets:array<string>,detail:string>, "
     "error string, definite boolean"
 )
+
+
+def arrow_schema() -> Any:
+    """The same schema as Arrow types, for Parquet writers (the bench's export, the checker's
+    synthetic generator). Imports pyarrow on call: rmq_ha itself does not depend on it."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    read = pa.struct(
+        [
+            ("topic", pa.string()),
+            ("queue_id", pa.int32()),
+            ("queue_offset", pa.int64()),
+            ("value", pa.int64()),
+            ("key", pa.string()),
+            ("broker", pa.string()),
+        ]
+    )
+    value = pa.struct(
+        [
+            ("topic", pa.string()),
+            ("queue_id", pa.int32()),
+            ("queue_offset", pa.int64()),
+            ("value", pa.int64()),
+            ("key", pa.string()),
+            ("broker", pa.string()),
+            ("status", pa.string()),
+            ("group", pa.string()),
+            ("messages", pa.list_(read)),
+            ("offset", pa.int64()),
+            ("master", pa.string()),
+            ("epoch", pa.int32()),
+            ("fault", pa.string()),
+            ("fault_id", pa.int32()),
+            ("targets", pa.list_(pa.string())),
+            ("detail", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("index", pa.int64()),
+            ("time_ns", pa.int64()),
+            ("process", pa.int32()),
+            ("node", pa.string()),
+            ("type", pa.string()),
+            ("f", pa.string()),
+            ("value", value),
+            ("error", pa.string()),
+            ("definite", pa.bool_()),
+        ]
+    )

@@ -10,51 +10,13 @@ from typing import Any
 
 import pyarrow as pa
 
-READ_TYPE: Any = pa.struct(
-    [
-        ("topic", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("value", pa.int64()),
-        ("key", pa.string()),
-        ("broker", pa.string()),
-    ]
-)
+from rmq_ha import history
 
-VALUE_FIELDS: list[tuple[str, Any]] = [
-    ("topic", pa.string()),
-    ("queue_id", pa.int32()),
-    ("queue_offset", pa.int64()),
-    ("value", pa.int64()),
-    ("key", pa.string()),
-    ("broker", pa.string()),
-    ("status", pa.string()),
-    ("group", pa.string()),
-    ("messages", pa.list_(READ_TYPE)),
-    ("offset", pa.int64()),
-    ("master", pa.string()),
-    ("epoch", pa.int32()),
-    ("fault", pa.string()),
-    ("fault_id", pa.int32()),
-    ("targets", pa.list_(pa.string())),
-    ("detail", pa.string()),
-]
-
-VALUE_TYPE: Any = pa.struct(VALUE_FIELDS)
-
-SCHEMA: Any = pa.schema(
-    [
-        ("index", pa.int64()),
-        ("time_ns", pa.int64()),
-        ("process", pa.int32()),
-        ("node", pa.string()),
-        ("type", pa.string()),
-        ("f", pa.string()),
-        ("value", VALUE_TYPE),
-        ("error", pa.string()),
-        ("definite", pa.bool_()),
-    ]
-)
+#: The one schema, from ``rmq_ha.history`` (shared with the bench's Parquet export).
+SCHEMA: Any = history.arrow_schema()
+VALUE_TYPE: Any = SCHEMA.field("value").type
+READ_TYPE: Any = VALUE_TYPE.field("messages").type.value_type
+VALUE_FIELDS: list[tuple[str, Any]] = [(f.name, f.type) for f in VALUE_TYPE]
 
 
 def ddl_of(t: Any) -> str:
