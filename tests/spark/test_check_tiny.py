@@ -50,6 +50,17 @@ def test_lost_write_is_a_hole_below_the_highest_read_offset(hist, run_check):
     assert a["lost-write"]["examples"][0]["v"] == 1
 
 
+def test_lost_write_counts_a_value_acked_at_the_highest_read_offset(hist, run_check):
+    """ "At or below": the reader saw another value at the lost one's offset (a truncated and
+    rewritten log); that value's offset is the highest read, and the acked one is gone."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    hist.poll(10, [(0, 0, 1), (0, 1, 9)])
+    hist.drain(20, [(0, 0, 1), (0, 1, 9)])
+    a = run_check(hist, only=["lost", "lost-write"])["analyses"]
+    assert (a["lost"]["count"], a["lost-write"]["count"]) == (1, 1)
+
+
 def test_lost_write_is_per_queue(hist, run_check):
     hist.send(1, 1, q=0, off=5)
     hist.send(1, 2, q=1, off=0)
