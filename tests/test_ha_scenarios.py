@@ -45,7 +45,7 @@ async def test_lost_alter_sync_state_set_answer_cannot_lose_acked_writes(
     )
     async with started(c):
         m = await c.master()
-        with trio.fail_after(20):
+        with trio.fail_after(30):
             while True:
                 st = await c.status(m)
                 if st and len(st["syncStateSet"]) > len(st["committedSyncStateSet"]):
@@ -102,7 +102,7 @@ async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it
     )
     async with started(c):
         acked = Acked()
-        with trio.fail_after(20):
+        with trio.fail_after(30):
             while not (await c.status(1) or {}).get("slaveState") == "TRANSFER":
                 await trio.sleep(0.1)
         assert await send_values(c.ns_addrs[0], TOPIC, [f"a{i}" for i in range(30)], acked) == []
@@ -110,13 +110,13 @@ async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it
         assert master and slave and master["maxOffset"] == slave["maxOffset"]
         # A SYNC_MASTER without its slave answers SLAVE_NOT_AVAILABLE (stored, not replicated).
         c.brokers[1].kill()
-        with trio.fail_after(10):
+        with trio.fail_after(30):
             while (await c.status(0) or {}).get("maxOffset") is None:
                 await trio.sleep(0.1)
         assert await send_codes_direct(c, 0, ["maybe-x"]) == [Resp.SLAVE_NOT_AVAILABLE]
         c.brokers[1].start()
         await c.brokers[1].wait_ready()
-        with trio.fail_after(20):
+        with trio.fail_after(30):
             while (await c.status(1) or {}).get("maxOffset") != (await c.status(0) or {})[
                 "maxOffset"
             ]:
@@ -124,7 +124,7 @@ async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it
         # The master dies: once the name servers drop it, reads go to the slave.
         c.brokers[0].kill()
         async with Admin(c.ns_addrs[0], config=ClientConfig(client_ip="127.0.0.1")) as admin:
-            with trio.fail_after(20):
+            with trio.fail_after(30):
                 while True:
                     route = await admin.route(TOPIC)
                     if all(0 not in b.broker_addrs for b in route.broker_datas):
@@ -158,7 +158,7 @@ async def test_candidates_more_than_2_pow_31_apart_the_higher_offset_wins(
         for b in bs[1:]:
             b.start_heartbeats(0.2)
         master.stop()
-        with trio.fail_after(20):
+        with trio.fail_after(30):
             while True:
                 info = await bs[1].replica_info()
                 if info.master_broker_id not in (None, master.broker_id):

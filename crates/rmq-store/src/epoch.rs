@@ -367,6 +367,10 @@ fn decode(data: &[u8]) -> std::result::Result<Vec<(u32, u64)>, String> {
 /// `None` if the replica holds data but no epochs, since nothing proves that data matches the
 /// master's.
 ///
+/// One exception to `None`: a replica with no data past the start of its first epoch agrees
+/// with any master whose log covers that offset (the empty epoch a re-elected master replaced,
+/// RocketMQ #9689), and gets that start as its point.
+///
 /// The point is additionally capped at `min(local_max, master_max)`, which only matters for
 /// inconsistent inputs (an entry starting beyond the max offset).
 pub fn find_consistent_point(
@@ -392,7 +396,14 @@ pub fn find_consistent_point(
             .min(master_max);
         return Some(point);
     }
-    None
+    // No epoch in common. If this replica holds no byte at all past the start of its first
+    // epoch, there is nothing to disagree about: a master re-elected without writing replaces
+    // its empty last epoch with the new one (RocketMQ #9689), so a replica that saw only the
+    // old, empty epoch finds no match, yet both logs are identical up to that start.
+    let first_start = local[0].1;
+    let master_first = master.first().map_or(master_max, |e| e.1);
+    (local_max <= first_start && master_first <= first_start && first_start <= master_max)
+        .then_some(first_start)
 }
 
 #[cfg(test)]
@@ -975,5 +986,20 @@ mod tests {
             fs::remove_file(&path).unwrap();
             prop_assert_eq!(reopen(&path), (h, EpochLoadSource::Backup));
         }
+    }
+
+    #[test]
+    fn rocketmq_9689_empty_epoch_replaced_on_the_master_still_matches() {
+        // The master wrote nothing in epoch 1 and was re-elected: its file says (3, 0).
+        assert_eq!(find_consistent_point(&[(1, 0)], 0, &[(3, 0)], 500), Some(0));
+        // An empty last local epoch that the master replaced: the earlier epoch decides.
+        assert_eq!(
+            find_consistent_point(&[(1, 0), (2, 100)], 100, &[(1, 0), (3, 100)], 900),
+            Some(100)
+        );
+        // A replica holding data in an epoch the master never had still finds no point.
+        assert_eq!(find_consistent_point(&[(1, 0)], 50, &[(3, 0)], 500), None);
+        // Nor when the master's log starts after the replica's first epoch.
+        assert_eq!(find_consistent_point(&[(1, 0)], 0, &[(3, 10)], 500), None);
     }
 }
