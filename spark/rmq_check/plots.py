@@ -84,22 +84,23 @@ def draw(results: dict[str, Any], out: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(10, 4))
     _bands(ax, faults)
-    series: dict[tuple[str, str], dict[int, int]] = {}
+    series: dict[tuple[str, str], dict[float, float]] = {}
     for r in av["rate"]:
-        series.setdefault((r["f"], r["outcome"]), {})[r["t_s"]] = r["n"]
+        series.setdefault((r["f"], r["outcome"]), {})[r["t_s"]] = r["per_s"]
     for (f, o), d in sorted(series.items()):
         ts = sorted(d)
         ax.plot(
             ts,
             [d[t] for t in ts],
-            "-" if f == "send" else "--",
+            # failures are sparse: points only, a line would invent values between them
+            (".-" if f == "send" else ".--") if o == "ok" else ".",
             color=COLOURS.get(o, "k"),
             label=f"{f} {o}",
             lw=1,
         )
     ax.set_xlabel("time (s)")
     ax.set_ylabel("completions / s")
-    ax.set_title("throughput")
+    ax.set_title(f"throughput ({av['rate_bucket_s']:g} s buckets)")
     ax.legend(loc="upper right", fontsize=7)
     files.append(_save(fig, out / "rate.png"))
 

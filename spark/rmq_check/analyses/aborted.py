@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark.sql import functions as F
 from rmq_check.analyses import result, verdict
 from rmq_check.core import Frames, example_rows, value_counts, value_flags
 
@@ -14,7 +15,7 @@ def run(fr: Frames) -> dict[str, Any]:
         example_rows(
             fr.values()
             .where(value_flags(fr)["aborted"])
-            .select("v", "key", "inv_idx", "comp_idx", "n_read", "n_drain")
+            .select("v", F.col("key").alias("key_hash"), "inv_idx", "comp_idx", "n_read", "n_drain")
             .orderBy("v"),
             fr.cfg.examples,
         )

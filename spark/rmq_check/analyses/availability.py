@@ -18,7 +18,8 @@ Definitions (times are the control node's ``time_ns``; ``t0`` is the first op's 
 * Windows starting outside every fault window are counted as unexpected unavailability.
 * Latency = completion - invoke of completed ops; quantiles 0.5/0.95/0.99/max per function,
   overall and per time bucket (max(1 s, span/300)), by Spark's percentile_approx (accuracy
-  1/1000 of the rank). Throughput: completions per second by (function, outcome).
+  1/1000 of the rank). Throughput: completions per second by (function, outcome), in 1 s
+  buckets (or ~100 buckets of at least 10 ms for a history shorter than a minute).
 
 valid: false if a window of sends never ended, "unknown" without sends, else true. Not a
 safety property.
@@ -234,12 +235,18 @@ def run(fr: Frames) -> dict[str, Any]:
         .orderBy("f", "b")
         .collect()
     ]
+    # per second; a history shorter than a minute gets ~100 finer buckets (at least 10 ms)
+    rate_ns = 1_000_000_000 if span >= 60e9 else max(10_000_000, span // 100)
     rate = [
-        {"f": r["f"], "outcome": r["outcome"], "t_s": int(r["s"]), "n": int(r["n"])}
+        {
+            "f": r["f"],
+            "outcome": r["outcome"],
+            "t_s": r["s"] * rate_ns / 1e9,
+            "n": int(r["n"]),
+            "per_s": r["n"] * 1e9 / rate_ns,
+        }
         for r in comp.where(c("comp_t").isNotNull())
-        .groupBy(
-            "f", "outcome", F.floor((c("comp_t") - t0) / 1_000_000_000).cast("long").alias("s")
-        )
+        .groupBy("f", "outcome", F.floor((c("comp_t") - t0) / rate_ns).cast("long").alias("s"))
         .agg(F.count(F.lit(1)).alias("n"))
         .orderBy("s")
         .collect()
@@ -262,6 +269,7 @@ def run(fr: Frames) -> dict[str, Any]:
         [w | {"f": f} for f, x in per_f.items() for w in x["windows"][: fr.cfg.examples]],
         bin_ms=bin_ns / 1e6,
         bucket_s=bucket_ns / 1e9,
+        rate_bucket_s=rate_ns / 1e9,
         t0_ns=t0,
         span_s=span / 1e9,
         faults=[

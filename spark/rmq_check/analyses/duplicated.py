@@ -29,7 +29,7 @@ def run(fr: Frames) -> dict[str, Any]:
             .where(value_flags(fr)["duplicated"])
             .select(
                 "v",
-                "key",
+                F.col("key").alias("key_hash"),
                 "n_read",
                 F.bit_count("gmask").alias("groups"),
                 "off_min",

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark.sql import functions as F
 from rmq_check.analyses import result, verdict
 from rmq_check.core import Frames, example_rows, value_counts, value_flags
 
-FIELDS = ("v", "key", "inv_idx", "comp_idx", "ack_off")
+FIELDS = (
+    F.col("v"),
+    F.col("key").alias("key_hash"),
+    F.col("inv_idx"),
+    F.col("comp_idx"),
+    F.col("ack_off"),
+)
 
 
 def run(fr: Frames) -> dict[str, Any]:

@@ -21,7 +21,9 @@ def run(fr: Frames) -> dict[str, Any]:
         .where(value_flags(fr)["lost"] & F.col("ack_qh").isNotNull())
         .join(F.broadcast(qmax), F.col("ack_qh") == F.col("qh"))
         .where(F.col("ack_off") <= F.col("max_read_off"))
-        .select("v", "key", "inv_idx", "comp_idx", "ack_off", "max_read_off")
+        .select(
+            "v", F.col("key").alias("key_hash"), "inv_idx", "comp_idx", "ack_off", "max_read_off"
+        )
     )
     n = lw.count()
     ex = example_rows(lw.orderBy("v"), fr.cfg.examples) if n else []

@@ -17,7 +17,7 @@ def run(fr: Frames) -> dict[str, Any]:
     ex = (
         example_rows(
             v.where(value_flags(fr)["recovered"])
-            .select("v", "key", "inv_idx", "comp_idx", "info")
+            .select("v", F.col("key").alias("key_hash"), "inv_idx", "comp_idx", "info")
             .orderBy("v"),
             fr.cfg.examples,
         )
