@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from rmq_check.schema import schema_ddl
@@ -41,11 +43,22 @@ def test_check_writes_outputs_and_exits_1_on_a_safety_failure(spark, tmp_path, c
     assert spark.sparkContext._jsc is not None  # the shared session survived the CLI
 
 
-def test_check_exits_0_on_a_clean_run_and_2_without_a_history(spark, tmp_path, capsys):
+def test_check_exits_0_on_a_clean_run_and_2_without_a_history(tmp_path):
+    """The real entry point, in a fresh process (no Spark session exists when it starts)."""
     generate(Synth(ops=4_000), tmp_path / "history.parquet")
-    assert main(["check", str(tmp_path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["valid"] is True
-    assert main(["check", str(tmp_path / "nowhere")]) == 2
+    exe = [sys.executable, "-m", "rmq_ha.cli", "check"]
+    p = subprocess.run(
+        [*exe, str(tmp_path), "--json", "--shuffle-partitions", "2", "--driver-memory", "1g"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["valid"] is True
+    p = subprocess.run(
+        [*exe, str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 2, p.stderr[-3000:]
 
 
 def test_bench_check_smoke(spark, capsys):

@@ -8,13 +8,10 @@ from pyspark.sql import functions as F
 from rmq_check.analyses import result, verdict
 from rmq_check.core import Frames, example_rows, value_counts, value_flags
 
-FIELDS = (
-    F.col("v"),
-    F.col("key").alias("key_hash"),
-    F.col("inv_idx"),
-    F.col("comp_idx"),
-    F.col("ack_off"),
-)
+
+def _fields() -> list[Any]:
+    # built per call: a Column needs the active SparkContext, which import time lacks
+    return [F.col("v"), F.col("key").alias("key_hash"), "inv_idx", "comp_idx", "ack_off"]
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -23,13 +20,15 @@ def run(fr: Frames) -> dict[str, Any]:
     n = c["lost"]
     flags = value_flags(fr)
     ex = (
-        example_rows(fr.values().where(flags["lost"]).select(*FIELDS).orderBy("v"), fr.cfg.examples)
+        example_rows(
+            fr.values().where(flags["lost"]).select(*_fields()).orderBy("v"), fr.cfg.examples
+        )
         if n
         else []
     )
     weak_ex = (
         example_rows(
-            fr.values().where(flags["lost_weak"]).select(*FIELDS).orderBy("v"), fr.cfg.examples
+            fr.values().where(flags["lost_weak"]).select(*_fields()).orderBy("v"), fr.cfg.examples
         )
         if c["lost_weak"]
         else []
