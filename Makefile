@@ -68,6 +68,9 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy, the .pyi stub ag
 	$(VENV)/bin/ruff check jepsen
 	$(VENV)/bin/ruff format --check jepsen
 	cd jepsen && ../$(VENV)/bin/mypy
+	$(VENV)/bin/ruff check spark
+	$(VENV)/bin/ruff format --check spark
+	cd spark && ../$(VENV)/bin/mypy
 
 SEEDS ?= 20000
 sim: dev ## run SEEDS (default 20000) deterministic Raft simulator seeds (make test runs 2000)
@@ -78,8 +81,8 @@ fuzz: ## fuzz the record decoder: a stable replay driver, plus cargo fuzz when n
 
 fmt: dev ## format Rust and Python
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests
-	$(VENV)/bin/ruff check --fix python tests
+	$(VENV)/bin/ruff format python tests jepsen spark
+	$(VENV)/bin/ruff check --fix python tests jepsen spark
 
 bench: dev ## storage benchmark vs a plain sequential writer (writes docs-ready JSON to stdout)
 	$(VENV)/bin/rmq-ha bench store
