@@ -268,14 +268,14 @@ async def send_values_direct(
     c: HaCluster, i: int, values: list[str], timeout_s: float = 10.0
 ) -> list[str]:
     """Sends to broker i's queue 0 without a name server; returns the values not acked."""
-    codes = await send_codes_direct(c, i, values, timeout_s)
+    codes = await send_codes_direct(c.broker_addr(i), values, timeout_s)
     return [v for v, code in zip(values, codes, strict=True) if code != 0]
 
 
 async def send_codes_direct(
-    c: HaCluster, i: int, values: list[str], timeout_s: float = 10.0
+    addr: str, values: list[str], timeout_s: float = 10.0
 ) -> list[int | None]:
-    """Sends to broker i's queue 0; the response code of each send (None: no answer)."""
+    """Sends to queue 0 of the broker at `addr`; each send's response code (None: no answer)."""
     from rmq_ha.protocol.codes import RequestCode as RC
     from rmq_ha.protocol.command import RemotingCommand
     from rmq_ha.protocol.headers import SendMessageRequestHeader
@@ -295,7 +295,7 @@ async def send_codes_direct(
             )
             cmd = RemotingCommand.request(RC.SEND_MESSAGE, h.to_ext(), v.encode())
             try:
-                r = await rc.invoke(c.broker_addr(i), cmd, timeout_s)
+                r = await rc.invoke(addr, cmd, timeout_s)
             except RemotingError:
                 codes.append(None)
                 continue

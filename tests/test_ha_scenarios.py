@@ -113,7 +113,7 @@ async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it
         with trio.fail_after(30):
             while (await c.status(0) or {}).get("maxOffset") is None:
                 await trio.sleep(0.1)
-        assert await send_codes_direct(c, 0, ["maybe-x"]) == [Resp.SLAVE_NOT_AVAILABLE]
+        assert await send_codes_direct(c.broker_addr(0), ["maybe-x"]) == [Resp.SLAVE_NOT_AVAILABLE]
         c.brokers[1].start()
         await c.brokers[1].wait_ready()
         with trio.fail_after(30):
@@ -167,3 +167,35 @@ async def test_candidates_more_than_2_pow_31_apart_the_higher_offset_wins(
         assert info.master_broker_id == bs[2].broker_id
         for b in bs:
             b.stop()
+
+
+async def test_without_a_controller_the_broker_serves_fenced_and_refuses_writes(
+    tmp_path: Path,
+) -> None:
+    """A controller-mode broker that reaches no controller stays up, fenced: it neither takes
+    writes nor registers, and keeps retrying (it does not exit)."""
+    from rmq_ha.bench.cluster import RMQ_HA as RMQ_HA_CMD
+    from rmq_ha.bench.cluster import Proc, free_ports, write_properties
+
+    dead, port = free_ports(2)
+    conf = write_properties(
+        tmp_path / "broker.conf",
+        {
+            "brokerId": -1,
+            "enableControllerMode": "true",
+            "controllerAddr": f"127.0.0.1:{dead}",
+            "controllerHeartBeatTimeoutMills": 300,
+            "listenPort": port,
+            "storePathRootDir": str(tmp_path / "store"),
+        },
+    )
+    p = Proc([*RMQ_HA_CMD, "broker", "-c", str(conf)], tmp_path / "broker.log", tmp_path / "ready")
+    p.start()
+    try:
+        await p.wait_ready()
+        codes = await send_codes_direct(f"127.0.0.1:{port}", ["x"])
+        assert codes == [Resp.SERVICE_NOT_AVAILABLE]
+        await trio.sleep(1.0)
+        assert p.alive, p.log.read_text()
+    finally:
+        p.kill()

@@ -163,8 +163,12 @@ class Broker:
             nursery.start_soon(self.ha.run)
             if self.replicas is not None:
                 nursery.start_soon(self.replicas.run)
-                with trio.fail_after(self.cfg.controller_heartbeat_timeout_ms / 1000 * 3):
+                # Ready once the controller knows us, or after a while regardless: the broker
+                # stays fenced (no writes, no registration) and keeps retrying the controllers.
+                with trio.move_on_after(self.cfg.controller_heartbeat_timeout_ms / 1000 * 3):
                     await self.replicas.running.wait()
+                if not self.replicas.running.is_set():
+                    log.warning("no controller reachable yet: serving fenced, still retrying")
             else:
                 self.ha.start_classic()
             if self.cfg.namesrv_addrs:
