@@ -74,3 +74,31 @@ def test_queue_locks_exclusive_until_expiry() -> None:
     assert locks.holder("g", mq2, now_ms=999) == "c1"
     locks.unlock_batch("g", [mq2], "c1")
     assert locks.holder("g", mq2, now_ms=999) is None
+
+
+async def test_pull_hold_notify_ready_rechecks_every_parked_queue() -> None:
+    """Replication makes messages visible without a send on the queue (the confirm offset
+    moves): every parked queue whose max offset passed its waiter's offset wakes."""
+    hold = PullHold()
+    maxes = {("A", 0): 5, ("B", 1): 3}
+    woke: list[str] = []
+
+    async def park(topic: str, qid: int, offset: int) -> None:
+        if await hold.wait(topic, qid, offset, 5.0):
+            woke.append(topic)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as n:
+            n.start_soon(park, "A", 0, 5)
+            n.start_soon(park, "B", 1, 3)
+            await trio.sleep(0.05)
+            hold.notify_ready(lambda t, q: maxes[(t, q)])  # nothing new yet
+            await trio.sleep(0.05)
+            assert woke == [] and hold.waiting() == 2
+            maxes[("A", 0)] = 6
+            hold.notify_ready(lambda t, q: maxes[(t, q)])
+            await trio.sleep(0.05)
+            assert woke == ["A"] and hold.waiting() == 1
+            maxes[("B", 1)] = 4
+            hold.notify_ready(lambda t, q: maxes[(t, q)])
+    assert sorted(woke) == ["A", "B"]

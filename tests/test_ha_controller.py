@@ -301,3 +301,43 @@ async def send_codes_direct(
                 continue
             codes.append(int(r.code))
     return codes
+
+
+async def test_a_parked_pull_wakes_when_replication_confirms_the_message(
+    cluster: HaCluster,
+) -> None:
+    """With allAckInSyncStateSet a message becomes visible only when the slaves' acks move the
+    confirm offset, after the append itself. A long-polling pull parked on the queue must wake
+    then, not sit out its suspend timeout (20 s here)."""
+    from rmq_ha.client import PullConsumer
+    from rmq_ha.protocol.codes import ResponseCode as Resp
+    from rmq_ha.protocol.models import MessageQueue
+
+    c = cluster
+    m = await ready_group(c)
+    assert await send_codes_direct(c.broker_addr(m), ["first"]) == [Resp.SUCCESS]
+    cc = ClientConfig(client_ip="127.0.0.1")
+    mq = MessageQueue(topic=TOPIC, broker_name="broker-a", queue_id=0)
+    async with Admin(c.ns_addrs[0], config=cc) as admin:
+        with trio.fail_after(30):
+            while True:
+                try:
+                    tail = await admin.max_offset(mq)
+                    break
+                except Exception:
+                    await trio.sleep(0.2)
+    async with PullConsumer(
+        "ha-long-poll", c.ns_addrs[0], config=cc, broker_suspend_max_time_s=20.0
+    ) as pc:
+        got: list[str] = []
+
+        async def park() -> None:
+            res = await pc.pull(mq, "*", tail, 32, block=True, timeout_s=30)
+            got.extend(msg.body.decode() for msg in res.messages)
+
+        with trio.fail_after(10):  # well inside the 20 s the pull may stay parked
+            async with trio.open_nursery() as n:
+                n.start_soon(park)
+                await trio.sleep(1.0)
+                assert await send_codes_direct(c.broker_addr(m), ["second"]) == [Resp.SUCCESS]
+        assert got == ["second"]

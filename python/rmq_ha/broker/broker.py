@@ -101,7 +101,9 @@ class Broker:
         self.runtime_broker_id = cfg.broker_id
         self.fenced = cfg.enable_controller_mode
         self.master_addr: str | None = None  # the group's master, as a slave knows it
-        self._role_changed = trio.Event()
+        # Replication can make messages visible without a local send (acks move the confirm
+        # offset; a slave appends what it copied): parked pulls must re-check then.
+        self.ha.master.on_visible = self.ha.slave.on_visible = self._wake_parked_pulls
         self.outbound = RemotingClient()
         self.replicas = ReplicasManager(self) if cfg.enable_controller_mode else None
         self._topics_changed = trio.Event()
@@ -276,8 +278,8 @@ class Broker:
     def role_is_master(self) -> bool:
         return self.ha.is_master and not self.fenced
 
-    def ha_service(self) -> HaService:
-        return self.ha
+    def _wake_parked_pulls(self) -> None:
+        self.hold.notify_ready(self.store.native.queue_max_offset)
 
     async def became_master(self, epoch: int) -> None:
         """After HaService.change_to_master: topics of every queue in the log exist (a topic
@@ -289,8 +291,6 @@ class Broker:
         self.topics.data_version = self.topics.data_version.next_version(now_ms(), epoch)
         self.topics.persist()
         self.fenced = False
-        self._role_changed.set()
-        self._role_changed = trio.Event()
         await self.special.change_status(True, self._nursery)
         await self.register_all()
 
@@ -300,8 +300,6 @@ class Broker:
         self.topics.data_version = self.topics.data_version.next_version(now_ms(), epoch)
         await self.special.change_status(False, self._nursery)
         self.fenced = False
-        self._role_changed.set()
-        self._role_changed = trio.Event()
         self._nursery.start_soon(self._find_master_ha, epoch)
 
     async def _find_master_ha(self, epoch: int) -> None:

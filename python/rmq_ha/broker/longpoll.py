@@ -3,6 +3,8 @@ message arrives on its queue or its suspend timeout passes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 
@@ -40,6 +42,12 @@ class PullHold:
             else:
                 keep.append((offset, ev))
         self._waiters[(topic, queue_id)] = keep
+
+    def notify_ready(self, max_offset_of: Callable[[str, int], int]) -> None:
+        """Messages became visible on queues nobody appended to just now (replication moved
+        the confirm offset, or a slave appended replicated bytes): re-check every parked queue."""
+        for topic, queue_id in list(self._waiters):
+            self.notify(topic, queue_id, max_offset_of(topic, queue_id))
 
     def waiting(self) -> int:
         return sum(len(v) for v in self._waiters.values())

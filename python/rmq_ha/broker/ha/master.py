@@ -59,6 +59,8 @@ class HaMaster:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.controller_mode = controller_mode
         self.on_proposal = on_proposal
+        #: Called when the confirm offset moved, so consumers may see more (parked pulls).
+        self.on_visible: Callable[[], None] | None = None
         self._data = trio.Event()
         self._progress = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -77,10 +79,15 @@ class HaMaster:
 
     def update_confirm(self) -> None:
         """Recomputes the confirm offset and hands it to the store's dispatcher."""
+        self.core.recompute_confirm(self.store.native.max_offset)
+        self._push_confirm()
+
+    def _push_confirm(self) -> None:
         native = self.store.native
-        c = self.core.recompute_confirm(native.max_offset)
-        if c > native.confirm_offset:
-            native.set_confirm_offset(c)
+        if self.core.confirm > native.confirm_offset:
+            native.set_confirm_offset(self.core.confirm)
+            if self.on_visible is not None:
+                self.on_visible()
 
     async def wait_acked(self, offset: int, timeout_s: float) -> bool:
         """True once a write ending at `offset` is acknowledged as the mode requires."""
@@ -108,9 +115,7 @@ class HaMaster:
             scope.cancel()
 
     def woke(self) -> None:
-        self._woke()
-
-    def _woke(self) -> None:
+        """Producers waiting for acks re-check (an ack arrived or the set changed)."""
         self._progress.set()
         self._progress = trio.Event()
 
@@ -155,7 +160,7 @@ class HaMaster:
             if broker_id is not None and self.connections.get(broker_id) is stream:
                 del self.connections[broker_id]
                 self.core.disconnected(broker_id)
-                self._woke()
+                self.woke()
 
     def _handshake(self) -> bytes:
         entries = [(e, s) for e, s, _ in self.epochs.entries()]
@@ -206,10 +211,8 @@ class HaMaster:
         native = self.store.native
         proposal = self.core.acked(broker_id, ack, native.max_offset, monotonic_ms())
         if self.controller_mode:
-            c = self.core.confirm
-            if c > native.confirm_offset:
-                native.set_confirm_offset(c)
-        self._woke()
+            self._push_confirm()
+        self.woke()
         if proposal is not None and self.on_proposal is not None and self._nursery is not None:
             self._nursery.start_soon(self.on_proposal, proposal)
 

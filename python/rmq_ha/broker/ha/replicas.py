@@ -52,7 +52,6 @@ class ReplicasManager:
         self.cfg = cfg
         self.cc = ControllerClient(broker.outbound, cfg.controller_addrs, timeout_s=3.0)
         self.broker_id: int | None = None
-        self.state = "INITIAL"
         self.running = trio.Event()
         self._proposed_at = 0
         self._lock = trio.Lock()
@@ -139,8 +138,7 @@ class ReplicasManager:
     async def _start(self) -> None:
         await self.cc.find_leader()
         self.broker_id = await self._obtain_id()
-        self.broker.ha_service().self_id = self.broker_id
-        self.state = "REGISTERING"
+        self.broker.ha.self_id = self.broker_id
         reg = await self.cc.request(
             m.RegisterBrokerRequest(
                 self.cfg.cluster_name, self.cfg.broker_name, self.broker_id, self.broker.address
@@ -149,7 +147,6 @@ class ReplicasManager:
         if not reg.ok:
             raise RemotingError(f"REGISTER_BROKER refused: {reg.code!r} {reg.remark}")
         await self.heartbeat_once()
-        self.state = "RUNNING"
         self.running.set()
         await self._apply_master_info(reg)
         if reg.master_broker_id is None:
@@ -198,7 +195,7 @@ class ReplicasManager:
         members: frozenset[int],
     ) -> None:
         async with self._lock:
-            ha = self.broker.ha_service()
+            ha = self.broker.ha
             if master_id == self.broker_id:
                 if ha.change_to_master(epoch, members, ss_epoch):
                     await self.broker.became_master(epoch)
@@ -225,7 +222,7 @@ class ReplicasManager:
 
     def heartbeat_header(self) -> BrokerHeartbeatRequestHeader:
         native = self.broker.store.native
-        ha = self.broker.ha_service()
+        ha = self.broker.ha
         return BrokerHeartbeatRequestHeader(
             cluster_name=self.cfg.cluster_name,
             broker_addr=self.broker.address,
@@ -269,7 +266,7 @@ class ReplicasManager:
             return
         if not info.ok:
             return
-        ha = self.broker.ha_service()
+        ha = self.broker.ha
         if info.master_broker_id is None:
             self.masterless = True
             await self.elect()
@@ -290,7 +287,7 @@ class ReplicasManager:
     async def _shrink_loop(self) -> None:
         while True:
             await trio.sleep(self.cfg.check_sync_state_set_period_ms / 1000)
-            ha = self.broker.ha_service()
+            ha = self.broker.ha
             if not ha.is_master:
                 continue
             proposal = ha.core.maybe_shrink(monotonic_ms())
@@ -299,7 +296,7 @@ class ReplicasManager:
 
     async def report(self, members: frozenset[int]) -> None:
         """ALTER_SYNC_STATE_SET for a proposal of `HaCore`; applied only when accepted."""
-        ha = self.broker.ha_service()
+        ha = self.broker.ha
         if self.broker_id is None or not ha.is_master:
             return
         self._proposed_at = monotonic_ms()

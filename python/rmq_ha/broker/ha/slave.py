@@ -69,7 +69,8 @@ class HaSlave:
         self._master: str | None = None
         self._changed = trio.Event()
         self._session_scope: trio.CancelScope | None = None
-        self.on_append: Callable[[], None] | None = None
+        #: Called when replicated messages became visible here (parked pulls re-check).
+        self.on_visible: Callable[[], None] | None = None
 
     def set_master(self, addr: str | None) -> None:
         """Points the slave at a master's HA address (None: stop syncing)."""
@@ -195,12 +196,14 @@ class HaSlave:
             if offset != native.max_offset:
                 raise ValueError(f"master sent offset {offset}, our max is {native.max_offset}")
             native.append_raw(offset, body)
-            if self.on_append is not None:
-                self.on_append()
+        visible = bool(body) and not self.controller_mode
         if self.controller_mode:
             c = min(confirm, native.max_offset)
             if c > native.confirm_offset:
                 native.set_confirm_offset(c)
+                visible = True
+        if visible and self.on_visible is not None:
+            self.on_visible()
 
 
 async def _first_record(
