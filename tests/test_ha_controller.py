@@ -152,15 +152,19 @@ async def test_re_elect_the_same_master_then_write_and_slaves_keep_syncing(
     cluster: HaCluster,
 ) -> None:
     """RocketMQ #9689: the same master re-elected in a new epoch with no write in between
-    (both epochs start at one offset) must not break the slaves. The whole group freezes
-    past the heartbeat timeout, so the controller drops the master; the old master wakes
-    first and is elected again (changeToMasterWhenLastRoleIsMaster); then the slaves wake."""
+    (both epochs start at one offset) must not break the slaves. The slaves freeze past the
+    heartbeat timeout (so the controller cannot elect them), then the master does, so the
+    controller drops it; the master wakes first and, the only live member of its set, is
+    elected again (changeToMasterWhenLastRoleIsMaster); then the slaves wake."""
     c = cluster
     m = await ready_group(c)
     st = await c.status(m)
     assert st is not None and st["maxOffset"] == 0
-    for b in c.brokers:
-        b.signal(signal.SIGSTOP)
+    slaves = [i for i in range(3) if i != m]
+    for i in slaves:
+        c.brokers[i].signal(signal.SIGSTOP)
+    await trio.sleep(2.5)  # controllerHeartBeatTimeoutMills is 1500 ms
+    c.brokers[m].signal(signal.SIGSTOP)
     await trio.sleep(2.5)
     c.brokers[m].signal(signal.SIGCONT)
     try:
