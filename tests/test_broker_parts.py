@@ -17,7 +17,7 @@ from rmq_ha.errors import CorruptFileError
 
 def test_offsets_persist_in_rocketmq_shape_and_reload(tmp_path: Path) -> None:
     p = tmp_path / "config" / "consumerOffset.json"
-    m = ConsumerOffsetManager(p)
+    m = ConsumerOffsetManager(p, version_step=1)
     m.commit("g", "T", 0, 5)
     m.commit("g", "T", 3, 9)
     m.commit("g2", "T", 0, 1)
@@ -31,6 +31,28 @@ def test_offsets_persist_in_rocketmq_shape_and_reload(tmp_path: Path) -> None:
     assert m2.query("g", "T", 1) is None
     assert sorted(m2.groups_of_topic("T")) == ["g", "g2"]
     assert m2.counter == 3
+
+
+def test_offsets_version_moves_by_step_and_after_adopting(tmp_path: Path) -> None:
+    """consumerOffsetUpdateVersionStep: one bump per `step` commits; but the first commit
+    after adopting the master's table always bumps, so a slave that acted for a dead master is
+    newer than it, and the master's pre-online merge keeps the larger offset per queue."""
+    master = ConsumerOffsetManager(tmp_path / "m.json", version_step=3)
+    for i in range(5):
+        master.commit("g", "T", 0, i + 1)
+    assert master.counter == 1, "5 commits with step 3: one bump"
+    master.commit("g", "T", 1, 40)  # after the slave's last copy
+    slave = ConsumerOffsetManager(tmp_path / "s.json", version_step=3)
+    master_before = master.to_json()
+    slave.merge_from_json(master_before)
+    assert slave.data_version == master.data_version
+    slave.commit("g", "T", 0, 9)  # the slave acts: one commit is enough to be newer
+    assert slave.data_version.compare(master.data_version) > 0
+    slave.table["T@g"][1] = 30  # the slave's copy of queue 1 is older than the master's
+    assert master.merge_newer(slave.to_json())
+    assert master.query("g", "T", 0) == 9, "the acting slave's progress is taken"
+    assert master.query("g", "T", 1) == 40, "no offset goes backwards"
+    assert not master.merge_newer(master_before), "an older version is not taken"
 
 
 def test_corrupt_offsets_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -68,9 +68,9 @@ def test_expired_brokers_are_removed_with_their_routes() -> None:
     reg(t, "m:1", 0, 0, timeout_ms=1000)
     reg(t, "s:1", 1, 0, timeout_ms=5000)
     assert t.heartbeat("s:1", 900)
-    assert t.scan(1001) == ["m:1"]
+    assert [a for a, _ in t.scan(1001)] == ["m:1"]
     assert t.route("T") is not None, "the slave still serves the group"
-    assert t.scan(5901) == ["s:1"]
+    assert [a for a, _ in t.scan(5901)] == ["s:1"]
     assert t.route("T") is None
     info = t.cluster_info()
     assert info.broker_addr_table == {} and info.cluster_addr_table == {}

@@ -60,12 +60,19 @@ def test_delay_offsets_step_the_data_version_and_merge_newer(tmp_path: Path) -> 
     assert doc["offsetTable"] == {"1": 12, "2": 7} and doc["dataVersion"]["counter"] == 2
     again = DelayOffsets(tmp_path / "delayOffset.json", version_step=3)
     assert again.table == {1: 12, 2: 7} and again.data_version == d.data_version
-    # A replica that got further (newer version) wins; an older one does not.
+    # A replica that got further (newer version) wins, level by level (progress never goes
+    # back: level 2 keeps our 7); an older one does not.
     newer = DelayOffsets(tmp_path / "other.json", version_step=1)
-    newer.table = {1: 99}
+    newer.table = {1: 99, 2: 3}
     newer.data_version = d.data_version.next_version(d.data_version.timestamp + 1)
-    assert again.merge_newer(newer.to_json()) and again.table == {1: 99}
-    assert not again.merge_newer(d.to_json()) and again.table == {1: 99}
+    assert again.merge_newer(newer.to_json()) and again.table == {1: 99, 2: 7}
+    assert not again.merge_newer(d.to_json()) and again.table == {1: 99, 2: 7}
+    # A slave copying its master takes table and version; its next update is newer.
+    slave = DelayOffsets(tmp_path / "slave.json", version_step=200)
+    slave.adopt(d.to_json())
+    assert slave.table == d.table and slave.data_version == d.data_version
+    slave.update(1, 13)
+    assert slave.data_version.compare(d.data_version) > 0
 
 
 @pytest.mark.timeout(30)

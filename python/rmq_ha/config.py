@@ -157,6 +157,33 @@ class BrokerConfig:
     register_name_server_period_ms: int = rmq("registerNameServerPeriod", 30_000)
     broker_heartbeat_interval_ms: int = rmq("brokerHeartbeatInterval", 1000)
     broker_not_active_timeout_ms: int = rmq("brokerNotActiveTimeoutMillis", 10_000)
+    send_heartbeat_timeout_ms: int = rmq("sendHeartbeatTimeoutMillis", 1000)
+    # -- slave acting master (RIP-32) and FMQ fencing ----------------------------------------
+    enable_slave_acting_master: bool = rmq(
+        "enableSlaveActingMaster", False, "the smallest-id live slave acts for a dead master"
+    )
+    enable_remote_escape: bool = rmq(
+        "enableRemoteEscape", False, "an acting slave sends special output to another master"
+    )
+    skip_pre_online: bool = rmq("skipPreOnline", False, "start without the pre-online step")
+    lock_in_strict_mode: bool = rmq(
+        "lockInStrictMode", False, "a queue lock needs a majority of the group's replicas"
+    )
+    compatible_with_old_name_srv: bool = rmq(
+        "compatibleWithOldNameSrv",
+        True,
+        "heartbeat with QUERY_DATA_VERSION (322), member group from a topic route",
+    )
+    sync_broker_member_group_period_ms: int = rmq("syncBrokerMemberGroupPeriod", 1000)
+    consumer_offset_update_version_step: int = rmq(
+        "consumerOffsetUpdateVersionStep", 500, "offset commits per DataVersion bump"
+    )
+    fence_when_isolated: bool = rmq(
+        "fenceWhenIsolated",
+        False,
+        "ours (FMQ): a classic master that reaches no name server and none of its once-"
+        "connected slaves for brokerNotActiveTimeoutMillis stops serving reads and writes",
+    )
     long_polling_enable: bool = rmq("longPollingEnable", True)
     short_polling_time_ms: int = rmq("shortPollingTimeMills", 1000)
     max_reconsume_times: int = rmq("maxReconsumeTimes", 16, "then the message goes to the DLQ")

@@ -246,3 +246,127 @@ class HaCluster:
                     return list(st["syncStateSet"])
                 await trio.sleep(0.1)
         raise AssertionError(f"SyncStateSet of broker {i} never reached {size}\n{self.logs()}")
+
+
+#: Timings for slave-acting-master tests and the benchmark (ms): the name server drops a
+#: silent broker after 2 s and scans every 200 ms; brokers poll their group every 200 ms.
+FAST_ACTING = {
+    "brokerHeartbeatInterval": 200,
+    "brokerNotActiveTimeoutMillis": 2000,
+    "syncBrokerMemberGroupPeriod": 200,
+    "syncBrokerMetadataPeriod": 500,
+    "haSendHeartbeatInterval": 500,
+    "haHousekeepingInterval": 3000,
+    "slaveTimeout": 3000,
+    "registerNameServerPeriod": 2000,
+    "flushIntervalCommitLog": 50,
+    "enableSlaveActingMaster": "true",
+    "enableRemoteEscape": "true",
+    "compatibleWithOldNameSrv": "false",
+}
+
+
+@dataclass
+class ActingCluster:
+    """Classic master/slave groups with slave acting master (RIP-32): name servers with
+    supportActingMaster and notifyMinBrokerIdChanged (no controller), and per group a
+    SYNC_MASTER (id 0) plus `slaves` SLAVEs (ids 1..). `groups` maps broker name -> slave count.
+    Brokers are indexed in (group, id) order: `index("broker-a", 1)`."""
+
+    tmp: Path
+    groups: dict[str, int] = field(default_factory=lambda: {"broker-a": 1, "broker-b": 0})
+    broker: dict[str, Any] = field(default_factory=dict)
+    namesrv: dict[str, Any] = field(default_factory=dict)
+    namesrv_count: int = 1
+    namesrv_env: dict[str, str] = field(default_factory=dict)
+    namesrvs: list[Proc] = field(default_factory=list)
+    brokers: list[Proc] = field(default_factory=list)
+    members: list[tuple[str, int]] = field(default_factory=list)
+    broker_ports: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ports = free_ports(self.namesrv_count)
+        self.ns_addrs = [f"127.0.0.1:{p}" for p in ports]
+        for i, port in enumerate(ports):
+            values: dict[str, Any] = {
+                "listenPort": port,
+                "supportActingMaster": "true",
+                "notifyMinBrokerIdChanged": "true",
+                "scanNotActiveBrokerInterval": 200,
+                **self.namesrv,
+            }
+            conf = write_properties(self.tmp / f"namesrv-{i}.conf", values)
+            self.namesrvs.append(
+                Proc(
+                    [*RMQ_HA, "namesrv", "-c", str(conf)],
+                    self.tmp / f"namesrv-{i}.log",
+                    self.tmp / f"namesrv-{i}.ready",
+                    self.namesrv_env,
+                )
+            )
+        self.members = [(g, i) for g, n in self.groups.items() for i in range(n + 1)]
+        self.broker_ports = free_ports(len(self.members))
+        for (group, bid), port in zip(self.members, self.broker_ports, strict=True):
+            values = {
+                "brokerClusterName": "ActingCluster",
+                "brokerName": group,
+                "brokerId": bid,
+                "brokerRole": "SYNC_MASTER" if bid == 0 else "SLAVE",
+                "totalReplicas": self.groups[group] + 1,
+                "listenPort": port,
+                "namesrvAddr": ";".join(self.ns_addrs),
+                "storePathRootDir": str(self.tmp / f"{group}-{bid}"),
+                **FAST_ACTING,
+                **self.broker,
+            }
+            conf = write_properties(self.tmp / f"{group}-{bid}.conf", values)
+            self.brokers.append(
+                Proc(
+                    [*RMQ_HA, "broker", "-c", str(conf)],
+                    self.tmp / f"{group}-{bid}.log",
+                    self.tmp / f"{group}-{bid}.ready",
+                )
+            )
+
+    def index(self, group: str, broker_id: int) -> int:
+        return self.members.index((group, broker_id))
+
+    def addr(self, group: str, broker_id: int) -> str:
+        return f"127.0.0.1:{self.broker_ports[self.index(group, broker_id)]}"
+
+    def proc(self, group: str, broker_id: int) -> Proc:
+        return self.brokers[self.index(group, broker_id)]
+
+    async def start(self) -> None:
+        for p in self.namesrvs:
+            p.start()
+        for p in self.namesrvs:
+            await p.wait_ready()
+        for p in self.brokers:
+            p.start()
+        for p in self.brokers:
+            await p.wait_ready()
+
+    def stop(self) -> None:
+        for p in [*self.brokers, *self.namesrvs]:
+            p.kill()
+
+    def logs(self) -> str:
+        out = []
+        for p in [*self.brokers, *self.namesrvs]:
+            if p.log.exists():
+                out.append(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}")
+        return "\n".join(out)
+
+    async def status(self, group: str, broker_id: int) -> dict[str, Any] | None:
+        """GET_BROKER_EPOCH_CACHE of one broker (role, acting, isolated, fenced, ...)."""
+        async with RemotingClient() as c:
+            try:
+                r = await c.invoke(
+                    self.addr(group, broker_id),
+                    RemotingCommand.request(RC.GET_BROKER_EPOCH_CACHE),
+                    2.0,
+                )
+            except (RemotingError, OSError):
+                return None
+        return json.loads(r.body) if r.body else None

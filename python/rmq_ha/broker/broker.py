@@ -11,6 +11,7 @@ import logging
 
 import trio
 
+from rmq_ha.broker.acting import FENCED_CODES, SYNC_BROKER_MEMBER_PREFIX, ActingMaster
 from rmq_ha.broker.clients import ClientInfo, ClientManager
 from rmq_ha.broker.ha.replicas import ReplicasManager
 from rmq_ha.broker.ha.service import HaService
@@ -46,6 +47,8 @@ from rmq_ha.protocol.headers import (
     NotifyConsumerIdsChangedRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryConsumerOffsetResponseHeader,
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     SearchOffsetRequestHeader,
@@ -87,7 +90,9 @@ class Broker:
             auto_create=cfg.auto_create_topic_enable,
             default_queue_nums=cfg.default_topic_queue_nums,
         )
-        self.offsets = ConsumerOffsetManager(root / "consumerOffset.json")
+        self.offsets = ConsumerOffsetManager(
+            root / "consumerOffset.json", cfg.consumer_offset_update_version_step
+        )
         self.clients = ClientManager()
         self.locks = QueueLocks(cfg.lock_expire_ms)
         self.hold = PullHold()
@@ -101,11 +106,21 @@ class Broker:
         self.runtime_broker_id = cfg.broker_id
         self.fenced = cfg.enable_controller_mode
         self.master_addr: str | None = None  # the group's master, as a slave knows it
+        #: Slave acting master (RIP-32): this slave is the group's smallest live id while the
+        #: master is gone, runs the special services and serves master-only requests.
+        self.acting_master = False
         # Replication can make messages visible without a local send (acks move the confirm
         # offset; a slave appends what it copied): parked pulls must re-check then.
-        self.ha.master.on_visible = self.ha.slave.on_visible = self._wake_parked_pulls
+        self.ha.master.on_visible = self.ha.slave.on_visible = self.wake_parked_pulls
         self.outbound = RemotingClient()
         self.replicas = ReplicasManager(self) if cfg.enable_controller_mode else None
+        # Classic mode: slave acting master, pre-online and FMQ fencing (acting.py).
+        self.acting = ActingMaster(self)
+        if self.acting.enabled:
+            # Old name servers serve the group through this topic's route (compat mode).
+            self.topics.create_system(
+                SYNC_BROKER_MEMBER_PREFIX + cfg.broker_name, 1, PERM_READ | PERM_WRITE
+            )
         self._topics_changed = trio.Event()
         d = Dispatcher("broker")
         from rmq_ha.broker import pull, send
@@ -113,6 +128,7 @@ class Broker:
         send.register(d, self)
         pull.register(d, self)
         self.special.register(d)
+        self.acting.register(d)
         d.register(RC.QUERY_CONSUMER_OFFSET, self.query_consumer_offset)
         d.register(RC.UPDATE_CONSUMER_OFFSET, self.update_consumer_offset)
         d.register(RC.GET_MAX_OFFSET, self.get_max_offset)
@@ -143,10 +159,23 @@ class Broker:
     def store_host(self) -> tuple[str, int]:
         return self.cfg.broker_ip, self.server.port
 
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The broker's task group (services started at run time live here)."""
+        return self._nursery
+
     async def _on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if "closed_hook" not in conn.attrs:
             conn.attrs["closed_hook"] = True
             self._nursery.start_soon(self._watch_connection, conn)
+        if self.acting.fenced and cmd.code in FENCED_CODES:
+            if cmd.is_oneway:
+                return None
+            return cmd.response(
+                Resp.SERVICE_NOT_AVAILABLE,
+                "this master is fenced: it reaches no name server and none of its slaves "
+                "(fenceWhenIsolated)",
+            )
         return await self.dispatcher(conn, cmd)
 
     async def _watch_connection(self, conn: Connection) -> None:
@@ -174,17 +203,19 @@ class Broker:
             else:
                 self.ha.start_classic()
             if self.cfg.namesrv_addrs:
-                await self.register_all()
+                await self.register_all()  # not while pre-online (isolated)
                 nursery.start_soon(self._registration_loop)
                 if self.replicas is None:
                     # In controller mode BROKER_HEARTBEAT (904) is the controller's (which may
                     # live in the name servers); liveness there comes from registrations.
                     nursery.start_soon(self._heartbeat_loop)
             nursery.start_soon(self._housekeeping_loop)
-            if self.replicas is None and self.ha.is_master:
-                # The master runs the special services; in controller mode the role changes
-                # start and stop them (the acting-master work will move them too).
-                await self.special.start(nursery)
+            if self.replicas is None:
+                # Classic mode: the master runs the special services, or the slave acting for
+                # it; pre-online first when enabled (acting.py). In controller mode the role
+                # changes start and stop them.
+                await self.acting.start()
+                nursery.start_soon(self.acting.run)
             nursery.start_soon(self._slave_sync_loop)
             log.info("broker %s ready on %s", self.cfg.broker_name, self.address)
             task_status.started(self.address)
@@ -211,7 +242,7 @@ class Broker:
             ha_server_addr=self.ha.ha_address,
             broker_id=self.runtime_broker_id,
             heartbeat_timeout_millis=self.cfg.broker_not_active_timeout_ms,
-            enable_acting_master=False,
+            enable_acting_master=self.acting.enabled,
         )
         table = {}
         for name, tc in self.topics.table.items():
@@ -234,8 +265,8 @@ class Broker:
     async def register_all(self) -> list[RegisterBrokerResponseHeader]:
         """Registers with every name server at once; a failure of one is logged, not fatal.
         A slave takes its master's HA address from the answers. Fenced brokers (controller
-        mode before the role is known) do not register."""
-        if self.fenced:
+        mode before the role is known) and isolated ones (pre-online) do not register."""
+        if self.fenced or self.acting.isolated:
             return []
         answers: list[RegisterBrokerResponseHeader] = []
 
@@ -246,13 +277,14 @@ class Broker:
                     log.warning("register with %s failed: %s %s", addr, r.code, r.remark)
                     return
                 answers.append(RegisterBrokerResponseHeader.from_ext(r.ext_fields))
+                self.acting.heard_from_namesrv()
             except Exception as e:  # one unreachable name server must not stop the others
                 log.warning("register with %s failed: %s", addr, e)
 
         async with trio.open_nursery() as n:
             for addr in self.cfg.namesrv_addrs:
                 n.start_soon(one, addr)
-        if not self.ha.is_master:
+        if not self.ha.is_master and not self.acting_master:
             self._follow_master(answers)
         return answers
 
@@ -278,7 +310,7 @@ class Broker:
     def role_is_master(self) -> bool:
         return self.ha.is_master and not self.fenced
 
-    def _wake_parked_pulls(self) -> None:
+    def wake_parked_pulls(self) -> None:
         self.hold.notify_ready(self.store.native.queue_max_offset)
 
     async def became_master(self, epoch: int) -> None:
@@ -353,6 +385,13 @@ class Broker:
             "slaveState": self.ha.slave.status.state,
             "refused": self.ha.slave.status.refused,
             "truncatedTo": self.ha.slave.status.truncated_to,
+            # Slave acting master (classic mode) and FMQ fencing.
+            "actingMaster": self.acting_master,
+            "isolated": self.acting.isolated,
+            "fencedIsolated": self.acting.fenced,
+            "minBrokerId": self.acting.min_broker_id,
+            "reverseSynced": self.acting.reverse_synced,
+            "specialServices": self.special.running,
         }
         return cmd.response(Resp.SUCCESS, None, None, json.dumps(body).encode())
 
@@ -360,11 +399,13 @@ class Broker:
         return cmd.response(Resp.SUCCESS, None, None, self.offsets.to_json())
 
     async def _slave_sync_loop(self) -> None:
-        """A slave copies topic configs and consumer offsets from its master every
-        syncBrokerMetadataPeriod, so a new master starts from recent metadata."""
+        """A slave copies topic configs, consumer offsets and delay progress from its master
+        every syncBrokerMetadataPeriod, so a new master (or a slave acting for a dead one)
+        starts from recent metadata. Not while acting: then this slave's copy is the newer
+        one, and the returning master pulls it back (pre-online)."""
         while True:
             await trio.sleep(self.cfg.sync_broker_metadata_period_ms / 1000)
-            if self.ha.is_master:
+            if self.ha.is_master or self.acting_master:
                 continue
             # Topics whose messages replicated before their config did (auto-created on the
             # master a moment ago) are readable here at once.
@@ -390,8 +431,12 @@ class Broker:
         r = await self.outbound.invoke(
             addr, RemotingCommand.request(RC.GET_ALL_CONSUMER_OFFSET), 3.0
         )
-        if r.code == Resp.SUCCESS and r.body:
+        if r.code == Resp.SUCCESS and r.body and not self.acting_master:
             self.offsets.merge_from_json(r.body)
+        r = await self.outbound.invoke(addr, RemotingCommand.request(RC.GET_ALL_DELAY_OFFSET), 3.0)
+        delay = self.special.delay
+        if r.code == Resp.SUCCESS and r.body and not self.acting_master and not delay.running:
+            delay.offsets.adopt(r.body)
 
     def topics_changed(self) -> None:
         self._topics_changed.set()
@@ -404,21 +449,47 @@ class Broker:
             await self.register_all()
 
     async def _heartbeat_loop(self) -> None:
+        """The light heartbeat to every name server: BROKER_HEARTBEAT (904, oneway), or with
+        compatibleWithOldNameSrv QUERY_DATA_VERSION (322), which old name servers also take as
+        a heartbeat (and whose answer says whether the topics must be registered again)."""
         while True:
             await trio.sleep(self.cfg.broker_heartbeat_interval_ms / 1000)
-            h = BrokerHeartbeatRequestHeader(
-                cluster_name=self.cfg.cluster_name,
+            if self.acting.isolated:
+                continue
+            async with trio.open_nursery() as n:
+                for addr in self.cfg.namesrv_addrs:
+                    n.start_soon(self._heartbeat_one, addr)
+
+    async def _heartbeat_one(self, addr: str) -> None:
+        cfg = self.cfg
+        try:
+            if not cfg.compatible_with_old_name_srv:
+                h = BrokerHeartbeatRequestHeader(
+                    cluster_name=cfg.cluster_name,
+                    broker_addr=self.address,
+                    broker_name=cfg.broker_name,
+                    broker_id=self.runtime_broker_id,
+                )
+                await self.outbound.invoke_oneway(
+                    addr, RemotingCommand.request(RC.BROKER_HEARTBEAT, h.to_ext())
+                )
+                return
+            qh = QueryDataVersionRequestHeader(
+                broker_name=cfg.broker_name,
                 broker_addr=self.address,
-                broker_name=self.cfg.broker_name,
+                cluster_name=cfg.cluster_name,
                 broker_id=self.runtime_broker_id,
             )
-            for addr in self.cfg.namesrv_addrs:
-                try:
-                    await self.outbound.invoke_oneway(
-                        addr, RemotingCommand.request(RC.BROKER_HEARTBEAT, h.to_ext())
-                    )
-                except Exception as e:  # logged; the next beat retries
-                    log.debug("heartbeat to %s failed: %s", addr, e)
+            cmd = RemotingCommand.request(
+                RC.QUERY_DATA_VERSION, qh.to_ext(), self.topics.data_version.to_json()
+            )
+            r = await self.outbound.invoke(addr, cmd, cfg.send_heartbeat_timeout_ms / 1000)
+            if r.code == Resp.SUCCESS:
+                self.acting.heard_from_namesrv()
+                if QueryDataVersionResponseHeader.from_ext(r.ext_fields).changed:
+                    self.topics_changed()  # the name server lost us (or our topics): register
+        except Exception as e:  # logged; the next beat retries
+            log.debug("heartbeat to %s failed: %s", addr, e)
 
     # ---- topics --------------------------------------------------------------------------
 
@@ -596,11 +667,29 @@ class Broker:
         return cmd.response(Resp.SUCCESS, None, None, body.to_json())
 
     async def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """LOCK_BATCH_MQ: lock here; with lockInStrictMode (and no onlyThisBroker) a queue is
+        locked only when a majority of the group's replicas (totalReplicas/2+1, this one
+        included) lock it, so while a master hands back to its acting slave no queue can be
+        held by two consumers at once."""
         req = LockBatchRequestBody.from_json(cmd.body or b"{}")
+        group, client = req.consumer_group or "", req.client_id or ""
         keys = [(mq.topic, mq.broker_name, mq.queue_id) for mq in req.mq_set]
-        got = self.locks.try_lock_batch(
-            req.consumer_group or "", keys, req.client_id or "", now_ms()
-        )
+        got = self.locks.try_lock_batch(group, keys, client, now_ms())
+        quorum = self.cfg.total_replicas // 2 + 1
+        if self.cfg.lock_in_strict_mode and not req.only_this_broker and quorum > 1 and got:
+            counts = dict.fromkeys(got, 1)
+            fwd = LockBatchRequestBody(
+                consumer_group=group,
+                client_id=client,
+                only_this_broker=True,
+                mq_set={MessageQueue(topic=t, broker_name=b, queue_id=q) for t, b, q in got},
+            )
+            for locked in await self._on_other_replicas(RC.LOCK_BATCH_MQ, fwd.to_json()):
+                for mq in LockBatchResponseBody.from_json(locked).lock_ok_mq_set:
+                    k = (mq.topic, mq.broker_name, mq.queue_id)
+                    if k in counts:
+                        counts[k] += 1
+            got = [k for k, n in counts.items() if n >= quorum]
         body = LockBatchResponseBody(
             lock_ok_mq_set={MessageQueue(topic=t, broker_name=b, queue_id=q) for t, b, q in got}
         )
@@ -610,7 +699,36 @@ class Broker:
         req = UnlockBatchRequestBody.from_json(cmd.body or b"{}")
         keys = [(mq.topic, mq.broker_name, mq.queue_id) for mq in req.mq_set]
         self.locks.unlock_batch(req.consumer_group or "", keys, req.client_id or "")
+        if self.cfg.lock_in_strict_mode and not req.only_this_broker:
+            fwd = UnlockBatchRequestBody(
+                consumer_group=req.consumer_group,
+                client_id=req.client_id,
+                only_this_broker=True,
+                mq_set=req.mq_set,
+            )
+            await self._on_other_replicas(RC.UNLOCK_BATCH_MQ, fwd.to_json())
         return cmd.response(Resp.SUCCESS)
+
+    async def _on_other_replicas(self, code: int, body: bytes) -> list[bytes]:
+        """Sends a request to every other live replica of the group (1 s each, 2 s in all);
+        returns the bodies of the successful answers."""
+        others = [a for a in self.acting.members.values() if a != self.address]
+        out: list[bytes] = []
+
+        async def one(addr: str) -> None:
+            try:
+                r = await self.outbound.invoke(addr, RemotingCommand.request(code, None, body), 1.0)
+            except Exception as e:  # an unreachable replica does not count
+                log.debug("forward %d to %s failed: %s", code, addr, e)
+                return
+            if r.code == Resp.SUCCESS:
+                out.append(r.body or b"{}")
+
+        with trio.move_on_after(2.0):
+            async with trio.open_nursery() as n:
+                for addr in others:
+                    n.start_soon(one, addr)
+        return out
 
 
 async def serve(

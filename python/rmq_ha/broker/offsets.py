@@ -3,8 +3,14 @@
 File shape: {"offsetTable": {"<topic>@<group>": {"<queueId>": offset, ...}, ...},
 "dataVersion": {"timestamp": ms, "counter": n, "stateVersion": 0}}. Written atomically (temp
 file, fsync, rename, fsync dir) by `persist()`, which the broker calls every
-flushConsumerOffsetInterval and at shutdown. The data version is bumped on every commit; the
-slave-acting-master work compares it across replicas.
+flushConsumerOffsetInterval and at shutdown.
+
+The DataVersion (RocketMQ's, with consumerOffsetUpdateVersionStep) moves on once every `step`
+commits, and always on the first commit after the table was adopted from the master: a slave
+copies its master's table and version, so any commit made while it acts for a dead master makes
+its version newer, and the returning master pulls the table back (pre-online, `merge_newer`).
+RocketMQ #9711 lost that reverse sync through a badly initialised version; here a fresh table
+starts at counter 0 with its creation time, which a slave's bumped version always beats.
 """
 
 from __future__ import annotations
@@ -15,14 +21,18 @@ from pathlib import Path
 
 from rmq_ha.durable import write_atomic
 from rmq_ha.errors import CorruptFileError
+from rmq_ha.protocol.models import DataVersion
 
 
 class ConsumerOffsetManager:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, version_step: int = 500) -> None:
         self.path = path
         self.table: dict[str, dict[int, int]] = {}
-        self.counter = 0
-        self.timestamp_ms = 0
+        self.version_step = max(1, version_step)
+        self.data_version = DataVersion.initial(_now_ms())
+        self._commits = 0
+        #: The table was adopted from another replica: the next commit bumps the version.
+        self._adopted = False
         self._dirty = False
         self._load()
 
@@ -36,8 +46,11 @@ class ConsumerOffsetManager:
             for key, queues in doc.get("offsetTable", {}).items():
                 self.table[str(key)] = {int(q): int(o) for q, o in queues.items()}
             dv = doc.get("dataVersion") or {}
-            self.counter = int(dv.get("counter", 0))
-            self.timestamp_ms = int(dv.get("timestamp", 0))
+            self.data_version = DataVersion(
+                state_version=int(dv.get("stateVersion", 0)),
+                timestamp=int(dv.get("timestamp", 0)),
+                counter=int(dv.get("counter", 0)),
+            )
         except (ValueError, TypeError, AttributeError) as e:
             raise CorruptFileError(
                 f"consumer offsets {self.path} are unreadable: {e}", str(self.path)
@@ -47,14 +60,22 @@ class ConsumerOffsetManager:
     def key(topic: str, group: str) -> str:
         return f"{topic}@{group}"
 
+    @property
+    def counter(self) -> int:
+        return self.data_version.counter
+
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.table.setdefault(self.key(topic, group), {})[queue_id] = offset
-        self.counter += 1
-        self.timestamp_ms = int(time.time() * 1000)
+        self._commits += 1
+        if self._adopted or self._commits >= self.version_step:
+            self._commits = 0
+            self._adopted = False
+            self.data_version = self.data_version.next_version(_now_ms())
         self._dirty = True
 
     def merge_from_json(self, raw: bytes) -> None:
-        """A slave adopts its master's offsets (the master is where consumers commit)."""
+        """A slave adopts its master's offsets and their version (the master is where
+        consumers commit)."""
         doc = json.loads(raw)
         for key, queues in doc.get("offsetTable", {}).items():
             mine = self.table.setdefault(str(key), {})
@@ -62,6 +83,29 @@ class ConsumerOffsetManager:
                 if mine.get(int(q)) != int(o):
                     mine[int(q)] = int(o)
                     self._dirty = True
+        dv = _version(doc)
+        if dv is not None and dv != self.data_version:
+            self.data_version = dv
+            self._dirty = True
+        self._adopted = True
+
+    def merge_newer(self, raw: bytes) -> bool:
+        """Pre-online: takes another replica's offsets when its DataVersion is newer than
+        ours, keeping the larger offset of each queue (an offset never goes backwards, also
+        for queues our own last commits moved after the replica's last copy). True when it
+        was newer."""
+        doc = json.loads(raw)
+        dv = _version(doc)
+        if dv is None or dv.compare(self.data_version) <= 0:
+            return False
+        for key, queues in doc.get("offsetTable", {}).items():
+            mine = self.table.setdefault(str(key), {})
+            for q, o in queues.items():
+                if int(o) > mine.get(int(q), -1):
+                    mine[int(q)] = int(o)
+        self.data_version = dv
+        self._dirty = True
+        return True
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.table.get(self.key(topic, group), {}).get(queue_id)
@@ -77,9 +121,9 @@ class ConsumerOffsetManager:
                     for k, v in sorted(self.table.items())
                 },
                 "dataVersion": {
-                    "timestamp": self.timestamp_ms,
-                    "counter": self.counter,
-                    "stateVersion": 0,
+                    "timestamp": self.data_version.timestamp,
+                    "counter": self.data_version.counter,
+                    "stateVersion": self.data_version.state_version,
                 },
             },
             sort_keys=False,
@@ -92,3 +136,18 @@ class ConsumerOffsetManager:
         write_atomic(self.path, self.to_json())
         self._dirty = False
         return True
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _version(doc: dict[str, object]) -> DataVersion | None:
+    dv = doc.get("dataVersion")
+    if not isinstance(dv, dict):
+        return None
+    return DataVersion(
+        state_version=int(dv.get("stateVersion", 0)),
+        timestamp=int(dv.get("timestamp", 0)),
+        counter=int(dv.get("counter", 0)),
+    )

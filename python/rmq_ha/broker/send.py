@@ -69,7 +69,7 @@ async def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -
     why = check_topic_name(h.topic)
     if why is not None:
         return cmd.response(Resp.SYSTEM_ERROR, why)
-    if broker.special.not_allowed_send(h.topic):
+    if broker.special.not_allowed_send(h.topic, h.producer_group):
         return cmd.response(
             Resp.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
         )

@@ -5,8 +5,19 @@
 * topics: topic -> broker name -> queue data (read/write queue counts, perm, sys flag)
 * live: broker address -> last heartbeat, heartbeat timeout, data version, HA address
 
-A master's registration carries its topic configs; slaves' registrations do not change topics.
-Brokers whose heartbeat timed out are removed by `scan`.
+A master's registration carries its topic configs; slaves' registrations do not change topics,
+except the "prime slave"'s in a slave-acting-master group (RIP-32, `support_acting_master`): the
+live slave with the smallest id registers its topics with the write bit cleared when the group
+has no master. Brokers whose heartbeat timed out are removed by `scan` (and the server removes
+a broker whose connection closed, like RocketMQ's BrokerHousekeepingService).
+
+Slave acting master: when a group with enableActingMaster loses its master, every queue data of
+the group loses its write bit, and `route` presents the smallest-id live replica as id 0, so
+clients read from it (perm 4, read-only) and send elsewhere. Topics named
+`rmq_sys_SYNC_BROKER_MEMBER_<brokerName>` are never rewritten: brokers of old name servers read
+their member group from that route. When a group's smallest id changes, `register`,
+`unregister` and `scan` say so (`MinIdChange`), and the server sends
+NOTIFY_MIN_BROKER_ID_CHANGE (905) when notifyMinBrokerIdChanged is on.
 
 Routes come out as the protocol's `TopicRouteData` model, which emits RocketMQ's JSON shape
 (standard JSON: the broker-id map has string keys, which every client parses).
@@ -27,6 +38,20 @@ from rmq_ha.protocol.models import (
 )
 
 MASTER_ID = 0
+SYNC_BROKER_MEMBER_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
+PERM_WRITE_BIT = 2
+
+
+@dataclass(frozen=True)
+class MinIdChange:
+    """A group's smallest live broker id changed: who to tell, and what (the 905 header)."""
+
+    broker_name: str
+    min_id: int
+    min_addr: str
+    offline_addr: str | None
+    ha_addr: str | None
+    recipients: tuple[str, ...]
 
 
 @dataclass
@@ -45,6 +70,7 @@ class RegisterResult:
     master_addr: str | None
     ha_server_addr: str | None
     refused: bool = False  # another live broker holds the id with a later stateVersion
+    min_change: MinIdChange | None = None
 
 
 @dataclass
@@ -76,6 +102,7 @@ class RouteTable:
         if group is None:
             group = BrokerData(cluster=cluster, broker_name=broker_name)
             self.groups[broker_name] = group
+        old_min = min(group.broker_addrs) if group.broker_addrs else None
         group.enable_acting_master = enable_acting_master
         group.zone_name = zone_name
         dv = data_version or DataVersion()
@@ -95,10 +122,19 @@ class RouteTable:
         group.broker_addrs[broker_id] = addr
         prev = self.live.get(addr)
         changed = prev is None or prev.data_version != dv
-        if broker_id == MASTER_ID and topics is not None and (changed or first):
+        # The prime slave: no master, and the smallest id of the group (RIP-32).
+        prime_slave = (
+            enable_acting_master
+            and broker_id != MASTER_ID
+            and MASTER_ID not in group.broker_addrs
+            and broker_id == min(group.broker_addrs)
+        )
+        if (broker_id == MASTER_ID or prime_slave) and topics is not None and (changed or first):
             for topic, qd in topics.items():
                 qd = copy.copy(qd)
                 qd.broker_name = broker_name
+                if prime_slave:
+                    qd.perm &= ~PERM_WRITE_BIT
                 self.topics.setdefault(topic, {})[broker_name] = qd
         self.live[addr] = Live(
             cluster,
@@ -109,11 +145,21 @@ class RouteTable:
             dv,
             ha_server_addr,
         )
+        change = None
+        if old_min is None or broker_id < old_min:
+            # A smaller id joined: everyone but the new minimum is told (RocketMQ's rule).
+            others = tuple(a for b, a in sorted(group.broker_addrs.items()) if a != addr)
+            if old_min is not None or not others:
+                change = MinIdChange(
+                    broker_name, broker_id, addr, None, ha_server_addr or None, others or (addr,)
+                )
         if broker_id == MASTER_ID:
-            return RegisterResult(None, None)
+            return RegisterResult(None, None, min_change=change)
         master = group.broker_addrs.get(MASTER_ID)
         master_live = self.live.get(master) if master else None
-        return RegisterResult(master, master_live.ha_server_addr if master_live else None)
+        return RegisterResult(
+            master, master_live.ha_server_addr if master_live else None, min_change=change
+        )
 
     def heartbeat(self, addr: str, now_ms: int) -> bool:
         """A light heartbeat; False when the broker is not registered (it must register)."""
@@ -131,12 +177,35 @@ class RouteTable:
         lv.last_update_ms = now_ms
         return lv.data_version != data_version
 
-    def unregister(self, addr: str) -> None:
+    def unregister(self, addr: str) -> MinIdChange | None:
+        """Drops a broker. When it was its group's master (id 0) and the group lives on, every
+        queue data of the group loses its write bit (RIP-32: the group is read-only until the
+        master is back). Returns the group's min-id change, if any."""
         lv = self.live.pop(addr, None)
+        change = None
         for name, group in list(self.groups.items()):
-            for bid, a in list(group.broker_addrs.items()):
-                if a == addr:
-                    del group.broker_addrs[bid]
+            old_min = min(group.broker_addrs) if group.broker_addrs else None
+            removed = [bid for bid, a in group.broker_addrs.items() if a == addr]
+            for bid in removed:
+                del group.broker_addrs[bid]
+            if removed and group.broker_addrs:
+                if MASTER_ID in removed:
+                    for qs in self.topics.values():
+                        qd = qs.get(name)
+                        if qd is not None:
+                            qd.perm &= ~PERM_WRITE_BIT
+                new_min = min(group.broker_addrs)
+                if new_min != old_min:
+                    new_addr = group.broker_addrs[new_min]
+                    new_live = self.live.get(new_addr)
+                    change = MinIdChange(
+                        name,
+                        new_min,
+                        new_addr,
+                        addr,
+                        (new_live.ha_server_addr or None) if new_live else None,
+                        tuple(a for _, a in sorted(group.broker_addrs.items())),
+                    )
             if not group.broker_addrs:
                 del self.groups[name]
                 names = self.clusters.get(group.cluster)
@@ -149,22 +218,36 @@ class RouteTable:
                     if not self.topics[topic]:
                         del self.topics[topic]
         del lv
+        return change
 
-    def scan(self, now_ms: int) -> list[str]:
-        """Unregisters brokers whose heartbeat expired; returns their addresses."""
+    def scan(self, now_ms: int) -> list[tuple[str, MinIdChange | None]]:
+        """Unregisters brokers whose heartbeat expired; returns their addresses and the min-id
+        changes that caused."""
         expired = [a for a, lv in self.live.items() if now_ms - lv.last_update_ms > lv.timeout_ms]
-        for a in expired:
-            self.unregister(a)
-        return expired
+        return [(a, self.unregister(a)) for a in expired]
 
-    def route(self, topic: str) -> TopicRouteData | None:
-        """The topic's route, or None when it has none (TOPIC_NOT_EXIST)."""
+    def route(self, topic: str, *, acting_master: bool = False) -> TopicRouteData | None:
+        """The topic's route, or None when it has none (TOPIC_NOT_EXIST). With
+        `acting_master` (the name server's supportActingMaster), a group with acting master
+        enabled, no id 0 and a read-only queue data shows its smallest-id replica as id 0
+        (RocketMQ's pickupTopicRouteData)."""
         queues = self.topics.get(topic)
         if not queues:
             return None
         brokers = [copy.deepcopy(self.groups[n]) for n in sorted(queues) if n in self.groups]
         if not brokers:
             return None
+        if acting_master and not topic.startswith(SYNC_BROKER_MEMBER_PREFIX):
+            for bd in brokers:
+                qd = queues.get(bd.broker_name)
+                if (
+                    bd.enable_acting_master
+                    and bd.broker_addrs
+                    and MASTER_ID not in bd.broker_addrs
+                    and qd is not None
+                    and not qd.perm & PERM_WRITE_BIT
+                ):
+                    bd.broker_addrs[MASTER_ID] = bd.broker_addrs.pop(min(bd.broker_addrs))
         return TopicRouteData(
             queue_datas=[copy.copy(q) for _, q in sorted(queues.items())],
             broker_datas=brokers,

@@ -2,8 +2,13 @@
 
 Brokers register (103) with their topic configs every 30 s and keep alive with light
 heartbeats (904, or 322 from older brokers); a scan every scanNotActiveBrokerInterval drops
-brokers whose heartbeat timed out. Clients ask for routes (105) and cluster info (106). Several
-name servers run side by side with no state shared: brokers register with all of them.
+brokers whose heartbeat timed out, and a broker whose connection closes is dropped at once
+(RocketMQ's BrokerHousekeepingService). Clients ask for routes (105) and cluster info (106).
+Several name servers run side by side with no state shared: brokers register with all of them.
+
+Slave acting master (supportActingMaster): routes show a masterless group's smallest-id replica
+as a read-only id 0 (routes.py), and with notifyMinBrokerIdChanged the group's brokers get
+NOTIFY_MIN_BROKER_ID_CHANGE (905, oneway) when its smallest id changes.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from rmq_ha import faults
 from rmq_ha.clock import wall_ms
 from rmq_ha.config import ControllerConfig, NamesrvConfig
-from rmq_ha.nameserver.routes import RouteTable
+from rmq_ha.nameserver.routes import MinIdChange, RouteTable
+from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.net.server import RemotingServer
@@ -27,6 +34,7 @@ from rmq_ha.protocol.headers import (
     BrokerHeartbeatRequestHeader,
     GetBrokerMemberGroupRequestHeader,
     GetRouteInfoRequestHeader,
+    NotifyMinBrokerIdChangeRequestHeader,
     QueryDataVersionRequestHeader,
     QueryDataVersionResponseHeader,
     RegisterBrokerRequestHeader,
@@ -61,16 +69,21 @@ class Nameserver:
         d = Dispatcher("namesrv")
         d.register(RC.REGISTER_BROKER, self.register_broker)
         d.register(RC.UNREGISTER_BROKER, self.unregister_broker)
-        d.register(RC.BROKER_HEARTBEAT, self.broker_heartbeat)
+        self.old_protocol = faults.active(faults.OLD_NAMESRV)
+        if not self.old_protocol:
+            d.register(RC.BROKER_HEARTBEAT, self.broker_heartbeat)
+            d.register(RC.GET_BROKER_MEMBER_GROUP, self.get_member_group)
         d.register(RC.QUERY_DATA_VERSION, self.query_data_version)
         d.register(RC.GET_ROUTEINFO_BY_TOPIC, self.get_route)
         d.register(RC.GET_BROKER_CLUSTER_INFO, self.get_cluster_info)
-        d.register(RC.GET_BROKER_MEMBER_GROUP, self.get_member_group)
         d.register(RC.PUT_KV_CONFIG, self.put_kv)
         d.register(RC.GET_KV_CONFIG, self.get_kv)
         d.register(RC.DELETE_KV_CONFIG, self.delete_kv)
         self.dispatcher = d
-        self.server = RemotingServer(d, cfg.listen_host, cfg.listen_port)
+        self.server = RemotingServer(self._on_request, cfg.listen_host, cfg.listen_port)
+        self.outbound = RemotingClient()
+        #: The connection each broker address last registered or beat over.
+        self._broker_conns: dict[str, Connection] = {}
         self.controller = self._embed_controller(controller_cfg)
 
     def _embed_controller(self, ccfg: ControllerConfig | None) -> ControllerNode | None:
@@ -88,8 +101,58 @@ class Nameserver:
     def address(self) -> str:
         return self.server.address
 
+    async def _on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        return await self.dispatcher(conn, cmd)
+
+    def _track(self, conn: Connection, broker_addr: str) -> None:
+        """Remembers the connection a broker talks over; when it closes, the broker is gone
+        (a killed broker is unregistered at once, not after its heartbeat timeout)."""
+        if self._broker_conns.get(broker_addr) is conn:
+            return
+        self._broker_conns[broker_addr] = conn
+        if "broker_watch" not in conn.attrs:
+            conn.attrs["broker_watch"] = True
+            self._nursery.start_soon(self._watch, conn)
+
+    async def _watch(self, conn: Connection) -> None:
+        await conn.wait_closed()
+        for addr, c in list(self._broker_conns.items()):
+            if c is conn:
+                del self._broker_conns[addr]
+                if addr in self.routes.live:
+                    log.warning("broker %s closed its connection: unregistered", addr)
+                    self._notify(self.routes.unregister(addr))
+
+    def _notify(self, change: MinIdChange | None) -> None:
+        """NOTIFY_MIN_BROKER_ID_CHANGE (905) to the group, oneway (notifyMinBrokerIdChanged,
+        only for groups with acting master enabled)."""
+        if change is None or not self.cfg.notify_min_broker_id_changed:
+            return
+        group = self.routes.groups.get(change.broker_name)
+        if group is None or not group.enable_acting_master:
+            return
+        h = NotifyMinBrokerIdChangeRequestHeader(
+            min_broker_id=change.min_id,
+            broker_name=change.broker_name,
+            min_broker_addr=change.min_addr,
+            offline_broker_addr=change.offline_addr,
+            ha_broker_addr=change.ha_addr,
+        )
+
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand.request(RC.NOTIFY_MIN_BROKER_ID_CHANGE, h.to_ext(), oneway=True)
+            try:
+                with trio.fail_after(0.3):
+                    await self.outbound.invoke_oneway(addr, cmd)
+            except Exception as e:  # the broker also polls its member group
+                log.debug("905 to %s failed: %s", addr, e)
+
+        for addr in change.recipients:
+            self._nursery.start_soon(one, addr)
+
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
+        async with self.outbound, trio.open_nursery() as nursery:
+            self._nursery = nursery
             await nursery.start(self.server.serve)
             if self.controller is not None:
                 await nursery.start(self.controller.run)
@@ -100,8 +163,10 @@ class Nameserver:
     async def _scan_loop(self) -> None:
         while True:
             await trio.sleep(self.cfg.scan_not_active_broker_interval_ms / 1000)
-            for addr in self.routes.scan(self.now_ms()):
+            for addr, change in self.routes.scan(self.now_ms()):
                 log.warning("broker %s expired (no heartbeat): unregistered", addr)
+                self._broker_conns.pop(addr, None)
+                self._notify(change)
 
     # ---- brokers --------------------------------------------------------------------------
 
@@ -131,6 +196,9 @@ class Nameserver:
             enable_acting_master=bool(h.enable_acting_master),
             zone_name=h.zone_name,
         )
+        if not res.refused:
+            self._track(conn, h.broker_addr)
+            self._notify(res.min_change)
         if res.refused:
             log.warning(
                 "register of %s as %s id %d refused: a broker with a later stateVersion holds it",
@@ -146,12 +214,14 @@ class Nameserver:
 
     async def unregister_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = UnRegisterBrokerRequestHeader.from_ext(cmd.ext_fields)
-        self.routes.unregister(h.broker_addr)
+        self._broker_conns.pop(h.broker_addr, None)
+        self._notify(self.routes.unregister(h.broker_addr))
         return cmd.response(Resp.SUCCESS)
 
     async def broker_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
-        self.routes.heartbeat(h.broker_addr, self.now_ms())
+        if self.routes.heartbeat(h.broker_addr, self.now_ms()):
+            self._track(conn, h.broker_addr)
         return cmd.response(Resp.SUCCESS)
 
     async def query_data_version(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -159,6 +229,8 @@ class Nameserver:
         dv = DataVersion.from_json(cmd.body) if cmd.body else DataVersion()
         changed = self.routes.data_version_changed(h.broker_addr, dv, self.now_ms())
         live = self.routes.live.get(h.broker_addr)
+        if live is not None:
+            self._track(conn, h.broker_addr)
         body = live.data_version.to_json() if live is not None else None
         return cmd.response(
             Resp.SUCCESS, None, QueryDataVersionResponseHeader(changed=changed).to_ext(), body
@@ -174,7 +246,7 @@ class Nameserver:
 
     async def get_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)
-        route = self.routes.route(h.topic)
+        route = self.routes.route(h.topic, acting_master=self.cfg.support_acting_master)
         if route is None:
             return cmd.response(
                 Resp.TOPIC_NOT_EXIST,

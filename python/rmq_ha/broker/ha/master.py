@@ -67,6 +67,8 @@ class HaMaster:
         self._accepting: Callable[[], bool] = lambda: True
         self._scopes: dict[int, trio.CancelScope] = {}
         self.connections: dict[int, trio.abc.Stream] = {}
+        #: When a slave last acked (monotonic ms); None until one ever has (FMQ fencing).
+        self.last_ack_ms: int | None = None
 
     # ---- called by the broker -------------------------------------------------------------
 
@@ -209,6 +211,7 @@ class HaMaster:
 
     def _on_ack(self, broker_id: int, ack: int) -> None:
         native = self.store.native
+        self.last_ack_ms = monotonic_ms()
         proposal = self.core.acked(broker_id, ack, native.max_offset, monotonic_ms())
         if self.controller_mode:
             self._push_confirm()

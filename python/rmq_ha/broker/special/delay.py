@@ -153,14 +153,29 @@ class DelayOffsets:
         ).encode()
 
     def merge_newer(self, raw: bytes) -> bool:
-        """Adopts another replica's delayOffset.json (GET_ALL_DELAY_OFFSET body) when its
-        DataVersion is newer; True when it was (pre-online reverse sync)."""
+        """Takes another replica's delayOffset.json (GET_ALL_DELAY_OFFSET body) when its
+        DataVersion is newer, keeping the larger offset of each level (progress never goes
+        back); True when it was newer (pre-online reverse sync)."""
         table, dv = _parse_offsets(raw)
         if dv is None or dv.compare(self.data_version) <= 0:
             return False
-        self.table, self.data_version = table, dv
+        for level, off in table.items():
+            self.table[level] = max(off, self.table.get(level, 0))
+        self.data_version = dv
         self.dirty = True
         return True
+
+    def adopt(self, raw: bytes) -> None:
+        """A slave copies its master's progress and version (the periodic slave sync); the
+        next update after that moves the version on, so progress made while acting for a
+        dead master is always newer than the master's."""
+        table, dv = _parse_offsets(raw)
+        if table != self.table or (dv is not None and dv != self.data_version):
+            self.table = table
+            if dv is not None:
+                self.data_version = dv
+            self.dirty = True
+        self._updates = self.version_step - 1
 
     def persist(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,9 +6,9 @@ through, the start/stop life cycle, and the manager the broker holds.
 * `Escape` is the only way special output is written: due delayed messages, committed
   transaction messages, re-checked halves, transaction op records, pop checkpoints and acks,
   revived pop messages. `LocalEscape` writes to this broker's store through the send path
-  itself (`send.append_and_respond`), which refuses on a slave. The acting-master work swaps
-  in a bridge to another master (`SpecialServices.escape`), because a slave must never write
-  its own commitlog (RIP-32 "二级消息逃逸").
+  itself (`send.append_and_respond`), which refuses on a slave. The broker's escape is the
+  `EscapeBridge` (escape.py): local on the master, to another broker-set's master on a slave
+  acting for a dead one, because a slave must never write its own commitlog (RIP-32).
 * `SpecialService` owns a Trio task group: `start(parent)` runs it as one task of the parent
   nursery, `stop()` cancels it and returns once every task has ended and its state is saved.
   Both can be called any number of times, in any order.
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRANSACTION_TYPE_MASK = 0xC
+#: The producer group of messages one broker sends another (escape bridge).
+INNER_PRODUCER_GROUP_PREFIX = "InnerProducerGroup_"
 
 # ---------------------------------------------------------------------------------------------
 # What special services write
@@ -275,12 +277,14 @@ class SpecialServices:
 
     def __init__(self, broker: Broker) -> None:
         from rmq_ha.broker.special.delay import DelayService
+        from rmq_ha.broker.special.escape import EscapeBridge
         from rmq_ha.broker.special.pop import PopService
         from rmq_ha.broker.special.transaction import TransactionService
 
         self.broker = broker
-        #: Swapped by the acting-master work for a bridge to another master.
-        self.escape: Escape = LocalEscape(broker)
+        #: Local on the master, remote on an acting slave (escape.py).
+        self.bridge = EscapeBridge(broker)
+        self.escape: Escape = self.bridge
         self.delay: DelayService = DelayService(broker, self)
         self.transactions: TransactionService = TransactionService(broker, self)
         self.pop: PopService = PopService(broker, self)
@@ -332,13 +336,13 @@ class SpecialServices:
                     topics.table.pop(name, None)
                 topics.create_system(name, queues, rw)
 
-    def not_allowed_send(self, topic: str) -> bool:
-        """System topics producers may not write (RocketMQ's TopicValidator.NOT_ALLOWED_SEND)."""
-        return (
-            topic in self.transactions.system_topics()
-            or topic in self.delay.system_topics()
-            or topic in self.pop.system_topics()
-        )
+    def not_allowed_send(self, topic: str, producer_group: str = "") -> bool:
+        """System topics producers may not write (RocketMQ's TopicValidator.NOT_ALLOWED_SEND).
+        The revive topic takes sends from brokers only (producer group InnerProducerGroup_*):
+        an acting slave's escape bridge sends its pop checkpoints and acks there."""
+        if topic in self.pop.system_topics():
+            return not producer_group.startswith(INNER_PRODUCER_GROUP_PREFIX)
+        return topic in self.transactions.system_topics() or topic in self.delay.system_topics()
 
     # ---- routing ---------------------------------------------------------------------------
 
