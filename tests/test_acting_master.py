@@ -5,6 +5,7 @@ group broker-b (a master)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -100,6 +101,14 @@ async def direct(addr: str, cmd: RemotingCommand) -> RemotingCommand:
         return await rc.invoke(addr, cmd, 3)
 
 
+async def delay_offsets(addr: str) -> dict[str, int]:
+    """GET_ALL_DELAY_OFFSET: the per-level progress of a broker's delay service."""
+    r = await direct(addr, RemotingCommand.request(RC.GET_ALL_DELAY_OFFSET))
+    assert r.code == Resp.SUCCESS and r.body
+    table: dict[str, int] = json.loads(r.body)["offsetTable"]
+    return table
+
+
 def send_cmd(topic: str, body: bytes) -> RemotingCommand:
     h = SendMessageRequestHeaderV2(
         producer_group="pg",
@@ -164,6 +173,15 @@ async def test_the_slave_acts_for_a_dead_master_and_hands_back_after_pre_online(
                 await p.send(TOPIC, f"m{i}", queue=mq("broker-a", i % 4))
             t_delay = time.time()
             await p.send(TOPIC, "delayed-1", queue=mq("broker-a", 0), properties={"DELAY": "3"})
+            # A timer (absolute due time) that comes due during the outage (RocketMQ #7601:
+            # an escaped timer must not be delivered twice).
+            due_ms = int((t_delay + 4.0) * 1000)
+            await p.send(
+                TOPIC,
+                "timer-1",
+                queue=mq("broker-a", 1),
+                properties={"TIMER_DELIVER_MS": str(due_ms)},
+            )
         checked: list[str] = []
 
         def execute(msg: Any, arg: object) -> LocalTransactionState:
@@ -237,6 +255,11 @@ async def test_the_slave_acts_for_a_dead_master_and_hands_back_after_pre_online(
                     while not set(tx_on_a) <= set(await bodies_on(admin, dc, "broker-b")):
                         await trio.sleep(0.2)
                 assert set(tx_on_a) <= set(checked)
+                with trio.fail_after(15):
+                    while "timer-1" not in await bodies_on(admin, dc, "broker-b"):
+                        await trio.sleep(0.2)
+                assert time.time() * 1000 >= due_ms, "a timer is never early"
+            acting_delay = await delay_offsets(slave)
 
             # Pop consumers keep receiving and acking on the acting slave.
             async with PopConsumer("popg", ns, config=None) as pop:
@@ -256,6 +279,8 @@ async def test_the_slave_acts_for_a_dead_master_and_hands_back_after_pre_online(
             st = await wait_status(c, "broker-a", 0, lambda s: not s["isolated"], "online", 30)
             assert any(x.startswith("consumerOffset@") for x in st["reverseSynced"]), st
             assert any(x.startswith("delayOffset@") for x in st["reverseSynced"]), st
+            back = await delay_offsets(master)
+            assert all(back.get(k, 0) >= v for k, v in acting_delay.items()), (back, acting_delay)
             await wait_status(c, "broker-a", 1, lambda s: not s["actingMaster"], "hand-back")
             with trio.fail_after(10):
                 while (await route_of(admin, "broker-a")) != ({0: master, 1: slave}, 6):
@@ -271,7 +296,8 @@ async def test_the_slave_acts_for_a_dead_master_and_hands_back_after_pre_online(
                 await trio.sleep(1.5)
                 all_b = await bodies_on(admin, dc, "broker-b")
                 all_a = await bodies_on(admin, dc, "broker-a")
-            assert all_b.count("delayed-1") + all_a.count("delayed-1") == 1
+            for once in ("delayed-1", "timer-1", *tx_on_a):
+                assert all_b.count(once) + all_a.count(once) == 1, once
 
 
 @pytest.mark.timeout(90)
@@ -374,3 +400,37 @@ async def test_a_master_cut_off_from_name_servers_and_slaves_fences_itself(
             while (await direct(master, send_cmd(TOPIC, b"after"))).code != Resp.SUCCESS:
                 await trio.sleep(0.2)
         assert (await direct(master, pull_cmd(TOPIC))).code == Resp.SUCCESS
+
+
+@pytest.mark.timeout(90)
+async def test_escape_survives_a_stale_route_to_a_dead_master(tmp_path: Path) -> None:
+    """RocketMQ #7923: the acting slave's escape bridge caches the route; the master it
+    escaped to dies; the next due message must reach another master, once, not get lost."""
+    c = ActingCluster(
+        tmp_path,
+        groups={"broker-a": 1, "broker-b": 0, "broker-c": 0},
+        broker={"messageDelayLevel": "1s 2s 3s 6s"},
+    )
+    async with started(c), Admin(c.ns_addrs[0], config=CC) as admin:
+        await admin.create_topic(TOPIC, cluster="ActingCluster", queue_nums=4, wait_for_route_s=10)
+        await wait_status(c, "broker-a", 1, lambda s: s["slaveState"] == "TRANSFER", "transfer")
+        async with Producer("pg", c.ns_addrs[0], config=PRODUCER) as p:
+            await p.send(TOPIC, "d-first", queue=mq("broker-a", 0), properties={"DELAY": "1"})
+            await p.send(TOPIC, "d-second", queue=mq("broker-a", 0), properties={"DELAY": "4"})
+        c.proc("broker-a", 0).kill()
+        await wait_status(c, "broker-a", 1, lambda s: s["actingMaster"], "acting")
+        async with PullConsumer("drain", c.ns_addrs[0], config=CC) as dc:
+            first_on = None
+            with trio.fail_after(10):
+                while first_on is None:
+                    for g in ("broker-b", "broker-c"):
+                        if "d-first" in await bodies_on(admin, dc, g):
+                            first_on = g
+                    await trio.sleep(0.1)
+            other = "broker-c" if first_on == "broker-b" else "broker-b"
+            # The escape target dies; the acting slave's route cache still names it.
+            c.proc(first_on, 0).kill()
+            with trio.fail_after(15):
+                while "d-second" not in await bodies_on(admin, dc, other):
+                    await trio.sleep(0.2)
+            assert (await bodies_on(admin, dc, other)).count("d-second") == 1

@@ -154,6 +154,9 @@ class EscapeBridge:
                     self.remote_puts += 1
                     return r
                 last = f"{name} at {addr}: {r.code} {r.remark}"
+                log.info(
+                    "escape of a %s message to %s failed, trying another: %s", out.topic, name, last
+                )
         return PutResult(Resp.SYSTEM_ERROR, f"remote escape of {out.topic} failed: {last}")
 
     async def _refresh(self, topic: str) -> None:
