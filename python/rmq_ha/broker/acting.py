@@ -363,8 +363,8 @@ class ActingMaster:
         return True
 
     async def _pre_online_slave(self, bid: int, addr: str) -> bool:
-        """Pushes our HA info to one slave, waits for its HA connection, pulls back what it
-        changed while it acted for us."""
+        """Pushes our HA info to one slave, waits (bounded) for its HA connection, pulls back
+        what it changed while it acted for us. False when the slave cannot be reached."""
         b = self.broker
         h = ExchangeHAInfoRequestHeader(
             master_ha_address=b.ha.ha_address,
@@ -381,8 +381,14 @@ class ActingMaster:
             while bid not in b.ha.master.connections:
                 await trio.sleep(0.05)
         if bid not in b.ha.master.connections:
-            log.info("pre-online: slave %d did not connect its HA client yet", bid)
-            return False
+            # A slave that cannot follow (it refuses to sync, say) must not keep the master
+            # offline for ever: its metadata is taken anyway, and it catches up later.
+            log.warning(
+                "pre-online: slave %d at %s has no HA connection after %.0f s; going on",
+                bid,
+                addr,
+                HA_WAIT_S,
+            )
         await self._reverse_sync(addr)
         return True
 
