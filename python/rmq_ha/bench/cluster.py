@@ -121,15 +121,43 @@ class Proc:
 
 
 @dataclass
-class HaCluster:
+class ProcessCluster:
+    """Name servers and brokers as processes: started in that order (each waits for its ready
+    file), stopped by pid, their logs' tails for failure messages."""
+
+    namesrvs: list[Proc] = field(default_factory=list, kw_only=True)
+    brokers: list[Proc] = field(default_factory=list, kw_only=True)
+
+    async def start(self) -> None:
+        for p in self.namesrvs:
+            p.start()
+        for p in self.namesrvs:
+            await p.wait_ready()
+        for p in self.brokers:
+            p.start()
+        for p in self.brokers:
+            await p.wait_ready()
+
+    def stop(self) -> None:
+        for p in [*self.brokers, *self.namesrvs]:
+            p.kill()
+
+    def logs(self) -> str:
+        out = []
+        for p in [*self.brokers, *self.namesrvs]:
+            if p.log.exists():
+                out.append(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}")
+        return "\n".join(out)
+
+
+@dataclass
+class HaCluster(ProcessCluster):
     tmp: Path
     replicas: int = 3
     broker: dict[str, Any] = field(default_factory=dict)
     controller_mode: bool = True
     broker_name: str = "broker-a"
     broker_env: dict[str, str] = field(default_factory=dict)
-    namesrvs: list[Proc] = field(default_factory=list)
-    brokers: list[Proc] = field(default_factory=list)
     broker_ports: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -191,27 +219,6 @@ class HaCluster:
     def broker_addr(self, i: int) -> str:
         return f"127.0.0.1:{self.broker_ports[i]}"
 
-    async def start(self) -> None:
-        for p in self.namesrvs:
-            p.start()
-        for p in self.namesrvs:
-            await p.wait_ready()
-        for i in range(self.replicas):
-            self.brokers[i].start()
-        for i in range(self.replicas):
-            await self.brokers[i].wait_ready()
-
-    def stop(self) -> None:
-        for p in [*self.brokers, *self.namesrvs]:
-            p.kill()
-
-    def logs(self) -> str:
-        out = []
-        for p in [*self.brokers, *self.namesrvs]:
-            if p.log.exists():
-                out.append(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}")
-        return "\n".join(out)
-
     # ---- state --------------------------------------------------------------------------
 
     async def status(self, i: int) -> dict[str, Any] | None:
@@ -267,7 +274,7 @@ FAST_ACTING = {
 
 
 @dataclass
-class ActingCluster:
+class ActingCluster(ProcessCluster):
     """Classic master/slave groups with slave acting master (RIP-32): name servers with
     supportActingMaster and notifyMinBrokerIdChanged (no controller), and per group a
     SYNC_MASTER (id 0) plus `slaves` SLAVEs (ids 1..). `groups` maps broker name -> slave count.
@@ -279,8 +286,6 @@ class ActingCluster:
     namesrv: dict[str, Any] = field(default_factory=dict)
     namesrv_count: int = 1
     namesrv_env: dict[str, str] = field(default_factory=dict)
-    namesrvs: list[Proc] = field(default_factory=list)
-    brokers: list[Proc] = field(default_factory=list)
     members: list[tuple[str, int]] = field(default_factory=list)
     broker_ports: list[int] = field(default_factory=list)
 
@@ -336,27 +341,6 @@ class ActingCluster:
 
     def proc(self, group: str, broker_id: int) -> Proc:
         return self.brokers[self.index(group, broker_id)]
-
-    async def start(self) -> None:
-        for p in self.namesrvs:
-            p.start()
-        for p in self.namesrvs:
-            await p.wait_ready()
-        for p in self.brokers:
-            p.start()
-        for p in self.brokers:
-            await p.wait_ready()
-
-    def stop(self) -> None:
-        for p in [*self.brokers, *self.namesrvs]:
-            p.kill()
-
-    def logs(self) -> str:
-        out = []
-        for p in [*self.brokers, *self.namesrvs]:
-            if p.log.exists():
-                out.append(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}")
-        return "\n".join(out)
 
     async def status(self, group: str, broker_id: int) -> dict[str, Any] | None:
         """GET_BROKER_EPOCH_CACHE of one broker (role, acting, isolated, fenced, ...)."""
