@@ -1,6 +1,7 @@
 """Pop consumption (broker/special/pop.py) with the Python PopConsumer: pop / ack, revive of
 what was not acked after the invisible time (through the pop retry topic), change of the
-invisible time, long polling, revive across a restart, and the revive records' keys."""
+invisible time, long polling, revive across a restart, the revive records' keys, and a CK of
+another broker group that cannot be read (the acting-master cases: test_special_acting.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 import trio
 
 from rmq_ha._native import decode_stored_record
-from rmq_ha.broker.special.pop import REVIVE_TOPIC_PREFIX
+from rmq_ha.broker.special.pop import REVIVE_GROUP, REVIVE_TOPIC_PREFIX, CheckPoint
+from rmq_ha.broker.special.services import InnerMessage
 from rmq_ha.client import PopConsumer, PopStatus, Producer
 from rmq_ha.protocol.message import decode_properties
 from rmq_ha.protocol.pop import ExtraInfo
@@ -151,3 +153,86 @@ async def test_revive_survives_a_restart(tmp_path: Path) -> None:
                     r = await c.pop("PopRT", invisible_time_s=30, poll_time_s=1.0)
                     got += [m.body for m in r.messages]
             assert sorted(got) == [b"b", b"c"]
+
+
+@pytest.mark.timeout(30)
+async def test_a_checkpoint_of_an_unreachable_broker_group_waits_with_back_off(
+    tmp_path: Path,
+) -> None:
+    """A CK escaped here by another group's acting slave whose messages cannot be read (no
+    route names that group): kept pending, retried with a doubling back-off, never dropped;
+    the revive progress stays behind it; a local CK after it is revived meanwhile."""
+    async with special_cluster(tmp_path, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "PopZT", queues=1)
+        await produce(env, "PopZT", ["local"])
+        pop = env.broker.special.pop
+        now = int(time.time() * 1000)
+
+        def ck(broker_name: str) -> InnerMessage:
+            c = CheckPoint(
+                start_offset=0,
+                pop_time=now,
+                invisible_time=100,
+                queue_id=0,
+                topic="PopZT",
+                cid="zg",
+                broker_name=broker_name,
+                diffs=[0],
+            )
+            return InnerMessage(
+                topic=pop.revive_topic,
+                queue_id=0,
+                body=c.to_json(),
+                properties={"TAGS": "ck", "UNIQ_KEY": c.uniq_id()},
+            )
+
+        r = await env.broker.special.escape.put([ck("broker-z"), ck("broker-a")])
+        assert r.ok and r.queue_offsets == (0, 1)
+        await eventually(lambda: env.max_offset("%RETRY%zg_PopZT") == 1, 5)
+        await trio.sleep(1.5)
+        st = pop.stats()
+        assert st["pending"] == 1  # broker-z's, still there
+        # Tried at due time, then 0.2, 0.6, 1.4 s later (about 15 without the back-off).
+        assert 2 <= st["remote_read_failures"] <= 5, st
+        assert env.broker.offsets.query(REVIVE_GROUP, pop.revive_topic, 0) == 0
+        assert env.max_offset("%RETRY%zg_PopZT") == 1  # nothing revived for broker-z
+
+
+@pytest.mark.timeout(30)
+async def test_an_unreadable_group_costs_one_failed_read_per_revive_pass(tmp_path: Path) -> None:
+    """Three due CKs of an unreachable group and a local one behind them: a revive pass tries
+    one of the group's (the rest wait for a later pass) and still revives the local one."""
+    async with special_cluster(tmp_path, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "PopPT", queues=1)
+        await produce(env, "PopPT", ["local"])
+        pop = env.broker.special.pop
+        await pop.stop()  # passes by hand below
+        now = int(time.time() * 1000) - 1000  # due
+        records = []
+        for i, name in enumerate(["broker-z", "broker-z", "broker-z", "broker-a"]):
+            c = CheckPoint(
+                start_offset=0,
+                pop_time=now + i,
+                invisible_time=100,
+                queue_id=0,
+                topic="PopPT",
+                cid="pg",
+                broker_name=name,
+                diffs=[0],
+            )
+            records.append(
+                InnerMessage(
+                    topic=pop.revive_topic,
+                    queue_id=1,
+                    body=c.to_json(),
+                    properties={"TAGS": "ck", "UNIQ_KEY": c.uniq_id()},
+                )
+            )
+        assert (await env.broker.special.escape.put(records)).ok
+        assert await pop.revive_once() == 1  # the local CK, behind the unreadable ones
+        assert env.max_offset("%RETRY%pg_PopPT") == 1
+        assert pop.stats()["remote_read_failures"] == 1 and pop.stats()["pending"] == 3
+        # The next pass: the first one waits out its back-off, the second is tried.
+        assert await pop.revive_once() == 0
+        assert pop.stats()["remote_read_failures"] == 2 and pop.stats()["pending"] == 3
+        assert env.broker.offsets.query(REVIVE_GROUP, pop.revive_topic, 1) == 0

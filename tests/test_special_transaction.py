@@ -1,15 +1,18 @@
 """Transactional messages (broker/special/transaction.py) with the Python TransactionProducer:
 commit, rollback, an undecided half checked through CHECK_TRANSACTION_STATE and then
-committed, a half checked transactionCheckMax times, and END_TRANSACTION's checks."""
+committed, a half checked transactionCheckMax times, END_TRANSACTION's checks, and the
+check on a slave handing halves over (the acting-master cases: test_special_acting.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import trio
 
 from rmq_ha._native import decode_stored_record
+from rmq_ha.broker.special.services import InnerMessage, PutResult
 from rmq_ha.broker.special.transaction import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from rmq_ha.client import (
     LocalTransactionState,
@@ -180,3 +183,67 @@ async def test_end_transaction_checks_the_half_and_commits_once(tmp_path: Path) 
             rollback_after_commit = await c.invoke(env.addr, end(commit_or_rollback=12))
             assert rollback_after_commit.code == Resp.SUCCESS
         assert bodies(env, "TxEndT") == [b"once"]
+
+
+class RecordingEscape:
+    """Stands for the escape bridge of a slave: records each put; refuses the first
+    `refuse` calls as a dead target would."""
+
+    def __init__(self, refuse: int) -> None:
+        self.refuse = refuse
+        self.puts: list[list[InnerMessage]] = []
+
+    async def put(self, msgs: Sequence[InnerMessage]) -> PutResult:
+        self.puts.append(list(msgs))
+        if self.refuse > 0:
+            self.refuse -= 1
+            return PutResult(Resp.SYSTEM_ERROR, "remote escape failed")
+        return PutResult(Resp.SUCCESS, None, (), tuple(range(len(msgs))))
+
+
+@pytest.mark.timeout(30)
+async def test_the_check_on_a_slave_hands_halves_over_and_keeps_its_place_on_failure(
+    tmp_path: Path,
+) -> None:
+    """RIP-32: on a slave the check sends an undecided old half, and one checked
+    transactionCheckMax times, whole through the escape (another master checks or discards
+    it), writes no copy, asks no producer; a refused hand-over keeps the half progress."""
+    async with special_cluster(
+        tmp_path,
+        transaction_check_max=3,
+        transaction_timeout_ms=300,
+        transaction_check_interval_ms=3_600_000,
+    ) as env:
+        await create_topic(env.namesrv, "TxSlaveT", queues=1)
+        async with TransactionProducer("tpg", env.namesrv, never_asked, config=FAST_PRODUCER) as p:
+            for body, props in (
+                (b"old", {}),
+                (b"checked-enough", {"TRANSACTION_CHECK_TIMES": "3"}),
+            ):
+                await p.send_message_in_transaction(
+                    "TxSlaveT", body, lambda m, a: LocalTransactionState.UNKNOW, properties=props
+                )
+        await trio.sleep(0.4)  # older than transactionTimeOut
+        broker = env.broker
+        txs = broker.special.transactions
+        fake = RecordingEscape(refuse=1)
+        broker.special.escape = fake
+        broker.ha.is_master = False  # a slave (acting for its master)
+        try:
+            assert await txs.check_once() == 0
+            assert len(fake.puts) == 1 and txs.escaped == 0
+            assert not broker.offsets.query("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0)
+            assert await txs.check_once() == 2
+        finally:
+            broker.ha.is_master = True
+        handed = [msgs[0] for msgs in fake.puts[1:]]
+        assert [m.body for m in handed] == [b"old", b"checked-enough"]
+        for m in handed:
+            # The half as stored: the escape turns it back into a half of its real topic.
+            assert m.topic == HALF_TOPIC
+            assert m.properties["REAL_TOPIC"] == "TxSlaveT" and m.properties["PGROUP"] == "tpg"
+        assert "TRANSACTION_CHECK_TIMES" not in handed[0].properties  # not a check
+        assert handed[1].properties["TRANSACTION_CHECK_TIMES"] == "3"
+        assert txs.escaped == 2 and txs.checks_sent == 0 and txs.discarded == 0
+        assert broker.offsets.query("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 2
+        assert env.max_offset(HALF_TOPIC) == 2 and env.max_offset(CHECK_MAX_TOPIC) == 0

@@ -34,6 +34,25 @@ un-acked messages are written to the pop retry topic (reconsume times + 1, 1ST_P
 ORIGIN_GROUP), then acked, so reading the revive queue again (after a restart) does not revive
 them twice. The revive progress (consumer offset of CID_RMQ_SYS_REVIVE_GROUP on each revive
 queue) is the oldest still-pending CK, so a restart rebuilds every pending CK.
+
+Another broker's CK (RIP-32). A slave acting for a dead master pops from its own copy of the
+queues and sends its CKs and acks through the escape bridge to another master's revive topic
+(same revive queue, brokerName = the acting slave's group). Such a CK is revived here like a
+local one, except that its messages are read from their own broker group with a remote pull
+(`EscapeBridge.get_message`: whatever the route shows as that group's id 0, its master or the
+acting slave). A failed remote read keeps the CK pending (it is never dropped): it is tried
+again after a back-off that doubles per failure up to REMOTE_RETRY_MAX_MS, at most one failed
+remote read per broker group and revive pass (a dead group costs one timeout per pass), and
+failures are logged at 1, 2, 4, 8... attempts. While it is pending the revive progress of
+its queue stays behind it.
+
+On a slave. Pop, ack and change-invisible-time are served only by the master and by a slave
+acting for it (`broker.acting_master`); a plain slave answers SERVICE_NOT_AVAILABLE and moves
+no offset. On the acting slave consumer offsets are its own table, and every record goes
+through the escape (nothing is written to the slave's commitlog). An ack or lease change
+there also marks the matching CK in this slave's own revive state, because the ack record
+itself lands on another master while the CK (written by the dead master) is in our copy of
+its revive topic: without that the acting slave would revive a message its consumer acked.
 """
 
 from __future__ import annotations
@@ -98,6 +117,9 @@ INIT_MODE_MAX: Final = 1
 REVIVE_BATCH: Final = 256
 MAX_EARLY_ACKS: Final = 65_536
 MAX_POP_BYTES: Final = 4 << 20
+#: Back-off of a CK whose messages another broker group could not give us: it doubles from
+#: reviveInterval per failure, up to this (the CK stays pending meanwhile).
+REMOTE_RETRY_MAX_MS: Final = 10_000
 
 
 @dataclass(slots=True)
@@ -262,6 +284,9 @@ class _Pending:
     ck: CheckPoint
     revive_queue_offset: int
     acked: set[int] = field(default_factory=set)
+    #: Failed remote reads of this CK's messages in a row, and when to try again (wall ms).
+    remote_failures: int = 0
+    retry_at: int = 0
 
     def done(self) -> bool:
         return all(self.ck.offset_of(i) in self.acked for i in range(self.ck.num))
@@ -283,6 +308,10 @@ class _Popped:
     rest: int
 
 
+#: `_revive` could not read a message of another broker group: the CK waits (not refused).
+_DEFERRED: Final = -1
+
+
 class PopService(SpecialService):
     name = "pop-revive"
 
@@ -300,6 +329,8 @@ class PopService(SpecialService):
         self._rng = random.Random()
         #: Messages written to a pop retry topic since start.
         self.revived = 0
+        #: Failed reads of messages another broker group holds (a CK waits for each).
+        self.remote_read_failures = 0
 
     def system_topics(self) -> dict[str, int]:
         return {self.revive_topic: self.revive_queue_num}
@@ -308,6 +339,19 @@ class PopService(SpecialService):
         d.register(RC.POP_MESSAGE, self.pop_message)
         d.register(RC.ACK_MESSAGE, self.ack_message)
         d.register(RC.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time)
+
+    def _not_serving(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """Pop, ack and change-invisible-time need the master or the slave acting for it; a
+        plain slave refuses (its commitlog is a copy: it can write no CK, and offsets moved
+        here would be overwritten by the master's)."""
+        b = self.broker
+        if b.ha.is_master or b.acting_master:
+            return None
+        return cmd.response(
+            Resp.SERVICE_NOT_AVAILABLE,
+            f"the broker[{b.cfg.broker_name}] is a slave and not acting as master: "
+            "pop from the master",
+        )
 
     # ---- POP_MESSAGE ---------------------------------------------------------------------------
 
@@ -319,6 +363,9 @@ class PopService(SpecialService):
                 Resp.NO_PERMISSION,
                 f"the broker[{broker.cfg.broker_name}] popping message is forbidden",
             )
+        refused = self._not_serving(cmd)
+        if refused is not None:
+            return refused
         if h.order:
             return cmd.response(Resp.SYSTEM_ERROR, "orderly pop is not supported by rmq_ha")
         if not 0 < h.max_msg_nums <= MAX_POP_NUMS:
@@ -544,6 +591,9 @@ class PopService(SpecialService):
 
     async def ack_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = AckMessageRequestHeader.from_ext(cmd.ext_fields)
+        refused = self._not_serving(cmd)
+        if refused is not None:
+            return refused
         extra = self._validate_ack(h.topic, h.queue_id, h.offset, h.extra_info)
         if isinstance(extra, str):
             code = Resp.NO_MESSAGE if extra.startswith("offset") else Resp.INVALID_PARAMETER
@@ -560,12 +610,16 @@ class PopService(SpecialService):
         r = await self.special.escape.put([self._ack_message(ack, extra.revive_qid)])
         if not r.ok:
             return cmd.response(r.code, r.remark or "writing the ack failed")
+        self._ack_here(ack, extra.revive_qid)
         return cmd.response(Resp.SUCCESS)
 
     async def change_invisible_time(
         self, conn: Connection, cmd: RemotingCommand
     ) -> RemotingCommand:
         h = ChangeInvisibleTimeRequestHeader.from_ext(cmd.ext_fields)
+        refused = self._not_serving(cmd)
+        if refused is not None:
+            return refused
         extra = self._validate_ack(h.topic, h.queue_id, h.offset, h.extra_info)
         if isinstance(extra, str):
             code = Resp.NO_MESSAGE if extra.startswith("offset") else Resp.INVALID_PARAMETER
@@ -597,10 +651,32 @@ class PopService(SpecialService):
         r = await self.special.escape.put([self._ack_message(old, extra.revive_qid)])
         if not r.ok:
             log.warning("ack of the old lease refused (%s %s)", r.code, r.remark)
+        else:
+            self._ack_here(old, extra.revive_qid)
         rh = ChangeInvisibleTimeResponseHeader(
             pop_time=now, invisible_time=h.invisible_time, revive_qid=extra.revive_qid
         )
         return cmd.response(Resp.SUCCESS, None, rh.to_ext())
+
+    def _ack_here(self, ack: AckRecord, revive_qid: int) -> None:
+        """On an acting slave, an ack record goes to another master, but the CK it acks may
+        be in this broker's own revive topic (written by the dead master): mark it here too,
+        or this slave's revive would bring back what the consumer acked. Only for a CK that
+        is pending, or may still be read (the revive queue has unread records); an ack of a
+        CK this slave escaped itself is not kept."""
+        if self.broker.ha.is_master or not 0 <= revive_qid < len(self._revive_queues):
+            return  # a master reads its own acks back from the revive topic
+        st = self._revive_queues[revive_qid]
+        key = ack.merge_key()
+        pending = st.pending.get(key)
+        if pending is not None:
+            pending.acked.add(ack.ack_offset)
+            if pending.done():
+                del st.pending[key]
+            return
+        qmax = self.broker.store.native.queue_max_offset(self.revive_topic, revive_qid)
+        if (st.read_pos is None or st.read_pos < qmax) and len(st.early_acks) < MAX_EARLY_ACKS:
+            st.early_acks.setdefault(key, set()).add(ack.ack_offset)
 
     # ---- revive --------------------------------------------------------------------------------
 
@@ -645,13 +721,20 @@ class PopService(SpecialService):
         now = wall_ms()
         revived = 0
         due = sorted(
-            (p for p in st.pending.values() if p.ck.revive_time <= now),
+            (p for p in st.pending.values() if p.ck.revive_time <= now and p.retry_at <= now),
             key=lambda p: p.revive_queue_offset,
         )
+        #: Broker groups that failed a remote read in this pass: their CKs wait for the next.
+        unreachable: set[str] = set()
         for p in due:
+            if p.ck.broker_name in unreachable:
+                continue
             got = await self._revive(p, qid)
             if got is None:
                 break  # refused: this and later CKs stay pending; the next look retries
+            if got == _DEFERRED:
+                unreachable.add(p.ck.broker_name)
+                continue  # kept pending (and the progress behind it); tried again later
             revived += got
             st.pending.pop(p.ck.merge_key(), None)
         progress = min((p.revive_queue_offset for p in st.pending.values()), default=st.read_pos)
@@ -666,12 +749,9 @@ class PopService(SpecialService):
         tag = props.get(PROPERTY_TAGS)
         try:
             if tag == CK_TAG:
+                # Also a CK of another broker group, escaped here by its acting slave: its
+                # messages are read from that group when it is revived.
                 ck = CheckPoint.from_json(_bytes(rec["body"]))
-                if ck.broker_name and ck.broker_name != self.broker.cfg.broker_name:
-                    # Another broker's CK escaped here (RIP-32): revived from its own data by
-                    # the escape work; not handled yet.
-                    log.debug("CK of broker %s ignored", ck.broker_name)
-                    return
                 key = ck.merge_key()
                 if key in st.pending:
                     return
@@ -693,9 +773,9 @@ class PopService(SpecialService):
 
     async def _revive(self, p: _Pending, revive_qid: int) -> int | None:
         """Writes the un-acked messages of a due CK to the pop retry topic, then acks them.
-        Returns how many, or None when a write was refused."""
+        Returns how many, None when a write was refused, or _DEFERRED when a message of
+        another broker group could not be read (nothing written; the CK waits)."""
         ck = p.ck
-        store = self.broker.store.native
         msgs: list[InnerMessage] = []
         offsets: list[int] = []
         retry_topic = (
@@ -703,14 +783,24 @@ class PopService(SpecialService):
             if ck.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
             else pop_retry_topic(ck.topic, ck.cid)
         )
+        remote = bool(ck.broker_name) and ck.broker_name != self.broker.cfg.broker_name
         for i in range(ck.num):
             off = ck.offset_of(i)
             if off in p.acked:
                 continue
-            recs, _ = read_queue(store, ck.topic, ck.queue_id, off, 1)
-            if not recs or recs[0]["queue_offset"] != off:
-                continue  # gone (retention): nothing left to revive
-            orig = InnerMessage.from_record(recs[0])
+            if remote:
+                got = await self.special.bridge.get_message(
+                    ck.broker_name, ck.topic, ck.queue_id, off
+                )
+                if got is None:
+                    self._remote_failed(p, off)
+                    return _DEFERRED
+                orig = got
+            else:
+                recs, _ = read_queue(self.broker.store.native, ck.topic, ck.queue_id, off, 1)
+                if not recs or recs[0]["queue_offset"] != off:
+                    continue  # gone (retention): nothing left to revive
+                orig = InnerMessage.from_record(recs[0])
             props = dict(orig.properties)
             if orig.reconsume_times == 0 or PROPERTY_FIRST_POP_TIME not in props:
                 props[PROPERTY_FIRST_POP_TIME] = str(ck.pop_time)
@@ -729,8 +819,18 @@ class PopService(SpecialService):
                 )
             )
             offsets.append(off)
+        if remote and p.remote_failures:
+            log.info(
+                "messages of CK %s readable from broker %s again after %d failed attempts",
+                ck.merge_key(),
+                ck.broker_name,
+                p.remote_failures,
+            )
         if msgs:
-            self._ensure_retry_topic(retry_topic)
+            if self.broker.ha.is_master:
+                # On an acting slave the escape writes to another master; a topic created
+                # here would only fork this slave's metadata from its master's.
+                self._ensure_retry_topic(retry_topic)
             r = await self.special.escape.put(msgs)
             if not r.ok:
                 log.warning("revive to %s refused (%s %s)", retry_topic, r.code, r.remark)
@@ -757,6 +857,30 @@ class PopService(SpecialService):
             self.revived += len(msgs)
         return len(msgs)
 
+    def _remote_failed(self, p: _Pending, offset: int) -> None:
+        """A message of another broker group could not be read: the CK stays pending and is
+        tried again after a doubling back-off (reviveInterval, 2x, 4x ... REMOTE_RETRY_MAX_MS).
+        Never dropped: the group may be down, or its acting slave not in the routes yet."""
+        self.remote_read_failures += 1
+        p.remote_failures += 1
+        n = p.remote_failures
+        interval = max(1, self.broker.cfg.revive_interval_ms)
+        wait = min(REMOTE_RETRY_MAX_MS, interval << min(n, 20))
+        p.retry_at = wall_ms() + wait
+        if n & (n - 1) == 0:  # 1, 2, 4, 8 ...: a long outage does not flood the log
+            ck = p.ck
+            log.warning(
+                "revive of CK %s: message %s:%d@%d of broker %s not readable (attempt %d); "
+                "kept pending, next try in %.1f s",
+                ck.merge_key(),
+                ck.topic,
+                ck.queue_id,
+                offset,
+                ck.broker_name,
+                n,
+                wait / 1000,
+            )
+
     def _ensure_retry_topic(self, topic: str) -> None:
         if self.broker.topics.get(topic) is None:
             self.broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
@@ -767,6 +891,7 @@ class PopService(SpecialService):
             "pending": sum(len(q.pending) for q in self._revive_queues),
             "revived": self.revived,
             "parked": self._parked,
+            "remote_read_failures": self.remote_read_failures,
         }
 
 

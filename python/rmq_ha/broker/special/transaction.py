@@ -24,6 +24,33 @@ Duplicates: a commit for a transaction already resolved (by key) writes nothing,
 answer for an old copy plus an answer for its re-checked copy commit once. The key memory is
 in RAM and rebuilt from the op queue on start; a restart between a re-check and a late answer
 for the older copy can still commit twice (RocketMQ has the same window, wider).
+
+On a slave acting for a dead master (RIP-32; TransactionalMessageServiceImpl.check on a slave
+escapes the half). The slave's half and op queues are copies of the master's and must not
+fork, and a CHECK_TRANSACTION_STATE sent from here would be answered against offsets no
+master holds. So, while this broker is not the master:
+
+* the check passes resolved halves as always; a half it would check (undecided and old
+  enough, or checked transactionCheckMax times) is handed over whole: `escape.put([half])`
+  sends it to another broker group's master as a half of its real topic (TRAN_MSG, PGROUP,
+  UNIQ_KEY and check times kept), which parks it in its own half queue and checks the producer
+  itself. The half progress moves past it only once that send succeeded; a failed send stops
+  the run (tried again next interval);
+* END_TRANSACTION (only on the acting slave; a plain slave answers SLAVE_NOT_AVAILABLE)
+  commits through the escape (the real message goes to another master); the op record cannot
+  be written (the escape refuses op records on a slave), so the decision is kept in memory
+  (`_removed` / `_resolved`, and `_unwritten` until the check has passed the half): the check
+  passes that half instead of handing it over.
+
+At-least-once window. What the acting slave resolved or handed over is recorded only in its
+memory and in its half progress (a consumer offset). A returning master that does not take
+that progress back (pre-online takes the newer offsets), or an op record the dead master wrote
+but never replicated, makes the master check such a half again: the producer's answer
+decides, so a committed transaction can be delivered twice (once from the other master or the
+acting slave's commit, once from the master), never lost. The same holds for an
+END_TRANSACTION that reaches the acting slave after the check handed its half over: it
+commits here, and the other master commits again if the producer answers its check with
+commit.
 """
 
 from __future__ import annotations
@@ -102,10 +129,15 @@ class TransactionService(SpecialService):
         self._resolved: dict[str, int] = {}
         #: transaction key -> half queue offset of its newest re-checked copy.
         self._copies: dict[str, int] = {}
+        #: Decisions taken on an acting slave, which cannot write op records: transaction key
+        #: -> the largest half queue offset resolved (kept until the check passed it).
+        self._unwritten: dict[str, int] = {}
         #: Next op record to read; None: from the persisted progress.
         self._op_read: int | None = None
         self.checks_sent = 0
         self.discarded = 0
+        #: Halves handed over to another master by the check on a slave (RIP-32).
+        self.escaped = 0
 
     def system_topics(self) -> dict[str, int]:
         return {HALF_TOPIC: 1, OP_TOPIC: 1, CHECK_MAX_TOPIC: 1}
@@ -125,6 +157,13 @@ class TransactionService(SpecialService):
 
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
+        broker = self.broker
+        if not (broker.ha.is_master or broker.acting_master):
+            # EndTransactionProcessor: a slave that is not acting for its master refuses.
+            return cmd.response(
+                Resp.SLAVE_NOT_AVAILABLE,
+                "the broker is a slave and not acting as master, so end transaction is forbidden",
+            )
         ttype = h.commit_or_rollback & TRANSACTION_TYPE_MASK
         if ttype not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             # UNKNOW: nothing to do now; the check service asks again later.
@@ -201,6 +240,15 @@ class TransactionService(SpecialService):
         return msg
 
     async def _write_op(self, half_offsets: list[int], key: str) -> None:
+        if not self.broker.ha.is_master:
+            # An acting slave: op records stay with their own group (its op queue is the
+            # master's copy), so the decision is kept in memory; the check passes the half.
+            for o in half_offsets:
+                self._removed.setdefault(o, -1)
+            self._resolved.setdefault(key, -1)
+            self._unwritten[key] = max(self._unwritten.get(key, -1), *half_offsets)
+            self._copies.pop(key, None)
+            return
         op = InnerMessage(
             topic=OP_TOPIC,
             queue_id=0,
@@ -226,6 +274,7 @@ class TransactionService(SpecialService):
         self._removed.clear()
         self._resolved.clear()
         self._copies.clear()
+        self._unwritten.clear()
         self._op_read = None
 
     async def run(self, nursery: trio.Nursery) -> None:
@@ -263,7 +312,8 @@ class TransactionService(SpecialService):
             await trio.sleep(0)  # a long op backlog must not hold the event loop
 
     async def check_once(self) -> int:
-        """One run over the half queue; returns how many checks were sent."""
+        """One run over the half queue; returns how many halves were checked (a check sent
+        to the producer) or, on a slave, handed over to another master."""
         async with self._lock:
             return await self._check_locked()
 
@@ -297,6 +347,14 @@ class TransactionService(SpecialService):
                     continue
                 props = decode_properties(_bytes(rec["properties"]))
                 times = _to_int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES), 0)
+                if not self.broker.ha.is_master and times >= cfg.transaction_check_max:
+                    # On a slave the receiving master discards it at its first check.
+                    if not await self._escape_half(rec):
+                        stop = True
+                        break
+                    pos = off + 1
+                    sent += 1
+                    continue
                 if times >= cfg.transaction_check_max:
                     if not await self._discard(rec):
                         stop = True
@@ -313,6 +371,13 @@ class TransactionService(SpecialService):
                 if now - born < immunity:
                     stop = True  # every later half is younger (or a copy made after it)
                     break
+                if not self.broker.ha.is_master:
+                    if not await self._escape_half(rec):
+                        stop = True
+                        break
+                    pos = off + 1
+                    sent += 1
+                    continue
                 copy = InnerMessage.from_record(rec)
                 copy.properties[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times + 1)
                 r = await self.special.escape.put([copy])
@@ -341,10 +406,38 @@ class TransactionService(SpecialService):
             offsets.commit(SYS_GROUP, OP_TOPIC, 0, op_progress)
         # Keys are remembered while their op record is still ahead of the op progress (a
         # restart would read them again), or while a copy of them may still be checked.
+        self._unwritten = {k: h for k, h in self._unwritten.items() if h >= half_pos}
         self._resolved = {
-            k: o for k, o in self._resolved.items() if o >= op_progress or k in self._copies
+            k: o
+            for k, o in self._resolved.items()
+            if o >= op_progress or k in self._copies or k in self._unwritten
         }
         self._copies = {k: o for k, o in self._copies.items() if o >= half_pos}
+
+    async def _escape_half(self, rec: Record) -> bool:
+        """On a slave: hands an undecided half over to another broker group's master (the
+        escape sends it as a half of its real topic; that master checks the producer). True
+        once it is stored there."""
+        half = InnerMessage.from_record(rec)
+        r = await self.special.escape.put([half])
+        key = half.properties.get(PROPERTY_UNIQ_KEY)
+        if not r.ok:
+            log.warning(
+                "handing half %s (offset %s) to another master failed (%s %s); kept, tried "
+                "again next run",
+                key,
+                rec["queue_offset"],
+                r.code,
+                r.remark,
+            )
+            return False
+        self.escaped += 1
+        log.info(
+            "half %s (offset %s) handed to another master, which checks it",
+            key,
+            rec["queue_offset"],
+        )
+        return True
 
     async def _discard(self, rec: Record) -> bool:
         """TransactionalMessageCheckListener.resolveDiscardMsg: checked too often."""
