@@ -21,6 +21,9 @@ Remote puts:
 * The target is a writable queue of the topic on a broker-set other than ours whose route has
   a master, chosen by a hash of (our broker name, topic), so records that must meet (a pop
   checkpoint and its ack) land on the same broker; revive-topic records keep their queue id.
+  When no other broker-set has the topic (a pop retry topic only the dead master had, say),
+  a master that routes the auto-create topic TBW102 gets it with TBW102 as the default topic,
+  and creates it as RocketMQ's auto-create does.
 * A failed send (a dead master behind a stale route, RocketMQ #7923) refreshes the route and
   tries the next broker-set; if every one fails the put fails and the caller retries later, so
   a message is never dropped. Duplicates are possible (a send that timed out may have been
@@ -29,6 +32,7 @@ Remote puts:
 
 from __future__ import annotations
 
+import enum
 import logging
 import zlib
 from collections.abc import Sequence
@@ -52,6 +56,7 @@ from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headers import (
     PullMessageRequestHeader,
+    PullMessageResponseHeader,
     SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
 )
@@ -76,7 +81,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_S: Final = 3.0
-PULL_TIMEOUT_S: Final = 10.0
+#: A remote read for pop revive: short, so a frozen group does not hold a revive pass long.
+PULL_TIMEOUT_S: Final = 3.0
+#: The auto-create default topic: a broker with autoCreateTopicEnable routes it, and creates a
+#: topic it does not know from it when a send names it as the default topic.
+AUTO_CREATE_TOPIC: Final = "TBW102"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -84,6 +93,19 @@ REVIVE_TOPIC_PREFIX: Final = "rmq_sys_REVIVE_LOG_"
 _TIMER_KEYS: Final = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 #: Pull flag: the request carries its own subscription ("*"), so no consumer group is needed.
 _FLAG_SUBSCRIPTION: Final = 0x4
+
+
+class Gone(enum.Enum):
+    """`get_message`: the replica answered, and the message no longer exists."""
+
+    GONE = "gone"
+
+
+GONE: Final = Gone.GONE
+#: Pull answers that carry the queue's real min/max offsets.
+_PULL_ANSWERS: Final = frozenset(
+    {Resp.PULL_NOT_FOUND, Resp.PULL_OFFSET_MOVED, Resp.PULL_RETRY_IMMEDIATELY}
+)
 
 
 class EscapeBridge:
@@ -145,7 +167,12 @@ class EscapeBridge:
             if attempt:
                 # A stale route (the chosen master died, RocketMQ #7923): ask again.
                 await self._refresh(out.topic)
-            for name, addr, qid in await self._targets(out, own):
+            targets = await self._targets(out, out.topic, own)
+            if not targets:
+                targets = await self._targets(out, AUTO_CREATE_TOPIC, own)
+                if attempt:
+                    await self._refresh(AUTO_CREATE_TOPIC)
+            for name, addr, qid in targets:
                 if name in tried:
                     continue
                 tried.add(name)
@@ -165,13 +192,15 @@ class EscapeBridge:
         except (RouteNotFoundError, RemotingError) as e:
             log.debug("route of %s: %s", topic, e)
 
-    async def _targets(self, msg: InnerMessage, own: str) -> list[tuple[str, str, int]]:
-        """(broker name, master address, queue id) of the other broker-sets, in the order the
-        hash picks them."""
+    async def _targets(
+        self, msg: InnerMessage, route_topic: str, own: str
+    ) -> list[tuple[str, str, int]]:
+        """(broker name, master address, queue id) of the other broker-sets routing
+        `route_topic`, in the order the hash picks them."""
         try:
-            route = await self.routes.get(msg.topic)
+            route = await self.routes.get(route_topic)
         except (RouteNotFoundError, RemotingError) as e:
-            log.debug("no route of %s for escape: %s", msg.topic, e)
+            log.debug("no route of %s for escape: %s", route_topic, e)
             return []
         if route is None:
             return []
@@ -191,7 +220,9 @@ class EscapeBridge:
         out = []
         for i in range(len(options)):
             name, addr, nums = options[(start + i) % len(options)]
-            if msg.topic.startswith(REVIVE_TOPIC_PREFIX) and msg.queue_id < nums:
+            if route_topic != msg.topic:
+                qid = 0  # a topic the receiver creates: queue 0 exists whatever its count
+            elif msg.topic.startswith(REVIVE_TOPIC_PREFIX) and msg.queue_id < nums:
                 qid = msg.queue_id  # a checkpoint and its ack must meet in one revive queue
             else:
                 qid = key % nums
@@ -206,7 +237,7 @@ class EscapeBridge:
         h = SendMessageRequestHeaderV2(
             producer_group=group,
             topic=msg.topic,
-            default_topic="TBW102",
+            default_topic=AUTO_CREATE_TOPIC,
             default_topic_queue_nums=4,
             queue_id=qid,
             sys_flag=msg.sys_flag,
@@ -231,10 +262,12 @@ class EscapeBridge:
 
     async def get_message(
         self, broker_name: str, topic: str, queue_id: int, offset: int
-    ) -> InnerMessage | None:
+    ) -> InnerMessage | Gone | None:
         """The message at `offset` of a queue another broker-set holds, read from whatever its
-        route shows as id 0 (its master, or the slave acting for it); None when the queue has
-        no message there or no replica answers (RocketMQ's getMessageFromRemote)."""
+        route shows as id 0 (its master, or the slave acting for it); `GONE` when that replica
+        says the offset is below the queue's minimum (retention removed it: nothing left to
+        read); None when no replica answers (try again later). RocketMQ's
+        getMessageFromRemote."""
         for attempt in range(2):
             if attempt:
                 await self._refresh(topic)
@@ -264,7 +297,7 @@ class EscapeBridge:
 
     async def _pull_one(
         self, addr: str, broker_name: str, topic: str, queue_id: int, offset: int
-    ) -> InnerMessage | None:
+    ) -> InnerMessage | Gone | None:
         h = PullMessageRequestHeader(
             consumer_group=f"InnerConsumerGroup_{self.broker.cfg.broker_name}",
             topic=topic,
@@ -286,6 +319,13 @@ class EscapeBridge:
             log.debug("remote get %s:%d@%d from %s failed: %s", topic, queue_id, offset, addr, e)
             return None
         if resp.code != Resp.SUCCESS or not resp.body or len(resp.body) < 4:
+            if resp.code in _PULL_ANSWERS:
+                try:
+                    rh = PullMessageResponseHeader.from_ext(resp.ext_fields)
+                except ValueError:  # HeaderError: no offsets in the answer
+                    return None
+                if offset < rh.min_offset:
+                    return GONE
             return None
         size = int.from_bytes(resp.body[:4], "big")
         try:

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from rmq_ha.broker.special.escape import GONE
 from rmq_ha.broker.special.records import Record, read_queue
 from rmq_ha.broker.special.services import InnerMessage, SpecialService, SpecialServices
 from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX
@@ -795,6 +796,8 @@ class PopService(SpecialService):
                 if got is None:
                     self._remote_failed(p, off)
                     return _DEFERRED
+                if got is GONE:
+                    continue  # gone (retention): nothing left to revive
                 orig = got
             else:
                 recs, _ = read_queue(self.broker.store.native, ck.topic, ck.queue_id, off, 1)
