@@ -49,7 +49,11 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
         choices=sorted(TOPOLOGIES),
         help="; ".join(f"{t.name}: {t.doc}" for t in TOPOLOGIES.values()),
     )
-    r.add_argument("--workload", default="queue", help="queue, ordered, admin (comma list)")
+    r.add_argument(
+        "--workload",
+        default="queue",
+        help="queue, ordered, admin, delay, transaction, pop (comma list)",
+    )
     r.add_argument(
         "--nemesis",
         default="partition,kill,pause",

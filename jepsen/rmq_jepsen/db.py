@@ -44,6 +44,9 @@ class Topology:
     all_ack: bool = True
     min_in_sync: int = 1
     master_role: str = "SYNC_MASTER"
+    #: Slave acting master (RIP-32): name servers present a masterless group's slave as a
+    #: read-only id 0, and that slave runs the special services through an escape.
+    acting: bool = False
     doc: str = ""
 
 
@@ -76,6 +79,17 @@ TOPOLOGIES: dict[str, Topology] = {
             "classic",
             master_role="ASYNC_MASTER",
             doc="3 name servers; ASYNC_MASTER + 2 SLAVEs",
+        ),
+        Topology(
+            "acting-master",
+            "classic",
+            nameservers=2,
+            groups=2,
+            replicas=2,
+            acting=True,
+            doc="2 name servers (supportActingMaster); groups broker-a and broker-b, each a "
+            "SYNC_MASTER + 1 SLAVE with enableSlaveActingMaster and enableRemoteEscape; every "
+            "broker on its own node when there are enough",
         ),
         Topology(
             "single",
@@ -111,6 +125,17 @@ class Timing:
     controller_heartbeat_timeout_ms: int = 3_000
     ha_not_catchup_ms: int = 5_000
     commitlog_bytes: int = 64 << 20
+    # special messages (every topology): short delay levels, fast transaction checks and
+    # pop revives, so the delay / transaction / pop workloads settle within a short campaign
+    delay_levels: str = "1s 2s 3s 4s 5s 10s 30s 1m"
+    transaction_timeout_ms: int = 2_000
+    transaction_check_ms: int = 2_000
+    revive_ms: int = 500
+    # slave acting master (acting-master topology): a name server drops a broker that sent no
+    # heartbeat for this long, so the slave takes over within a few seconds
+    broker_not_active_ms: int = 4_000
+    broker_heartbeat_ms: int = 1_000
+    member_group_sync_ms: int = 1_000
 
 
 @dataclass
@@ -162,6 +187,8 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
             "scanNotActiveBrokerInterval": timing.scan_ms,
             "brokerChannelExpiredTime": timing.broker_expired_ms,
         }
+        if topo.acting:
+            v.update({"supportActingMaster": "true", "notifyMinBrokerIdChanged": "true"})
         if topo.mode == "controller":
             v.update(
                 {
@@ -182,7 +209,7 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
     for g in range(topo.groups):
         gname = f"broker-{chr(ord('a') + g)}"
         for r in range(topo.replicas):
-            x = nodes[(start + g + r) % n]
+            x = broker_node(topo, nodes, nns, g, r) if topo.acting else nodes[(start + g + r) % n]
             slot = slots.get(x, 0)
             slots[x] = slot + 1
             bport, hport = port(x, BROKER_PORT, slot), port(x, HA_PORT, slot)
@@ -196,9 +223,13 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
                 "namesrvAddr": ";".join(ns_addrs),
                 "mappedFileSizeCommitLog": timing.commitlog_bytes,
                 "registerNameServerPeriod": timing.register_period_ms,
-                "brokerHeartbeatInterval": 1000,
+                "brokerHeartbeatInterval": timing.broker_heartbeat_ms,
                 "flushDiskType": "ASYNC_FLUSH",
                 "autoCreateTopicEnable": "true",
+                "messageDelayLevel": timing.delay_levels,
+                "transactionTimeOut": timing.transaction_timeout_ms,
+                "transactionCheckInterval": timing.transaction_check_ms,
+                "reviveInterval": timing.revive_ms,
             }
             if topo.mode == "controller":
                 v.update(
@@ -216,11 +247,40 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
                 )
             elif topo.mode == "classic":
                 v.update({"brokerId": r, "brokerRole": topo.master_role if r == 0 else "SLAVE"})
+                if topo.acting:
+                    v.update(
+                        {
+                            "enableSlaveActingMaster": "true",
+                            "enableRemoteEscape": "true",
+                            "totalReplicas": topo.replicas,
+                            "compatibleWithOldNameSrv": "false",
+                            "brokerNotActiveTimeoutMillis": timing.broker_not_active_ms,
+                            "syncBrokerMemberGroupPeriod": timing.member_group_sync_ms,
+                            "lockInStrictMode": "false",
+                            # ours: a master that lost both name servers and every slave
+                            # stops serving (no second, diverging view while partitioned)
+                            "fenceWhenIsolated": "true",
+                        }
+                    )
             else:
                 v.update({"brokerId": 0, "brokerRole": "ASYNC_MASTER"})
             name = f"{gname}-{r}"
             roles.append(Role(name, "broker", x, bport, v, gname, r, hport))
     return roles
+
+
+def broker_node(topo: Topology, nodes: list[str], nns: int, group: int, replica: int) -> str:
+    """Where replica `replica` of group `group` runs in a slave-acting-master topology: on the
+    nodes without a name server when there are at least two, one broker per node when they
+    suffice; otherwise a group's replicas on consecutive nodes, shifted by one per group, so
+    no two masters and no master and its own slave share a node. Killing or isolating one
+    master then leaves its slave (the acting master) and the other group's master (where the
+    acting master escapes to) up."""
+    rest = nodes[nns:] if len(nodes) - nns >= 2 else nodes
+    k = len(rest)
+    if k >= topo.groups * topo.replicas:
+        return rest[group * topo.replicas + replica]
+    return rest[(group + replica) % k]
 
 
 def render_properties(values: Mapping[str, Any]) -> str:
@@ -554,10 +614,17 @@ class ClusterView:
         except (RmqHaError, trio.TooSlowError, OSError) as e:
             self.last_error = f"cluster info: {e!r}"
             return out
+        classic = self.db.topology.mode == "classic"
         for name, bd in info.broker_addr_table.items():
             addr = bd.broker_addrs.get(0)
-            if name in out and addr:
-                out[name] = self.db.role_at(addr)
+            role = self.db.role_at(addr) if addr else None
+            if name not in out or role is None:
+                continue
+            if classic and role.replica != 0:
+                # A slave acting as master (RIP-32) may be shown as id 0; it is not the
+                # master, whose configured id is 0 (killing it would take the whole group).
+                continue
+            out[name] = role
         return out
 
     async def controller_leader(self) -> Role | None:

@@ -246,3 +246,57 @@ class TokenBucket:
         wait = max(0.0, self._next - now)
         self._next += self.interval
         return wait
+
+
+# ---- special messages -------------------------------------------------------------------------
+
+#: A transaction's plan by value, out of 20: 11 commit, 3 rollback, 4 left unknown by the local
+#: transaction and committed by the check, 2 left unknown and rolled back by the check.
+TXN_PLAN_WEIGHTS: tuple[tuple[str, int], ...] = (
+    ("commit", 11),
+    ("rollback", 3),
+    ("unknown-commit", 4),
+    ("unknown-rollback", 2),
+)
+
+
+def txn_plan(value: int) -> str:
+    """The transaction plan of a value (rmq_ha.history.TXN_STATES), a pure function of it, so
+    the check listener answers for a message from its key alone, after any crash."""
+    total = sum(w for _, w in TXN_PLAN_WEIGHTS)
+    x = (value * 2654435761 + 0x9E37) % (1 << 32) % total
+    for plan, w in TXN_PLAN_WEIGHTS:
+        if x < w:
+            return plan
+        x -= w
+    raise AssertionError("unreachable")
+
+
+def txn_key(value: int) -> str:
+    return f"tx{value}"
+
+
+def txn_value_of_key(key: str | None) -> int | None:
+    if key is None or not key.startswith("tx"):
+        return None
+    try:
+        return int(key[2:])
+    except ValueError:
+        return None
+
+
+#: What a pop consumer does with a popped message, with weights out of 20: ack it, leave it
+#: (it comes back after its invisible time), change its invisible time and then ack it with
+#: the new handle, or change its invisible time to a short lease and leave it.
+POP_ACTION_WEIGHTS: tuple[tuple[str, int], ...] = (
+    ("ack", 15),
+    ("skip", 2),
+    ("change-ack", 2),
+    ("change-skip", 1),
+)
+
+
+def pop_action(rng: random.Random) -> str:
+    names = [a for a, _ in POP_ACTION_WEIGHTS]
+    weights = [w for _, w in POP_ACTION_WEIGHTS]
+    return rng.choices(names, weights)[0]

@@ -151,10 +151,7 @@ def _arrow_schema() -> Any:
     return h.arrow_schema()
 
 
-_VALUE_KEYS = (
-    "topic queue_id queue_offset value key broker status group messages offset master epoch "
-    "fault fault_id targets detail"
-).split()
+_VALUE_KEYS = h.VALUE_FIELDS
 
 
 def _row(op: Op) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from rmq_jepsen.nemesis import Nemesis, Timeline, heal_journal
 from rmq_jepsen.progress import Progress
 from rmq_jepsen.recorder import Recorder, export_parquet
 from rmq_jepsen.state import StateDir, write_json_atomic
-from rmq_jepsen.workload import WorkloadOptions, Workloads, parse_workloads
+from rmq_jepsen.workload import WorkloadOptions, Workloads, delay_levels_ms, parse_workloads
 
 log = logging.getLogger("rmq_jepsen.runner")
 
@@ -292,6 +292,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
                 run_id=run_id,
                 client_ip=client_ip,
                 seed=seed,
+                delay_levels_ms=delay_levels_ms(db.timing.delay_levels),
             ),
             db,
             view,
@@ -311,44 +312,50 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         nem = nemesis
         progress.faults = lambda: [a.event.variant for a in nem.active.values()]
 
-        progress.set_phase("run", opts.time_s)
-        timeline.t0 = time.monotonic()  # nemesis.jsonl times count from the run phase
-        timeline.write(event="run-start", wall_ns=time.time_ns())
-        t0 = trio.current_time()
-        t = time.monotonic()
-        async with trio.open_nursery() as outer:
+        async with wl.lifetime():
+            progress.set_phase("run", opts.time_s)
+            timeline.t0 = time.monotonic()  # nemesis.jsonl times count from the run phase
+            timeline.write(event="run-start", wall_ns=time.time_ns())
+            t0 = trio.current_time()
+            t = time.monotonic()
+            async with trio.open_nursery() as outer:
 
-            async def ticker() -> None:
-                while True:
-                    await trio.sleep(0.5)
-                    assert recorder is not None
-                    recorder.flush()
-                    progress.tick()
+                async def ticker() -> None:
+                    while True:
+                        await trio.sleep(0.5)
+                        assert recorder is not None
+                        recorder.flush()
+                        progress.tick()
 
-            outer.start_soon(ticker)
-            # The workload stops at the time limit; the nemesis after its last fault stops.
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(wl.run, t0 + opts.time_s)
-                nursery.start_soon(nemesis.run, events, t0)
-            outer.cancel_scope.cancel()
-        timings["run_s"] = time.monotonic() - t
+                outer.start_soon(ticker)
+                # The workload stops at the time limit; the nemesis after its last fault stops.
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(wl.run, t0 + opts.time_s)
+                    nursery.start_soon(nemesis.run, events, t0)
+                outer.cancel_scope.cancel()
+            timings["run_s"] = time.monotonic() - t
 
-        progress.set_phase("heal")
-        await nemesis.heal_all()
-        for name in sorted(db.down):
-            try:
-                await db.restart(db.by_name[name])
-            except Exception as e:
-                out.notes.append(f"could not restart {name} after the run: {e}")
-        progress.set_phase("recovery", opts.recovery_s)
-        t = time.monotonic()
-        await trio.sleep(opts.recovery_s)
-        await view.wait_masters(30)
-        timings["recovery_s"] = time.monotonic() - t
-        progress.set_phase("drain")
-        t = time.monotonic()
-        summary["drain"] = await wl.drain(opts.drain_timeout_s)
-        timings["drain_s"] = time.monotonic() - t
+            progress.set_phase("heal")
+            await nemesis.heal_all()
+            for name in sorted(db.down):
+                try:
+                    await db.restart(db.by_name[name])
+                except Exception as e:
+                    out.notes.append(f"could not restart {name} after the run: {e}")
+            progress.set_phase("recovery", opts.recovery_s)
+            t = time.monotonic()
+            await trio.sleep(opts.recovery_s)
+            await view.wait_masters(30)
+            timings["recovery_s"] = time.monotonic() - t
+            if any(k in kinds for k in ("delay", "transaction")):
+                progress.set_phase("settle")
+                t = time.monotonic()
+                summary["settle"] = await wl.settle(opts.recovery_s)
+                timings["settle_s"] = time.monotonic() - t
+            progress.set_phase("drain")
+            t = time.monotonic()
+            summary["drain"] = await wl.drain(opts.drain_timeout_s)
+            timings["drain_s"] = time.monotonic() - t
         summary["client_errors"] = wl.stats.errors[:20]
         summary["healed"] = await nemesis.verify_healed()
         if not summary["healed"]["healed"]:

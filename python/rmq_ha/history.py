@@ -21,8 +21,25 @@ Functions (``f``):
 * ``offsets``   admin reads: value: topic, queue_id, broker, detail ("max" | "min" | "search");
                 ``ok`` adds ``offset``.
 * ``metadata``  controller metadata observed: value: broker (group name), master, epoch.
+* ``pop``       a pop consumer's POP_MESSAGE: value: topic, group, invisible_ms; ``ok`` carries
+                ``messages`` (a message popped again after its invisible time is a new read).
+* ``ack``       ACK_MESSAGE of one popped message: value: topic, group, value (null for a
+                body that did not parse), broker, queue_id, queue_offset (where it was popped
+                from).
+* ``change-invisible``  CHANGE_MESSAGE_INVISIBLETIME of one popped message: as ``ack``, plus
+                invisible_ms (the new lease, counted from the request).
 * ``fault-start`` / ``fault-stop``  nemesis: value: fault (kind), fault_id (pairs start/stop),
                 targets (nodes), detail (free text).
+
+Special sends (schema version 2; every addition is a nullable field or a new ``f``, so a
+version-1 history reads unchanged):
+
+* a delayed or timer send carries ``delay_ms``: its delay relative to the send's invoke, so
+  the message is due at ``invoke time_ns + delay_ms`` on the history's clock;
+* a transactional send carries ``txn``, the transaction's fate (``TXN_STATES``): on the invoke
+  the plan (what the producer's check listener answers for it), on the completion what the
+  producer decided after its half message was stored. A rolled-back transaction completes
+  ``fail`` (definite: it must never be delivered); one that commits completes ``ok``.
 """
 
 from __future__ import annotations
@@ -33,12 +50,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-SCHEMA_VERSION: Final = 1
+#: 1: the bench's first schema; 2 adds the pop / ack / change-invisible functions and the
+#: nullable value fields delay_ms, txn and invisible_ms (a version-1 history is valid in 2).
+SCHEMA_VERSION: Final = 2
 
 NEMESIS_PROCESS: Final = -1
 
 TYPES: Final = ("invoke", "ok", "fail", "info")
-CLIENT_FS: Final = ("send", "poll", "drain", "offsets", "metadata")
+CLIENT_FS: Final = (
+    "send",
+    "poll",
+    "drain",
+    "offsets",
+    "metadata",
+    "pop",
+    "ack",
+    "change-invisible",
+)
+#: A transaction's fate: committed by the producer, rolled back by it, or left unknown by the
+#: local transaction and then resolved by the check listener.
+TXN_STATES: Final = ("commit", "rollback", "unknown-commit", "unknown-rollback")
+TXN_COMMITTED: Final = ("commit", "unknown-commit")
 NEMESIS_FS: Final = ("fault-start", "fault-stop")
 FAULT_KINDS: Final = ("partition", "kill", "pause", "clock", "netem", "file")
 
@@ -85,6 +117,9 @@ class Value:
     fault_id: int | None = None
     targets: list[str] | None = None
     detail: str | None = None
+    delay_ms: int | None = None
+    txn: str | None = None
+    invisible_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -125,7 +160,12 @@ _VALUE_FIELDS: Final = (
     "fault_id",
     "targets",
     "detail",
+    "delay_ms",
+    "txn",
+    "invisible_ms",
 )
+#: The value's field names, in schema order (JSON keys, Spark and Arrow struct fields).
+VALUE_FIELDS: Final = _VALUE_FIELDS
 
 
 @dataclass(slots=True)
@@ -192,6 +232,8 @@ def validate(op: Op) -> None:
         raise HistoryError(f"op {op.index}: a fail is definite by definition")
     if op.f == "send" and op.value.value is None:
         raise HistoryError(f"op {op.index}: send without a value")
+    if op.value.txn is not None and op.value.txn not in TXN_STATES:
+        raise HistoryError(f"op {op.index}: txn {op.value.txn!r} is not one of {TXN_STATES}")
 
 
 def dumps(op: Op) -> str:
@@ -231,7 +273,8 @@ SPARK_DDL: Final = (
     "status:string,group:string,"
     f"messages:array<{_READ_DDL}>,"
     "offset:bigint,master:string,epoch:int,fault:string,fault_id:int,"
-    "targets:array<string>,detail:string>, "
+    "targets:array<string>,detail:string,"
+    "delay_ms:bigint,txn:string,invisible_ms:bigint>, "
     "error string, definite boolean"
 )
 
@@ -269,6 +312,9 @@ def arrow_schema() -> Any:
             ("fault_id", pa.int32()),
             ("targets", pa.list_(pa.string())),
             ("detail", pa.string()),
+            ("delay_ms", pa.int64()),
+            ("txn", pa.string()),
+            ("invisible_ms", pa.int64()),
         ]
     )
     return pa.schema(

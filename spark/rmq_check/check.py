@@ -15,13 +15,16 @@ from rmq_check.analyses import (
     SAFETY,
     aborted,
     availability,
+    delay,
     duplicated,
     lost,
     lost_write,
     metadata,
     offsets,
     ordering,
+    pop,
     recovered,
+    transaction,
     unexpected,
 )
 from rmq_check.core import Config, Frames
@@ -37,10 +40,25 @@ ANALYSES: dict[str, Callable[[Frames], dict[str, Any]]] = {
     "recovered": recovered.run,
     "availability": availability.run,
     "metadata": metadata.run,
+    "delay": delay.run,
+    "transaction": transaction.run,
+    "pop": pop.run,
 }
 assert tuple(ANALYSES) == NAMES
 
 TRACE_LIMIT = 12  # history ops shown per example value
+#: analyses whose examples name a value as "v"
+VALUE_EXAMPLES = (
+    "lost",
+    "lost-write",
+    "unexpected",
+    "duplicated",
+    "aborted-read",
+    "recovered",
+    "delay",
+    "transaction",
+    "pop",
+)
 
 
 def safety_failures(results: dict[str, Any], cfg: Config) -> list[str]:
@@ -90,7 +108,7 @@ def check(
 
 def _example_values(analyses: dict[str, Any]) -> set[int]:
     vals: set[int] = set()
-    for name in ("lost", "lost-write", "unexpected", "duplicated", "aborted-read", "recovered"):
+    for name in VALUE_EXAMPLES:
         for e in analyses.get(name, {}).get("examples", []):
             if e.get("v") is not None:
                 vals.add(int(e["v"]))
@@ -115,7 +133,9 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
         return
     c = F.col
     ops = fr.ops
-    sends = ops.where((c("f") == "send") & c("value.value").isin(vals)).select(
+    sends = ops.where(
+        c("f").isin("send", "ack", "change-invisible") & c("value.value").isin(vals)
+    ).select(
         c("value.value").alias("v"),
         "index",
         "process",
@@ -127,10 +147,12 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
         c("value.queue_offset").alias("queue_offset"),
         c("value.status").alias("status"),
         c("value.group").alias("group"),
+        c("value.txn").alias("txn"),
+        c("value.delay_ms").alias("delay_ms"),
     )
     reads = (
         ops.where(
-            c("f").isin("poll", "drain")
+            c("f").isin("poll", "drain", "pop")
             & (c("type") == "ok")
             # prefilter on the value column before exploding every message
             & F.arrays_overlap(
@@ -158,6 +180,8 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
             c("m.queue_offset").alias("queue_offset"),
             F.lit(None).cast("string").alias("status"),
             "group",
+            F.lit(None).cast("string").alias("txn"),
+            F.lit(None).cast("long").alias("delay_ms"),
         )
     )
     rows = (
@@ -175,7 +199,7 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
         if t:
             e["history"] = t
 
-    for name in ("lost", "lost-write", "unexpected", "duplicated", "aborted-read", "recovered"):
+    for name in VALUE_EXAMPLES:
         for e in analyses.get(name, {}).get("examples", []):
             attach(e, ("v",))
     for e in analyses.get("inconsistent-offsets", {}).get("examples", []):

@@ -31,6 +31,12 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
         help="per-key order: auto = keys whose sends all went to one queue",
     )
     p.add_argument("--exactly-once", action="store_true", help="duplicates fail the run (safety)")
+    p.add_argument(
+        "--delay-tolerance-ms",
+        type=float,
+        default=250.0,
+        help="a delayed message delivered this long before it was due is early",
+    )
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
     p.set_defaults(func=run_check)
 
@@ -73,6 +79,7 @@ def run_check(args: argparse.Namespace) -> int:
         bin_ms=args.bin_ms,
         exactly_once=args.exactly_once,
         order=args.order,
+        delay_tolerance_ms=args.delay_tolerance_ms,
     )
     own = SparkSession.getActiveSession() is None
     spark = session(
@@ -116,6 +123,13 @@ def print_verdict(results: dict[str, Any], out: Path) -> None:
         t.add_row(n, f"[{style}]{v}[/]", str(r["count"]), "yes" if n in SAFETY else "no")
     c = Console()
     c.print(t)
+    from rmq_check.report import delay_line, pop_line
+
+    a = results["analyses"]
+    if "lateness_ms" in a.get("delay", {}):
+        c.print("delay: " + delay_line(a["delay"]))
+    if "redelivery" in a.get("pop", {}):
+        c.print("pop: " + pop_line(a["pop"]))
     verdict = "VALID" if results["valid"] else "INVALID: " + ", ".join(results["safety_failed"])
     c.print(f"guarantee: {results.get('guarantee')}; verdict: [bold]{verdict}[/]")
     c.print(f"report: {out / 'report.html'}")

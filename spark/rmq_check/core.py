@@ -27,6 +27,7 @@ MAX_GROUPS = 61  # consumer groups with their own bit in a 64-bit mask (the rest
 POS_BITS = 20  # messages per op kept apart in dpos
 MULTI_INLINE = 10_000  # values at several positions matched inline before exploding reads
 SEND_OK = "SEND_OK"
+TXN_ROLLED_BACK = ("rollback", "unknown-rollback")
 READ_FS = ("poll", "drain")
 PAIRED_FS = ("poll", "drain", "offsets", "metadata")
 
@@ -37,6 +38,7 @@ class Config:
     bin_ms: int = 10  # availability resolution
     exactly_once: bool = False  # duplicates fail the run (a safety property) when set
     order: str = "auto"  # "auto": per-key order where sends carry keys; "off"
+    delay_tolerance_ms: float = 250.0  # a delayed message read this much before due is early
     persist: Any = field(default_factory=lambda: StorageLevel.MEMORY_AND_DISK)
 
 
@@ -88,6 +90,10 @@ class Frames:
                             )
                         )
                     ).alias("groups"),
+                    # special sends, counted in the same pass (no scan when there are none)
+                    F.count(F.col("value.delay_ms")).alias("delayed"),
+                    F.count(F.col("value.txn")).alias("txn"),
+                    F.count(F.when(F.col("value.txn").isin(*TXN_ROLLED_BACK), 1)).alias("rb"),
                 )
                 .collect()
             )
@@ -99,6 +105,13 @@ class Frames:
                 "t0_ns": min((r["t0"] for r in rows if r["t0"] is not None), default=0),
                 "t1_ns": max((r["t1"] for r in rows if r["t1"] is not None), default=0),
                 "groups": groups,
+                "special": {
+                    "delayed_sends": sum(int(r["delayed"]) for r in rows if r["f"] == "send"),
+                    "txn_sends": sum(int(r["txn"]) for r in rows if r["f"] == "send"),
+                    "rollbacks": sum(
+                        int(r["rb"]) for r in rows if r["f"] == "send" and r["type"] == "fail"
+                    ),
+                },
             }
         return self._stats
 
@@ -254,6 +267,21 @@ class Frames:
                 .count()
             )
         return self._keyed
+
+    def rollbacks(self) -> DataFrame:
+        """Values of transactions the producer rolled back (a ``fail`` completion with a
+        ``txn`` fate): deliberate, not a failure of the system."""
+        c = F.col
+        return (
+            self.ops.where(
+                (c("f") == "send") & (c("type") == "fail") & c("value.txn").isin(*TXN_ROLLED_BACK)
+            )
+            .select(c("value.value").alias("v"))
+            .distinct()
+        )
+
+    def has_rollbacks(self) -> bool:
+        return bool(self.stats()["special"]["rollbacks"])
 
     # positions -------------------------------------------------------------------------
     def positions(self) -> DataFrame:

@@ -53,7 +53,46 @@ def _summary(name: str, r: dict[str, Any]) -> str:
             f"{r['observations']} observations; epoch backwards {r['epoch_backwards']['count']}, "
             f"two masters {r['two_masters']['count']}"
         )
+    if name == "delay" and "lateness_ms" in r:
+        return f"{r['delayed_sends']} delayed sends; " + delay_line(r)
+    if name == "transaction" and "transactions" in r:
+        return (
+            f"{r['transactions']} transactions: {r['committed']} committed, "
+            f"{r['rolled_back']} rolled back ({r['resolved_by_check']['commit']} + "
+            f"{r['resolved_by_check']['rollback']} resolved by checks), {r['failed']} failed, "
+            f"{r['indeterminate']} indeterminate; lost {r['lost']['count']}, delivered "
+            f"though not committed {r['unexpected']['count']}, duplicated "
+            f"{r['duplicated']['count']} (reported)"
+        )
+    if name == "pop" and "redelivery" in r:
+        return pop_line(r)
     return str(r.get("reason", ""))
+
+
+def _ms(x: Any) -> str:
+    return "-" if x is None else f"{x:.0f} ms"
+
+
+def delay_line(r: dict[str, Any]) -> str:
+    """Lateness of delayed messages (reported, not safety) and the early / lost counts."""
+    q = r["lateness_ms"]
+    return (
+        f"lateness over due (first delivery to a consumer group, {q['count']} values): "
+        f"p50 {_ms(q['p50'])}, p99 {_ms(q['p99'])}, max {_ms(q['max'])}; "
+        f"early {r['early']['count']} (tolerance {r['early']['tolerance_ms']:.0f} ms), "
+        f"lost {r['lost']['count']}, only read by the drain {r['delivered_only_by_drain']}"
+    )
+
+
+def pop_line(r: dict[str, Any]) -> str:
+    rd = r["redelivery"]
+    return (
+        f"{r['acknowledged']} acknowledged sends, {r['acked_by_consumer']} acked by a pop "
+        f"consumer; never acked {r['lost']['count']}, unexpected {r['unexpected']['count']}; "
+        f"redelivered {rd['values']} values ({rd['excess_pops']} extra pops, "
+        f"{rd['after_ack']} after an ack, {rd['after_change_invisible']} after a change of "
+        f"invisible time; expected, not an anomaly)"
+    )
 
 
 def write(results: dict[str, Any], out: Path, images: list[str]) -> Path:

@@ -23,6 +23,9 @@ NAMES = (
     "recovered",
     "availability",
     "metadata",
+    "delay",
+    "transaction",
+    "pop",
 )
 
 SAFETY = frozenset(
@@ -34,6 +37,9 @@ SAFETY = frozenset(
         "ordering",
         "aborted-read",
         "metadata",
+        "delay",
+        "transaction",
+        "pop",
     }
 )
 

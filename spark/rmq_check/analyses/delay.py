@@ -1,0 +1,133 @@
+"""delay: delayed and timer messages come due, and not before.
+
+A delayed send carries ``delay_ms`` (its DELAY level's or its timer's delay, counted from the
+send's invoke), so the message is due at ``due = invoke time_ns + delay_ms``. The broker counts
+from when it stored the message, which is after the invoke: ``due`` is the earliest moment a
+correct broker may deliver it.
+
+* *early* (safety): a delivery (any poll or the final drain) before ``due - tolerance``
+  (``--delay-tolerance-ms``, default 250 ms: RocketMQ timers are precise to their timer
+  precision, ours deliver up to 50 ms ahead).
+* *lost* (safety): an acknowledged (SEND_OK) delayed send that no one read, the drain
+  included; ``unknown`` without a final drain.
+* *lateness* (reported, not a failure): first delivery to a consumer group minus ``due``,
+  p50 / p99 / max in ms over the values a consumer group received; values only the final
+  drain read are counted apart (the drain runs after recovery, so its time says nothing).
+  The send's own latency is inside it (the broker's clock starts at the store).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+from rmq_check.analyses import UNKNOWN, result
+from rmq_check.analyses.special import count_if, quantiles, timed_reads
+from rmq_check.core import SEND_OK, Frames, example_rows
+
+
+def run(fr: Frames) -> dict[str, Any]:
+    c = F.col
+    if not fr.stats()["special"]["delayed_sends"]:
+        return result(UNKNOWN, 0, [], reason="no delayed sends")
+    s = fr.ops.where(
+        (c("f") == "send") & (c("process") >= 0) & c("value.delay_ms").isNotNull()
+    ).select(
+        c("value.value").alias("v"),
+        "type",
+        "time_ns",
+        "index",
+        c("value.delay_ms").alias("delay_ms"),
+        c("value.status").alias("status"),
+        c("value.detail").alias("how"),
+    )
+    sends = s.groupBy("v").agg(
+        F.min(F.when(c("type") == "invoke", c("time_ns"))).alias("inv_t"),
+        F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),
+        F.max("delay_ms").alias("delay_ms"),
+        F.max(F.when(c("type") == "invoke", c("how"))).alias("how"),
+        F.max(
+            F.when(
+                (c("type") == "ok") & (c("status").isNull() | (c("status") == SEND_OK)), 1
+            ).otherwise(0)
+        ).alias("acked"),
+        F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
+    )
+    sends = fr.persist(sends.where(c("inv_t").isNotNull()))
+    n_sends = sends.count()
+    if n_sends == 0:
+        return result(UNKNOWN, 0, [], reason="no delayed sends")
+    reads = timed_reads(fr, sends)
+    per_v = reads.groupBy("v").agg(
+        F.min("t").alias("first_read_t"),
+        F.min(F.when(~c("drain"), c("t"))).alias("first_poll_t"),
+        F.count(F.lit(1)).alias("reads"),
+    )
+    tol_ns = int(fr.cfg.delay_tolerance_ms * 1_000_000)
+    due = c("inv_t") + c("delay_ms") * F.lit(1_000_000)
+    x = fr.persist(
+        sends.join(per_v, "v", "left").select(
+            "v",
+            "inv_idx",
+            "delay_ms",
+            "how",
+            "acked",
+            "ok",
+            "reads",
+            due.alias("due_t"),
+            "first_read_t",
+            "first_poll_t",
+            ((c("first_read_t") - due) / F.lit(1e6)).alias("first_read_vs_due_ms"),
+            ((c("first_poll_t") - due) / F.lit(1e6)).alias("lateness_ms"),
+        )
+    )
+    early = c("first_read_t") < c("due_t") - F.lit(tol_ns)
+    lost = (c("acked") == 1) & c("first_read_t").isNull()
+    row = x.agg(
+        count_if(early).alias("early"),
+        count_if(lost).alias("lost"),
+        count_if(c("acked") == 1).alias("acked"),
+        count_if(c("first_poll_t").isNotNull()).alias("delivered_to_group"),
+        count_if(c("first_poll_t").isNull() & c("first_read_t").isNotNull()).alias("drain_only"),
+        count_if(c("reads") > 1).alias("read_more_than_once"),
+        count_if(c("how") == "timer").alias("timers"),
+    ).collect()[0]
+    n_early, n_lost = int(row["early"] or 0), int(row["lost"] or 0)
+    drained = fr.has("drain", "ok")
+    cols = ["v", "delay_ms", "how", "inv_idx", "first_read_vs_due_ms", "lateness_ms", "reads"]
+    early_ex = (
+        example_rows(x.where(early).select(*cols).orderBy("v"), fr.cfg.examples) if n_early else []
+    )
+    lost_ex = (
+        example_rows(x.where(lost).select(*cols).orderBy("v"), fr.cfg.examples) if n_lost else []
+    )
+    late = quantiles(x.where(c("lateness_ms").isNotNull()), "lateness_ms")
+    latest = (
+        example_rows(
+            x.where(c("lateness_ms").isNotNull()).select(*cols).orderBy(c("lateness_ms").desc()),
+            3,
+        )
+        if late["count"]
+        else []
+    )
+    if n_early:
+        valid: bool | str = False
+    elif n_lost:
+        valid = False if drained else UNKNOWN
+    else:
+        valid = True
+    return result(
+        valid,
+        n_early + n_lost,
+        early_ex + lost_ex,
+        delayed_sends=n_sends,
+        timers=int(row["timers"] or 0),
+        acknowledged=int(row["acked"] or 0),
+        early={"count": n_early, "examples": early_ex, "tolerance_ms": fr.cfg.delay_tolerance_ms},
+        lost={"count": n_lost, "examples": lost_ex, "drained": drained},
+        lateness_ms=late,
+        latest=latest,
+        delivered_to_group=int(row["delivered_to_group"] or 0),
+        delivered_only_by_drain=int(row["drain_only"] or 0),
+        read_more_than_once=int(row["read_more_than_once"] or 0),
+    )

@@ -1,0 +1,149 @@
+"""pop: every acknowledged send to a popped topic is eventually acked by a pop consumer.
+
+Pop topics are the topics of ``pop`` ops. For each value sent to one:
+
+* *lost* (safety): the send was acknowledged (SEND_OK) and no ``ack`` of the value completed
+  ``ok`` (nor ``info``: an ack that may have landed is reported as ``ack_indeterminate``).
+  The bench pops and acks whatever is left before its final drain, so without a final drain
+  a count is ``unknown``.
+* *unexpected* (safety): a popped value that no send attempted, or whose send definitely
+  failed, or a popped message whose body did not parse (null value).
+* *redelivery* (reported, not an anomaly): a value popped more than once. Pop consumption
+  is at-least-once by design: a message not acked within its invisible time, or whose
+  invisible time was changed, comes back. Split into values popped again after an ``ok``
+  ack of them completed (``after_ack``; the ack was lost, e.g. across a failover) and the
+  rest; ``excess_pops`` is the number of pops beyond each value's first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+from rmq_check.analyses import UNKNOWN, result
+from rmq_check.analyses.special import count_if
+from rmq_check.core import SEND_OK, Frames, example_rows
+
+
+def run(fr: Frames) -> dict[str, Any]:
+    c = F.col
+    if not fr.has("pop"):
+        return result(UNKNOWN, 0, [], reason="no pop ops")
+    topics = [
+        r["t"]
+        for r in fr.ops.where((c("f") == "pop") & c("value.topic").isNotNull())
+        .select(c("value.topic").alias("t"))
+        .distinct()
+        .limit(1000)
+        .collect()
+    ]
+    if not topics:
+        return result(UNKNOWN, 0, [], reason="no pop ops")
+    sends = (
+        fr.ops.where((c("f") == "send") & (c("process") >= 0) & c("value.topic").isin(*topics))
+        .groupBy(c("value.value").alias("v"))
+        .agg(
+            F.max(
+                F.when(
+                    (c("type") == "ok")
+                    & (c("value.status").isNull() | (c("value.status") == SEND_OK)),
+                    1,
+                ).otherwise(0)
+            ).alias("acked"),
+            F.max(F.when(c("type") == "fail", 1).otherwise(0)).alias("failed"),
+            F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
+            F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),
+        )
+    )
+    pops = (
+        fr.ops.where((c("f") == "pop") & (c("type") == "ok"))
+        .select("index", F.explode("value.messages").alias("m"))
+        .select(c("m.value").alias("v"), c("index").alias("idx"))
+    )
+    null_pops = pops.where(c("v").isNull()).count()
+    popped = (
+        pops.where(c("v").isNotNull())
+        .groupBy("v")
+        .agg(F.count(F.lit(1)).alias("pops"), F.max("idx").alias("last_pop_idx"))
+    )
+    acks = (
+        fr.ops.where(c("f").isin("ack", "change-invisible") & (c("type") != "invoke"))
+        .where(c("value.value").isNotNull())
+        .groupBy(c("value.value").alias("v"))
+        .agg(
+            F.min(F.when((c("f") == "ack") & (c("type") == "ok"), c("index"))).alias(
+                "first_ack_idx"
+            ),
+            count_if((c("f") == "ack") & (c("type") == "ok")).alias("acks_ok"),
+            count_if((c("f") == "ack") & (c("type") == "info")).alias("acks_info"),
+            count_if((c("f") == "change-invisible") & (c("type") == "ok")).alias("changes"),
+        )
+    )
+    x = fr.persist(
+        sends.join(popped, "v", "full_outer")
+        .join(acks, "v", "left")
+        .fillna(0, ["acked", "failed", "ok", "pops", "acks_ok", "acks_info", "changes"])
+    )
+    sent = c("inv_idx").isNotNull()
+    lost = (c("acked") == 1) & (c("acks_ok") == 0) & (c("acks_info") == 0)
+    unexpected = (c("pops") > 0) & (~sent | ((c("failed") == 1) & (c("ok") == 0)))
+    redelivered = c("pops") > 1
+    after_ack = redelivered & (c("last_pop_idx") > c("first_ack_idx"))
+    row = x.agg(
+        count_if(c("acked") == 1).alias("acknowledged"),
+        count_if(lost).alias("lost"),
+        count_if(unexpected).alias("unexpected"),
+        count_if((c("acked") == 1) & (c("acks_ok") == 0) & (c("acks_info") > 0)).alias(
+            "ack_indeterminate"
+        ),
+        count_if(c("acks_ok") > 0).alias("acked_by_consumer"),
+        count_if(c("pops") > 0).alias("popped"),
+        count_if(redelivered).alias("redelivered"),
+        count_if(after_ack).alias("after_ack"),
+        count_if(redelivered & (c("changes") > 0)).alias("after_change"),
+        F.sum(F.when(c("pops") > 1, c("pops") - 1).otherwise(0)).alias("excess_pops"),
+        F.sum("changes").alias("changes"),
+    ).collect()[0]
+    n = {k: int(row[k] or 0) for k in row.asDict()}
+    n_unexpected = n["unexpected"] + null_pops
+    drained = fr.has("drain", "ok")
+    cols = ["v", "inv_idx", "acked", "pops", "acks_ok", "acks_info", "changes"]
+    lost_ex = (
+        example_rows(x.where(lost).select(*cols).orderBy("v"), fr.cfg.examples) if n["lost"] else []
+    )
+    unexp_ex = (
+        example_rows(x.where(unexpected).select(*cols).orderBy("v"), fr.cfg.examples)
+        if n["unexpected"]
+        else []
+    )
+    redel_ex = (
+        example_rows(x.where(redelivered).select(*cols).orderBy("v"), fr.cfg.examples)
+        if n["redelivered"]
+        else []
+    )
+    if n_unexpected:
+        valid: bool | str = False
+    elif n["lost"]:
+        valid = False if drained else UNKNOWN
+    else:
+        valid = True
+    return result(
+        valid,
+        n["lost"] + n_unexpected,
+        lost_ex + unexp_ex,
+        topics=sorted(topics),
+        acknowledged=n["acknowledged"],
+        popped=n["popped"],
+        acked_by_consumer=n["acked_by_consumer"],
+        ack_indeterminate=n["ack_indeterminate"],
+        lost={"count": n["lost"], "examples": lost_ex, "drained": drained},
+        unexpected={"count": n_unexpected, "null_pops": null_pops, "examples": unexp_ex},
+        redelivery={
+            "values": n["redelivered"],
+            "excess_pops": n["excess_pops"],
+            "after_ack": n["after_ack"],
+            "after_change_invisible": n["after_change"],
+            "examples": redel_ex,
+        },
+        change_invisible_ok=n["changes"],
+    )

@@ -1,0 +1,423 @@
+"""Known answers for the special-message analyses (delay, transaction, pop; docs/checker.md):
+one valid history each, and one history per anomaly that must be reported."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rmq_ha import history as h
+
+pytestmark = pytest.mark.timeout(240)
+
+
+# ---- history helpers --------------------------------------------------------------------------
+
+
+def send(
+    hist: Any,
+    p: int,
+    v: int,
+    *,
+    topic: str,
+    outcome: str = "ok",
+    at: tuple[float, float] | None = None,
+    status: str | None = "SEND_OK",
+    off: int | None = None,
+    invoke: dict[str, Any] | None = None,
+    done: dict[str, Any] | None = None,
+) -> None:
+    """A send of value `v` to `topic`: invoke (+ `invoke` fields) and, unless `outcome` is
+    None, its completion (+ `done` fields)."""
+    hist.op(
+        p,
+        "invoke",
+        "send",
+        h.Value(topic=topic, value=v, **(invoke or {})),
+        at_ms=at[0] if at else None,
+    )
+    if outcome is None:
+        return
+    fields: dict[str, Any] = dict(done or {})
+    if outcome == "ok":
+        fields.update(broker="b0", queue_id=0, queue_offset=off, status=status)
+    hist.op(
+        p,
+        outcome,
+        "send",
+        h.Value(topic=topic, value=v, **fields),
+        at_ms=at[1] if at else None,
+        error=None if outcome == "ok" else "boom",
+        definite=True if outcome == "fail" else None,
+    )
+
+
+def delayed(hist: Any, p: int, v: int, delay_ms: int, at: tuple[float, float], **kw: Any) -> None:
+    how = {"delay_ms": delay_ms, "detail": "timer"}
+    send(hist, p, v, topic="D", at=at, invoke=how, done=how, **kw)
+
+
+def txn(hist: Any, p: int, v: int, plan: str, fate: str | None, outcome: str | None) -> None:
+    """A transactional send planned `plan`, invoked at 100 * v ms; `fate` is what the
+    completion records."""
+    send(
+        hist,
+        p,
+        v,
+        topic="X",
+        outcome=outcome,
+        at=(100 * v, 100 * v + 10),
+        invoke={"txn": plan},
+        done={"txn": fate} if fate else {},
+        status="SEND_OK" if outcome == "ok" else None,
+    )
+
+
+def read(
+    hist: Any,
+    p: int,
+    msgs: list[tuple[int, int, int | None]],
+    *,
+    group: str,
+    at: float | None = None,
+    f: str = "poll",
+    topic: str = "D",
+) -> None:
+    """A poll (or drain) by `group` delivering (queue_id, offset, value) messages, completing
+    at `at` ms."""
+    hist.op(p, "invoke", f, h.Value(topic=topic, group=group), at_ms=None if at is None else at - 1)
+    reads = [h.Read(topic, q, o, v, None, "b0") for q, o, v in msgs]
+    hist.op(p, "ok", f, h.Value(topic=topic, group=group, messages=reads), at_ms=at)
+
+
+def drain(hist: Any, msgs: list[tuple[int, int, int | None]], **kw: Any) -> None:
+    read(hist, 90, msgs, group="drain", f="drain", **kw)
+
+
+def pop(hist: Any, p: int, values: list[int | None], *, topic: str = "P") -> None:
+    hist.op(p, "invoke", "pop", h.Value(topic=topic, group="gp", invisible_ms=3000))
+    reads = [h.Read(topic, 0, i, v, None, "b0") for i, v in enumerate(values)]
+    hist.op(p, "ok", "pop", h.Value(topic=topic, group="gp", messages=reads, invisible_ms=3000))
+
+
+def ack(hist: Any, p: int, v: int, outcome: str = "ok", f: str = "ack") -> None:
+    val = h.Value(topic="P", group="gp", value=v, broker="b0", queue_id=0, queue_offset=0)
+    if f == "change-invisible":
+        val.invisible_ms = 1000
+    hist.op(p, "invoke", f, val)
+    hist.op(
+        p,
+        outcome,
+        f,
+        val,
+        error=None if outcome == "ok" else "boom",
+        definite=True if outcome == "fail" else None,
+    )
+
+
+# ---- delay ------------------------------------------------------------------------------------
+
+
+def valid_delays(hist: Any) -> None:
+    delayed(hist, 1, 1, 1000, (100, 110))  # due at 1100
+    delayed(hist, 1, 2, 2000, (200, 210))  # due at 2200
+    delayed(hist, 1, 3, 1000, (300, 310))  # due at 1300
+    read(hist, 10, [(0, 0, 1)], group="gd", at=1_150)  # 50 ms late
+    read(hist, 10, [(0, 1, 3)], group="gd", at=1_200)  # 100 ms early: within the tolerance
+    read(hist, 10, [(0, 2, 2)], group="gd", at=2_300)  # 100 ms late
+    drain(hist, [(0, 0, 1), (0, 1, 3), (0, 2, 2)], at=9_000)
+
+
+def test_delay_valid_history_reports_lateness(hist, run_check):
+    valid_delays(hist)
+    res = run_check(hist)
+    r = res["analyses"]["delay"]
+    assert (r["valid"], r["count"]) == (True, 0)
+    assert (r["delayed_sends"], r["acknowledged"], r["timers"]) == (3, 3, 3)
+    q = r["lateness_ms"]
+    assert (q["count"], q["p50"], q["max"]) == (3, pytest.approx(50), pytest.approx(100))
+    assert r["early"]["count"] == 0 and r["lost"]["count"] == 0
+    assert r["delivered_to_group"] == 3 and r["delivered_only_by_drain"] == 0
+    assert r["latest"][0]["v"] == 2
+    # the generic analyses accept sends without an acknowledged position
+    assert res["valid"] is True and res["safety_failed"] == []
+    assert res["analyses"]["inconsistent-offsets"]["count"] == 0
+
+
+def test_delay_early_delivery_is_an_anomaly(hist, run_check):
+    valid_delays(hist)
+    delayed(hist, 2, 4, 1000, (400, 410))  # due at 1400
+    read(hist, 11, [(1, 0, 4)], group="gd", at=1_100)  # 300 ms early
+    drain(hist, [(1, 0, 4)], at=9_100)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert (r["valid"], r["count"], r["early"]["count"]) == (False, 1, 1)
+    e = r["early"]["examples"][0]
+    assert e["v"] == 4 and e["first_read_vs_due_ms"] == pytest.approx(-300)
+    # 300 ms early is fine under a 400 ms tolerance
+    r = run_check(hist, only=["delay"], delay_tolerance_ms=400)["analyses"]["delay"]
+    assert (r["valid"], r["early"]["count"]) == (True, 0)
+
+
+def test_delay_early_delivery_to_the_drain_counts_too(hist, run_check):
+    delayed(hist, 1, 1, 60_000, (100, 110))
+    drain(hist, [(0, 0, 1)], at=5_000)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert (r["valid"], r["early"]["count"], r["delivered_only_by_drain"]) == (False, 1, 1)
+    assert r["lateness_ms"]["count"] == 0
+
+
+def test_delay_lost_delayed_message(hist, run_check):
+    valid_delays(hist)
+    delayed(hist, 2, 5, 1000, (500, 510))  # acknowledged, never read
+    delayed(hist, 2, 6, 1000, (600, 610), status="FLUSH_SLAVE_TIMEOUT")  # not promised
+    delayed(hist, 2, 7, 1000, (700, 710), outcome="fail")  # definitely not sent
+    drain(hist, [], at=9_200)
+    res = run_check(hist)
+    r = res["analyses"]["delay"]
+    assert (r["valid"], r["count"], r["lost"]["count"]) == (False, 1, 1)
+    assert [e["v"] for e in r["lost"]["examples"]] == [5]
+    assert set(res["safety_failed"]) == {"delay", "lost"}
+
+
+def test_delay_lost_without_a_drain_is_unknown(hist, run_check):
+    delayed(hist, 1, 1, 1000, (100, 110))
+    delayed(hist, 1, 2, 1000, (200, 210))
+    read(hist, 10, [(0, 0, 1)], group="gd", at=1_200)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert (r["valid"], r["lost"]["count"]) == ("unknown", 1)
+
+
+def test_delay_unknown_without_delayed_sends(hist, run_check):
+    hist.send(1, 1, off=0)
+    r = run_check(hist, only=["delay", "transaction", "pop"])["analyses"]
+    assert {k: v["valid"] for k, v in r.items()} == {
+        "delay": "unknown",
+        "transaction": "unknown",
+        "pop": "unknown",
+    }
+
+
+# ---- transaction ------------------------------------------------------------------------------
+
+
+def valid_txns(hist: Any) -> None:
+    txn(hist, 1, 1, "commit", "commit", "ok")
+    txn(hist, 1, 2, "rollback", "rollback", "fail")
+    txn(hist, 1, 3, "unknown-commit", "unknown-commit", "ok")
+    txn(hist, 1, 4, "unknown-rollback", "unknown-rollback", "fail")
+    txn(hist, 1, 5, "commit", "rollback", "fail")  # half stored with a non-OK status
+    txn(hist, 2, 6, "commit", None, "info")  # may be stored; its check commits it
+    txn(hist, 3, 7, "rollback", None, "info")  # may be stored; its check rolls it back
+    txn(hist, 4, 8, "unknown-commit", None, "fail")  # the half certainly not stored
+    txn(hist, 5, 10, "commit", "commit", "ok")
+    read(hist, 10, [(0, 0, 1), (0, 1, 3)], group="gx", topic="X")
+    read(hist, 10, [(0, 1, 3)], group="gx", topic="X")  # a redelivery of 3
+    read(hist, 10, [(0, 2, 6), (0, 3, 10)], group="gx", topic="X")
+
+
+TXN_READ = [(0, 0, 1), (0, 1, 3), (0, 2, 6), (0, 3, 10)]
+
+
+def test_transaction_valid_history(hist, run_check):
+    valid_txns(hist)
+    drain(hist, TXN_READ, topic="X")
+    res = run_check(hist)
+    r = res["analyses"]["transaction"]
+    assert (r["valid"], r["count"]) == (True, 0)
+    assert (r["transactions"], r["committed"], r["rolled_back"]) == (9, 3, 3)
+    assert (r["failed"], r["indeterminate"], r["indeterminate_delivered"]) == (1, 2, 1)
+    assert r["resolved_by_check"] == {"commit": 1, "rollback": 1}
+    assert (r["duplicated"]["count"], r["duplicated"]["redelivered"]) == (1, 1)
+    assert r["duplicated"]["examples"][0]["v"] == 3
+    assert res["valid"] is True and res["safety_failed"] == []
+    # rolled-back transactions are not unavailability: one window, from the first
+    # indeterminate send (6) to the completion of the next good one (10)
+    av = res["analyses"]["availability"]
+    assert av["valid"] is True
+    assert [round(w["start_s"], 1) for w in av["per_f"]["send"]["windows"]] == [0.5]
+
+
+@pytest.mark.parametrize(
+    "v, why",
+    [
+        (2, "rolled back by the producer"),
+        (4, "left unknown, rolled back by the check"),
+        (5, "rolled back after a non-OK half"),
+        (7, "indeterminate, planned to roll back"),
+        (8, "the half was never stored"),
+    ],
+)
+def test_transaction_delivered_though_not_committed(hist, run_check, v, why):
+    valid_txns(hist)
+    read(hist, 11, [(1, 0, v)], group="gx", topic="X")
+    drain(hist, [*TXN_READ, (1, 0, v)], topic="X")
+    r = run_check(hist, only=["transaction"])["analyses"]["transaction"]
+    assert (r["valid"], r["count"], r["unexpected"]["count"]) == (False, 1, 1), why
+    assert r["unexpected"]["examples"][0]["v"] == v
+
+
+def test_transaction_lost_committed(hist, run_check):
+    valid_txns(hist)
+    txn(hist, 6, 11, "unknown-commit", "unknown-commit", "ok")  # committed by a check
+    drain(hist, TXN_READ, topic="X")
+    res = run_check(hist)
+    r = res["analyses"]["transaction"]
+    assert (r["valid"], r["count"], r["lost"]["count"]) == (False, 1, 1)
+    assert r["lost"]["examples"][0]["v"] == 11
+    assert set(res["safety_failed"]) == {"transaction", "lost"}
+
+
+def test_transaction_lost_without_a_drain_is_unknown(hist, run_check):
+    txn(hist, 1, 1, "commit", "commit", "ok")
+    r = run_check(hist, only=["transaction"])["analyses"]["transaction"]
+    assert (r["valid"], r["lost"]["count"]) == ("unknown", 1)
+
+
+# ---- pop --------------------------------------------------------------------------------------
+
+
+def valid_pops(hist: Any) -> None:
+    for v in (1, 2, 3, 4):
+        send(hist, 1, v, topic="P", off=v - 1)
+    send(hist, 1, 5, topic="P", outcome="info")  # never popped: not required
+    pop(hist, 20, [1, 2, 3, 4])
+    ack(hist, 20, 1)
+    ack(hist, 20, 2)
+    ack(hist, 20, 3, f="change-invisible")
+    ack(hist, 20, 3)  # acked with the new handle
+    # 4 is left to come back after its invisible time
+    pop(hist, 21, [4])
+    ack(hist, 21, 4)
+
+
+def test_pop_valid_history_counts_redeliveries(hist, run_check):
+    valid_pops(hist)
+    drain(hist, [(0, i, v) for i, v in enumerate((1, 2, 3, 4))], topic="P")
+    res = run_check(hist)
+    r = res["analyses"]["pop"]
+    assert (r["valid"], r["count"]) == (True, 0)
+    assert (r["acknowledged"], r["popped"], r["acked_by_consumer"]) == (4, 4, 4)
+    assert r["redelivery"] == {
+        "values": 1,
+        "excess_pops": 1,
+        "after_ack": 0,
+        "after_change_invisible": 0,
+        "examples": r["redelivery"]["examples"],
+    }
+    assert r["redelivery"]["examples"][0]["v"] == 4
+    assert r["change_invisible_ok"] == 1
+    assert res["valid"] is True and res["safety_failed"] == []
+
+
+def test_pop_redelivery_after_an_ack_is_reported_not_failed(hist, run_check):
+    valid_pops(hist)
+    pop(hist, 22, [1, 3])  # both were acked before
+    ack(hist, 22, 1)
+    ack(hist, 22, 3)
+    drain(hist, [(0, i, v) for i, v in enumerate((1, 2, 3, 4))], topic="P")
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    assert r["valid"] is True
+    rd = r["redelivery"]
+    assert (rd["values"], rd["excess_pops"], rd["after_ack"], rd["after_change_invisible"]) == (
+        3,
+        3,
+        2,
+        1,
+    )
+
+
+def test_pop_message_never_acked(hist, run_check):
+    valid_pops(hist)
+    send(hist, 1, 6, topic="P", off=4)  # popped, never acked
+    send(hist, 1, 7, topic="P", off=5)  # never even popped
+    send(hist, 1, 8, topic="P", off=6)  # its only ack may have landed
+    send(hist, 1, 9, topic="P", off=7, status="SLAVE_NOT_AVAILABLE")  # not promised
+    pop(hist, 22, [6, 8])
+    ack(hist, 22, 6, outcome="fail")
+    ack(hist, 22, 8, outcome="info")
+    drain(hist, [], topic="P")
+    res = run_check(hist)
+    r = res["analyses"]["pop"]
+    assert (r["valid"], r["count"], r["lost"]["count"]) == (False, 2, 2)
+    assert [e["v"] for e in r["lost"]["examples"]] == [6, 7]
+    assert r["ack_indeterminate"] == 1
+    assert "pop" in res["safety_failed"]
+    # the example carries its history: the send, the pop that read it, the failed ack
+    trace = r["lost"]["examples"][0]["history"]["6"]
+    assert [(x["f"], x["type"]) for x in trace] == [
+        ("send", "invoke"),
+        ("send", "ok"),
+        ("pop", "ok"),
+        ("ack", "invoke"),
+        ("ack", "fail"),
+    ]
+    # without a final drain "never acked" cannot be told from "not acked yet"
+    del hist.ops[-2:]
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    assert (r["valid"], r["lost"]["count"]) == ("unknown", 2)
+
+
+def test_pop_of_a_value_never_sent_or_failed_is_unexpected(hist, run_check):
+    valid_pops(hist)
+    send(hist, 1, 10, topic="P", outcome="fail")
+    send(hist, 1, 11, topic="Q", off=0)  # sent to another topic
+    pop(hist, 22, [99, 10, 11, None])
+    drain(hist, [(0, i, v) for i, v in enumerate((1, 2, 3, 4))], topic="P")
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    assert (r["valid"], r["unexpected"]["count"], r["unexpected"]["null_pops"]) == (False, 4, 1)
+    assert sorted(e["v"] for e in r["unexpected"]["examples"]) == [10, 11, 99]
+
+
+# ---- schema versions --------------------------------------------------------------------------
+
+
+def test_a_version_1_parquet_history_still_checks(spark, tmp_path):
+    """Histories written before the special workloads (no delay_ms / txn / invisible_ms
+    columns) load with the current schema: the new fields read as null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rmq_check.check import check
+    from rmq_check.load import load
+
+    full = h.arrow_schema()
+    vt = full.field("value").type
+    old_value = pa.struct(
+        [
+            vt.field(i)
+            for i in range(vt.num_fields)
+            if vt.field(i).name not in ("delay_ms", "txn", "invisible_ms")
+        ]
+    )
+    old = pa.schema([pa.field("value", old_value) if f.name == "value" else f for f in full])
+    assert len(old_value) == len(vt) - 3
+    ops = [
+        h.Op(0, 1, 1, "invoke", "send", h.Value(topic="T", value=1)),
+        h.Op(
+            1,
+            2,
+            1,
+            "ok",
+            "send",
+            h.Value(topic="T", value=1, queue_id=0, queue_offset=0, broker="b0", status="SEND_OK"),
+        ),
+        h.Op(2, 3, 9, "invoke", "drain", h.Value(topic="T", group="d")),
+        h.Op(
+            3,
+            4,
+            9,
+            "ok",
+            "drain",
+            h.Value(topic="T", group="d", messages=[h.Read("T", 0, 0, 1, None, "b0")]),
+        ),
+    ]
+    rows = []
+    for op in ops:
+        d = op.to_json()
+        d["value"] = {f.name: d["value"].get(f.name) for f in old_value}
+        rows.append(d)
+    pq.write_table(pa.Table.from_pylist(rows, schema=old), tmp_path / "history.parquet")
+    res = check(load(spark, tmp_path))
+    assert res["valid"] is True and res["analyses"]["lost"]["count"] == 0
+    assert res["analyses"]["delay"]["valid"] == "unknown"
+    assert res["analyses"]["transaction"]["valid"] == "unknown"
