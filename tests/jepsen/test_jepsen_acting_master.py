@@ -25,8 +25,9 @@ from rmq_jepsen.state import StateDir
 from rmq_ha import history as h
 
 ROOT = os.geteuid() == 0 and shutil.which("ip") is not None
-#: the bench's namespaces live in 198.18.0.0/24; the prefix keeps this test's apart
-SUBNET = "198.18.0.0/24"
+#: the bench's own range (198.18.0.0/15, benchmarking space), a /24 per test process so a
+#: bench left up by `make demo` (198.18.0.0/24) or another test run does not collide
+SUBNET = f"198.18.{150 + os.getpid() % 100}.0/24"
 PREFIX = f"rmqam{os.getpid() % 1000}"
 
 
