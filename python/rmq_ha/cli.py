@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     from rmq_ha.bench import ha as bench_ha
 
     bench_ha.add_parser(bench_sub)
+    from rmq_ha.bench import acting as bench_acting
+
+    bench_acting.add_parser(bench_sub)
 
     args_in = sys.argv[1:] if argv is None else argv
     if not args_in or args_in[0] not in _CORE_ROLES:

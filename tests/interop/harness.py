@@ -481,10 +481,10 @@ class ClientRun:
         return list(self.data.get("received") or [])
 
 
-def run_client(
+def client_command(
     client: str,
     scenario: str,
-    cluster: Cluster,
+    namesrv: str,
     workdir: Path,
     *,
     topic: str,
@@ -493,16 +493,15 @@ def run_client(
     serialize: str,
     timeout: int = 60,
     extra: Iterable[str] = (),
-    check: bool = True,
-) -> ClientRun:
-    """Runs the Java or Go CLI once. The header serialization is handed over the way the real
-    clients take it: env ROCKETMQ_SERIALIZE_TYPE (read by the Java client itself; the Go CLI reads
-    it and switches the Go client's codec)."""
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of one Java or Go CLI run. The header serialization is
+    handed over the way the real clients take it: env ROCKETMQ_SERIALIZE_TYPE (read by the Java
+    client itself; the Go CLI reads it and switches the Go client's codec)."""
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         scenario,
         "--namesrv",
-        cluster.namesrv,
+        namesrv,
         "--topic",
         topic,
         "--group",
@@ -532,6 +531,58 @@ def run_client(
     else:
         raise ValueError(client)
     env = {**os.environ, "ROCKETMQ_SERIALIZE_TYPE": serialize, "HOME": str(home)}
+    return cmd, env
+
+
+def parse_client_output(
+    client: str,
+    cmd: list[str],
+    returncode: int,
+    stdout: bytes,
+    stderr_log: Path,
+    seconds: float,
+    serialize: str,
+    check: bool,
+) -> ClientRun:
+    lines = [ln for ln in stdout.decode(errors="replace").splitlines() if ln.startswith("{")]
+    data: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+    run = ClientRun(client, cmd, returncode, data, stderr_log, seconds)
+    if check:
+        assert lines, f"no JSON result line\n{run.describe()}"
+        assert returncode == 0 and not data.get("errors"), run.describe()
+        assert data.get("serializeType") == serialize, (
+            f"client used {data.get('serializeType')}, wanted {serialize}"
+        )
+    return run
+
+
+def run_client(
+    client: str,
+    scenario: str,
+    cluster: Cluster,
+    workdir: Path,
+    *,
+    topic: str,
+    group: str,
+    count: int,
+    serialize: str,
+    timeout: int = 60,
+    extra: Iterable[str] = (),
+    check: bool = True,
+) -> ClientRun:
+    """Runs the Java or Go CLI once and waits for it."""
+    cmd, env = client_command(
+        client,
+        scenario,
+        cluster.namesrv,
+        workdir,
+        topic=topic,
+        group=group,
+        count=count,
+        serialize=serialize,
+        timeout=timeout,
+        extra=extra,
+    )
     stderr_log = workdir / f"{client}-{scenario}-{int(time.time() * 1000)}.stderr"
     t0 = time.monotonic()
     with open(stderr_log, "wb") as err:
@@ -544,17 +595,16 @@ def run_client(
             timeout=timeout + 60,
             check=False,
         )
-    seconds = time.monotonic() - t0
-    lines = [ln for ln in proc.stdout.decode(errors="replace").splitlines() if ln.startswith("{")]
-    data: dict[str, Any] = json.loads(lines[-1]) if lines else {}
-    run = ClientRun(client, cmd, proc.returncode, data, stderr_log, seconds)
-    if check:
-        assert lines, f"no JSON result line\n{run.describe()}"
-        assert proc.returncode == 0 and not data.get("errors"), run.describe()
-        assert data.get("serializeType") == serialize, (
-            f"client used {data.get('serializeType')}, wanted {serialize}"
-        )
-    return run
+    return parse_client_output(
+        client,
+        cmd,
+        proc.returncode,
+        proc.stdout,
+        stderr_log,
+        time.monotonic() - t0,
+        serialize,
+        check,
+    )
 
 
 # --------------------------------------------------------------------------- checks

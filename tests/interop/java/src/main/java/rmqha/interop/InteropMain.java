@@ -41,7 +41,10 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.RequestCode;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.body.LockBatchResponseBody;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.remoting.protocol.route.QueueData;
 import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
@@ -55,12 +58,15 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * java -jar interop-java.jar SCENARIO --namesrv ADDR --topic T --group G --count N
  *      [--serialize JSON|ROCKETMQ] [--timeout SECONDS] [--prefix P] [--keys K] [--batch-size B]
  *      [--body-size BYTES] [--fail-every F] [--retry-delay-level L] [--queues Q]
+ *      [--interval-ms MS] [--consume-delay-ms MS]
  * </pre>
  *
  * Scenarios: send-sync, send-async, send-oneway, send-batch, send-orderly, consume-push-concurrent,
  * consume-push-orderly, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route,
  * send-delayed (--delay-level), send-transaction (body n: n % 3 == 0 commits, 1 rolls back,
- * 2 answers UNKNOW and commits when the broker checks).
+ * 2 answers UNKNOW and commits when the broker checks), orderly-failover (an ordered producer and
+ * an orderly push consumer in one process, run while the test kills and restarts a master; see
+ * orderlyFailover).
  */
 public final class InteropMain {
     static final String CLIENT_VERSION = "5.5.0";
@@ -84,6 +90,8 @@ public final class InteropMain {
     int retryDelayLevel = 1;
     int queues = 0;
     int delayLevel = 1;
+    int intervalMs = 20;
+    int consumeDelayMs = 40;
 
     final Map<String, Object> result = new LinkedHashMap<>();
     final List<Object> sent = Collections.synchronizedList(new ArrayList<>());
@@ -92,6 +100,10 @@ public final class InteropMain {
     final AtomicInteger instanceSeq = new AtomicInteger();
     /** Request codes this run sent, per peer ("namesrv" or "broker"), from an RPCHook. */
     final Map<String, Map<Integer, AtomicInteger>> requests = new ConcurrentHashMap<>();
+    /** PULL_MESSAGE answers that carried messages (FOUND), per broker address. */
+    final Map<String, AtomicInteger> pullsFound = new ConcurrentHashMap<>();
+    /** Queues ("brokerName:queueId") each broker address granted in a LOCK_BATCH_MQ answer. */
+    final Map<String, Set<String>> locksGranted = new ConcurrentHashMap<>();
     final RPCHook hook = new RPCHook() {
         @Override
         public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
@@ -104,6 +116,23 @@ public final class InteropMain {
 
         @Override
         public void doAfterResponse(String remoteAddr, RemotingCommand request, RemotingCommand response) {
+            if (response == null || remoteAddr == null) {
+                return;
+            }
+            if (request.getCode() == RequestCode.PULL_MESSAGE && response.getCode() == ResponseCode.SUCCESS) {
+                pullsFound.computeIfAbsent(remoteAddr, k -> new AtomicInteger()).incrementAndGet();
+            } else if (request.getCode() == RequestCode.LOCK_BATCH_MQ
+                && response.getCode() == ResponseCode.SUCCESS && response.getBody() != null) {
+                try {
+                    LockBatchResponseBody b = LockBatchResponseBody.decode(response.getBody(), LockBatchResponseBody.class);
+                    Set<String> got = locksGranted.computeIfAbsent(remoteAddr, k -> ConcurrentHashMap.newKeySet());
+                    for (MessageQueue mq : b.getLockOKMQSet()) {
+                        got.add(mq.getBrokerName() + ":" + mq.getQueueId());
+                    }
+                } catch (RuntimeException e) {
+                    errors.add(describe(e));
+                }
+            }
         }
     };
 
@@ -177,6 +206,8 @@ public final class InteropMain {
                 case "--retry-delay-level": retryDelayLevel = Integer.parseInt(v); break;
                 case "--queues": queues = Integer.parseInt(v); break;
                 case "--delay-level": delayLevel = Integer.parseInt(v); break;
+                case "--interval-ms": intervalMs = Integer.parseInt(v); break;
+                case "--consume-delay-ms": consumeDelayMs = Integer.parseInt(v); break;
                 default: throw new IllegalArgumentException("unknown option " + k);
             }
         }
@@ -214,6 +245,7 @@ public final class InteropMain {
             case "route": route(); break;
             case "send-delayed": sendDelayed(); break;
             case "send-transaction": sendTransaction(); break;
+            case "orderly-failover": orderlyFailover(); break;
             default: throw new IllegalArgumentException("unknown scenario " + scenario);
         }
     }
@@ -827,6 +859,149 @@ public final class InteropMain {
         } finally {
             c.shutdown();
         }
+    }
+
+    // ---------------------------------------------------------------- failover
+
+    /**
+     * An ordered producer and an orderly push consumer in one process, for a test that kills a
+     * master mid-run and restarts it (tests/interop/test_java_acting.py). The producer sends
+     * --count messages, one every --interval-ms, key i % --keys, through a MessageQueueSelector
+     * (hash of the key over the writable queues, sorted). The orderly consumer (one consume
+     * thread, pull batch 1, at most one cached message per queue, --consume-delay-ms per
+     * message, so a backlog builds up on the brokers and not in the client) runs until every
+     * acknowledged message (a SendResult came back: stored on the master, whatever its
+     * replication status) has been consumed, or --timeout. Failed sends are expected
+     * while a master is gone: they go to "sendFailures", not to "errors". Progress goes to
+     * stderr every 100 ms: "progress sent=S acked=A received=R receivedA=RA done=D" (RA:
+     * distinct bodies consumed from queues of broker-a).
+     */
+    void orderlyFailover() throws Exception {
+        Set<String> acked = ConcurrentHashMap.newKeySet();
+        Set<String> distinct = ConcurrentHashMap.newKeySet();
+        AtomicInteger sentCount = new AtomicInteger();
+        AtomicInteger receivedA = new AtomicInteger();
+        List<Object> sendFailures = Collections.synchronizedList(new ArrayList<>());
+        CountDownLatch produced = new CountDownLatch(1);
+
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook);
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName(instance("orderly"));
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "*");
+        c.setConsumeThreadMin(1);
+        c.setConsumeThreadMax(1);
+        c.setConsumeMessageBatchMaxSize(1);
+        c.setPullBatchSize(1);
+        c.setPullThresholdForQueue(1);
+        c.setPollNameServerInterval(500);
+        c.setHeartbeatBrokerInterval(1000);
+        c.setPersistConsumerOffsetInterval(1000);
+        c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                Map<String, Object> r = receivedRecord(m);
+                r.put("at", System.currentTimeMillis());
+                received.add(r);
+                if (distinct.add(bodyId(m.getBody())) && "broker-a".equals(m.getBrokerName())) {
+                    receivedA.incrementAndGet();
+                }
+            }
+            try {
+                Thread.sleep(consumeDelayMs);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+
+        DefaultMQProducer p = new DefaultMQProducer("P_" + group, hook);
+        p.setNamesrvAddr(namesrv);
+        p.setInstanceName(instance("producer"));
+        p.setSendMsgTimeout(3000);
+        p.setRetryTimesWhenSendFailed(0);
+        p.setPollNameServerInterval(500);
+
+        Thread progress = new Thread(() -> {
+            while (!Thread.currentThread().isInterrupted()) {
+                System.err.println("progress sent=" + sentCount.get() + " acked=" + acked.size()
+                    + " received=" + distinct.size() + " receivedA=" + receivedA.get()
+                    + " done=" + (produced.getCount() == 0 ? 1 : 0));
+                try {
+                    Thread.sleep(100);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        }, "progress");
+        progress.setDaemon(true);
+
+        Thread producer = new Thread(() -> {
+            int[] seq = new int[keys];
+            try {
+                for (int i = 0; i < count; i++) {
+                    int k = i % keys;
+                    String key = "key" + k;
+                    String id = prefix + "-" + key + "-" + seq[k]++;
+                    long at = System.currentTimeMillis();
+                    try {
+                        SendResult r = p.send(message(id, key), (mqs, msg, arg) -> {
+                            List<MessageQueue> sorted = new ArrayList<>(mqs);
+                            sorted.sort((a, b) -> a.getBrokerName().equals(b.getBrokerName())
+                                ? Integer.compare(a.getQueueId(), b.getQueueId())
+                                : a.getBrokerName().compareTo(b.getBrokerName()));
+                            return sorted.get(Math.abs(arg.hashCode() % sorted.size()));
+                        }, key);
+                        Map<String, Object> s = sentRecord(id, key, r);
+                        s.put("sentAt", at);
+                        sent.add(s);
+                        acked.add(id); // stored on the master (the status says how replicated)
+                    } catch (Exception e) {
+                        Map<String, Object> f = new LinkedHashMap<>(describe(e));
+                        f.put("body", id);
+                        f.put("at", at);
+                        sendFailures.add(f);
+                    }
+                    sentCount.incrementAndGet();
+                    Thread.sleep(intervalMs);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } finally {
+                produced.countDown();
+            }
+        }, "ordered-producer");
+
+        c.start();
+        p.start();
+        progress.start();
+        producer.start();
+        long deadline = deadline();
+        try {
+            boolean ok = produced.await(Math.max(1, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
+            while (ok && !distinct.containsAll(acked) && System.currentTimeMillis() < deadline) {
+                Thread.sleep(20);
+            }
+            if (!ok || !distinct.containsAll(acked)) {
+                Set<String> missing = new HashSet<>(acked);
+                missing.removeAll(distinct);
+                errors.add(Map.of("type", "timeout", "message", "produced=" + ok + ", "
+                    + missing.size() + " acknowledged bodies not consumed, e.g. "
+                    + missing.stream().sorted().limit(10).toList()));
+            }
+        } finally {
+            producer.interrupt();
+            c.shutdown();
+            p.shutdown();
+            progress.interrupt();
+        }
+        Map<String, Object> pulls = new TreeMap<>();
+        pullsFound.forEach((addr, n) -> pulls.put(addr, n.get()));
+        Map<String, Object> locks = new TreeMap<>();
+        locksGranted.forEach((addr, qs) -> locks.put(addr, new ArrayList<>(new java.util.TreeSet<>(qs))));
+        result.put("acked", acked.size());
+        result.put("sendFailures", sendFailures);
+        result.put("pullsFound", pulls);
+        result.put("locksGranted", locks);
     }
 
     // ---------------------------------------------------------------- admin / route
