@@ -434,3 +434,58 @@ async def test_escape_survives_a_stale_route_to_a_dead_master(tmp_path: Path) ->
                 while "d-second" not in await bodies_on(admin, dc, other):
                     await trio.sleep(0.2)
             assert (await bodies_on(admin, dc, other)).count("d-second") == 1
+
+
+@pytest.mark.timeout(90)
+async def test_a_slave_that_never_synced_metadata_still_serves_and_hands_back_its_progress(
+    tmp_path: Path,
+) -> None:
+    """The master dies before the slave ever copied its metadata (syncBrokerMetadataPeriod is
+    longer than the test): the acting slave still serves pulls of a topic whose config it
+    never got (from its log), and what it changed while acting (fewer commits than
+    consumerOffsetUpdateVersionStep, one delay delivery) is newer than the master's copy, so
+    pre-online takes it: no offset goes back and the delayed message is not delivered twice."""
+    c = ActingCluster(tmp_path, broker={**SPECIAL, "syncBrokerMetadataPeriod": 600_000})
+    async with started(c), Admin(c.ns_addrs[0], config=CC) as admin:
+        ns, slave = c.ns_addrs[0], c.addr("broker-a", 1)
+        await admin.create_topic(TOPIC, cluster="ActingCluster", queue_nums=4, wait_for_route_s=10)
+        await wait_status(c, "broker-a", 1, lambda s: s["slaveState"] == "TRANSFER", "transfer")
+        async with Producer("pg", ns, config=PRODUCER) as p:
+            for i in range(8):
+                await p.send(TOPIC, f"n{i}", queue=mq("broker-a", i % 4))
+            await p.send(TOPIC, "late-1", queue=mq("broker-a", 0), properties={"DELAY": "2"})
+        await wait_status(
+            c,
+            "broker-a",
+            1,
+            lambda s: s["maxOffset"] > 0 and s["maxOffset"] == s["confirmOffset"],
+            "replicated",
+        )
+        c.proc("broker-a", 0).kill()
+        await wait_status(c, "broker-a", 1, lambda s: s["actingMaster"], "acting")
+        async with PullConsumer("g2", ns, config=CC) as pc:
+            for q in range(4):
+                res = await pc.pull(mq("broker-a", q), "*", 0, 32)
+                assert [m.body.decode() for m in res.messages], f"q{q} served by the slave"
+                pc.update_consume_offset(mq("broker-a", q), res.next_begin_offset)
+            await pc.commit()
+        async with PullConsumer("drain", ns, config=CC) as dc:
+            with trio.fail_after(15):
+                while "late-1" not in await bodies_on(admin, dc, "broker-b"):
+                    await trio.sleep(0.2)
+        acting_delay = await delay_offsets(slave)
+        c.proc("broker-a", 0).start()
+        await c.proc("broker-a", 0).wait_ready()
+        st = await wait_status(c, "broker-a", 0, lambda s: not s["isolated"], "online", 30)
+        assert any(x.startswith("consumerOffset@") for x in st["reverseSynced"]), st
+        await wait_status(c, "broker-a", 1, lambda s: not s["actingMaster"], "hand-back")
+        back = await delay_offsets(c.addr("broker-a", 0))
+        assert all(back.get(k, 0) >= v for k, v in acting_delay.items()), (back, acting_delay)
+        async with PullConsumer("g2", ns, config=CC) as pc:
+            for q in range(4):
+                off = await pc.fetch_consume_offset(mq("broker-a", q))
+                assert off is not None and off >= 2, f"q{q}: g2's offset went back to {off}"
+        async with PullConsumer("drain2", ns, config=CC) as dc:
+            await trio.sleep(3.0)  # the master's own delay service had time to redeliver
+            every = await bodies_on(admin, dc, "broker-a") + await bodies_on(admin, dc, "broker-b")
+        assert every.count("late-1") == 1

@@ -272,6 +272,12 @@ class ActingMaster:
             return
         b.acting_master = acting
         if acting:
+            # What changes while acting must look newer than the master's copy whether or not
+            # a metadata sync ran since the last version bump (pre-online takes it back).
+            b.offsets.arm_version_bump()
+            b.special.delay.offsets.arm_version_bump()
+            # Serve every queue in the log, also of topics whose config never reached us.
+            b.adopt_topics_from_log()
             b.ha.slave.set_master(None)
             log.warning(
                 "%s id %d acts as master (its master is gone)", b.cfg.broker_name, self.self_id

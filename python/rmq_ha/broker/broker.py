@@ -317,7 +317,7 @@ class Broker:
         """After HaService.change_to_master: topics of every queue in the log exist (a topic
         auto-created on the old master just before it died, #9804), the data version carries
         the epoch (the name server prefers the larger, #6316), then register."""
-        self._adopt_topics_from_log()
+        self.adopt_topics_from_log()
         self.runtime_broker_id = 0
         self.master_addr = self.address
         self.topics.data_version = self.topics.data_version.next_version(now_ms(), epoch)
@@ -342,7 +342,7 @@ class Broker:
                 return
             await trio.sleep(0.3)
 
-    def _adopt_topics_from_log(self) -> None:
+    def adopt_topics_from_log(self) -> None:
         queues: dict[str, int] = {}
         for topic, qid in self.store.native.queues():
             queues[topic] = max(queues.get(topic, 0), qid + 1)
@@ -405,12 +405,12 @@ class Broker:
         one, and the returning master pulls it back (pre-online)."""
         while True:
             await trio.sleep(self.cfg.sync_broker_metadata_period_ms / 1000)
-            if self.ha.is_master or self.acting_master:
+            if self.ha.is_master:
                 continue
             # Topics whose messages replicated before their config did (auto-created on the
-            # master a moment ago) are readable here at once.
-            self._adopt_topics_from_log()
-            if not self.master_addr or self.master_addr == self.address:
+            # master a moment ago) are readable here at once; an acting slave needs them most.
+            self.adopt_topics_from_log()
+            if self.acting_master or not self.master_addr or self.master_addr == self.address:
                 continue
             try:
                 await self.sync_from_master(self.master_addr)

@@ -89,14 +89,19 @@ class ConsumerOffsetManager:
             self._dirty = True
         self._adopted = True
 
+    def arm_version_bump(self) -> None:
+        """The next commit moves the version on (a slave starts acting for its master)."""
+        self._adopted = True
+
     def merge_newer(self, raw: bytes) -> bool:
-        """Pre-online: takes another replica's offsets when its DataVersion is newer than
-        ours, keeping the larger offset of each queue (an offset never goes backwards, also
-        for queues our own last commits moved after the replica's last copy). True when it
-        was newer."""
+        """Pre-online: takes another replica's offsets when our DataVersion is not newer than
+        theirs (RocketMQ's rule: local <= remote; equal versions can hold different tables,
+        the version moving only every `step` commits), keeping the larger offset of each
+        queue (an offset never goes backwards, also for queues our own last commits moved
+        after the replica's last copy). True when taken."""
         doc = json.loads(raw)
         dv = _version(doc)
-        if dv is None or dv.compare(self.data_version) <= 0:
+        if dv is None or dv.compare(self.data_version) < 0:
             return False
         for key, queues in doc.get("offsetTable", {}).items():
             mine = self.table.setdefault(str(key), {})

@@ -154,16 +154,21 @@ class DelayOffsets:
 
     def merge_newer(self, raw: bytes) -> bool:
         """Takes another replica's delayOffset.json (GET_ALL_DELAY_OFFSET body) when its
-        DataVersion is newer, keeping the larger offset of each level (progress never goes
-        back); True when it was newer (pre-online reverse sync)."""
+        DataVersion is not older than ours (RocketMQ's local <= remote), keeping the larger
+        offset of each level (progress never goes back); True when taken (pre-online reverse
+        sync)."""
         table, dv = _parse_offsets(raw)
-        if dv is None or dv.compare(self.data_version) <= 0:
+        if dv is None or dv.compare(self.data_version) < 0:
             return False
         for level, off in table.items():
             self.table[level] = max(off, self.table.get(level, 0))
         self.data_version = dv
         self.dirty = True
         return True
+
+    def arm_version_bump(self) -> None:
+        """The next update moves the version on (a slave starts acting for its master)."""
+        self._updates = self.version_step - 1
 
     def adopt(self, raw: bytes) -> None:
         """A slave copies its master's progress and version (the periodic slave sync); the
