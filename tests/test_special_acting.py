@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import trio
 
-from rmq_ha.bench.cluster import RMQ_HA, ActingCluster, Proc, free_ports, write_properties
+from rmq_ha.bench.cluster import ActingCluster, Proc, free_ports, role_proc
 from rmq_ha.broker.broker import Broker
 from rmq_ha.broker.special.pop import REVIVE_TOPIC_PREFIX, AckRecord, CheckPoint
 from rmq_ha.broker.special.transaction import HALF_TOPIC, OP_TOPIC, SYS_GROUP
@@ -167,17 +167,15 @@ def _master(tmp: Path, key: str, broker_name: str, port: int, ns_addr: str) -> P
         "namesrvAddr": ns_addr,
         "storePathRootDir": str(tmp / key),
     }
-    conf = write_properties(tmp / f"{key}.conf", values)
-    return Proc([*RMQ_HA, "broker", "-c", str(conf)], tmp / f"{key}.log", tmp / f"{key}.ready")
+    return role_proc(tmp, "broker", key, values)
 
 
 @asynccontextmanager
 async def two_groups(tmp: Path, *, slave: dict[str, Any] | None = None) -> AsyncIterator[Groups]:
     ns_port, a_port, b_port = free_ports(3)
     ns_addr = f"127.0.0.1:{ns_port}"
-    ns_conf = write_properties(tmp / "ns.conf", {"listenPort": ns_port})
     procs = {
-        "ns": Proc([*RMQ_HA, "namesrv", "-c", str(ns_conf)], tmp / "ns.log", tmp / "ns.ready"),
+        "ns": role_proc(tmp, "namesrv", "ns", {"listenPort": ns_port}),
         "a0": _master(tmp, "a0", "broker-a", a_port, ns_addr),
         "b0": _master(tmp, "b0", "broker-b", b_port, ns_addr),
     }

@@ -120,6 +120,14 @@ class Proc:
             self.popen = None
 
 
+def role_proc(
+    tmp: Path, role: str, name: str, values: dict[str, Any], env: dict[str, str] | None = None
+) -> Proc:
+    """An `rmq-ha <role> -c <tmp>/<name>.conf` process with its log and ready file in `tmp`."""
+    conf = write_properties(tmp / f"{name}.conf", values)
+    return Proc([*RMQ_HA, role, "-c", str(conf)], tmp / f"{name}.log", tmp / f"{name}.ready", env)
+
+
 @dataclass
 class ProcessCluster:
     """Name servers and brokers as processes: started in that order (each waits for its ready
@@ -175,14 +183,7 @@ class HaCluster(ProcessCluster):
                 "listenPort": ports[i],
                 "enableControllerInNamesrv": "true",
             }
-            conf = write_properties(self.tmp / f"namesrv-{i}.conf", values)
-            self.namesrvs.append(
-                Proc(
-                    [*RMQ_HA, "namesrv", "-c", str(conf)],
-                    self.tmp / f"namesrv-{i}.log",
-                    self.tmp / f"namesrv-{i}.ready",
-                )
-            )
+            self.namesrvs.append(role_proc(self.tmp, "namesrv", f"namesrv-{i}", values))
         self.broker_ports = free_ports(self.replicas)
         for i in range(self.replicas):
             values = {
@@ -206,14 +207,8 @@ class HaCluster(ProcessCluster):
                     "brokerRole": "SYNC_MASTER" if i == 0 else "SLAVE",
                 }
             values |= self.broker
-            conf = write_properties(self.tmp / f"broker-{i}.conf", values)
             self.brokers.append(
-                Proc(
-                    [*RMQ_HA, "broker", "-c", str(conf)],
-                    self.tmp / f"broker-{i}.log",
-                    self.tmp / f"broker-{i}.ready",
-                    self.broker_env,
-                )
+                role_proc(self.tmp, "broker", f"broker-{i}", values, self.broker_env)
             )
 
     def broker_addr(self, i: int) -> str:
@@ -300,14 +295,8 @@ class ActingCluster(ProcessCluster):
                 "scanNotActiveBrokerInterval": 200,
                 **self.namesrv,
             }
-            conf = write_properties(self.tmp / f"namesrv-{i}.conf", values)
             self.namesrvs.append(
-                Proc(
-                    [*RMQ_HA, "namesrv", "-c", str(conf)],
-                    self.tmp / f"namesrv-{i}.log",
-                    self.tmp / f"namesrv-{i}.ready",
-                    self.namesrv_env,
-                )
+                role_proc(self.tmp, "namesrv", f"namesrv-{i}", values, self.namesrv_env)
             )
         self.members = [(g, i) for g, n in self.groups.items() for i in range(n + 1)]
         self.broker_ports = free_ports(len(self.members))
@@ -324,14 +313,7 @@ class ActingCluster(ProcessCluster):
                 **FAST_ACTING,
                 **self.broker,
             }
-            conf = write_properties(self.tmp / f"{group}-{bid}.conf", values)
-            self.brokers.append(
-                Proc(
-                    [*RMQ_HA, "broker", "-c", str(conf)],
-                    self.tmp / f"{group}-{bid}.log",
-                    self.tmp / f"{group}-{bid}.ready",
-                )
-            )
+            self.brokers.append(role_proc(self.tmp, "broker", f"{group}-{bid}", values))
 
     def index(self, group: str, broker_id: int) -> int:
         return self.members.index((group, broker_id))
