@@ -107,7 +107,7 @@ hosts-down: dev ## heal every fault the bench journalled, stop its processes, de
 .PHONY: test-check check-demo bench-check
 CHECK_DEMO_DIR ?= $(or $(TMPDIR),/tmp)/rmq-check-demo
 
-test-check: dev ## the checker's known-answer tests only (tests/spark, ~2-3 min on 2 cores)
+test-check: dev ## the checker's known-answer tests only (tests/spark, ~4-5 min on 2 cores)
 	$(VPY) -m pytest -q tests/spark $(PYTEST_ARGS)
 
 check-demo: dev ## a synthetic run with 2 of every anomaly injected, checked: prints the verdict
