@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -143,10 +143,24 @@ async def silent_server(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_
     await trio.serve_listeners(handle, listeners)
 
 
+async def hold(
+    cm: AbstractAsyncContextManager[None],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Enters `cm` in a task and stays inside until the task is cancelled."""
+    async with cm:
+        task_status.started()
+        await trio.sleep_forever()
+
+
+@asynccontextmanager
 async def register_fake_broker(
     namesrv: str, broker_name: str, addr: str, topics: dict[str, int]
-) -> None:
-    """Registers `addr` as the master of `broker_name` serving `topics` (name -> queues)."""
+) -> AsyncIterator[None]:
+    """Registers `addr` as the master of `broker_name` serving `topics` (name -> queues) for
+    the duration of the block. The registration's connection stays open like a real
+    broker's: the name server drops a broker whose connection closes."""
     h = RegisterBrokerRequestHeader(
         broker_name=broker_name,
         broker_addr=addr,
@@ -170,6 +184,7 @@ async def register_fake_broker(
             RemotingCommand.request(RC.REGISTER_BROKER, h.to_ext(), encode_register_body(body)),
         )
         assert r.code == Resp.SUCCESS, r.remark
+        yield
 
 
 # ---------------------------------------------------------------------------------------------

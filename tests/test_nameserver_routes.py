@@ -104,3 +104,47 @@ def test_the_later_state_version_keeps_the_master_id() -> None:
     res = t.register(cluster="c", addr=newer, broker_name="b", broker_id=0, now_ms=3,
                      data_version=DataVersion(state_version=4, timestamp=3, counter=1))  # fmt: skip
     assert not res.refused and t.groups["b"].broker_addrs[0] == newer
+
+
+def _addrs_perm(t: RouteTable, topic: str, acting: bool) -> tuple[dict[int, str], int]:
+    r = t.route(topic, acting_master=acting)
+    assert r is not None
+    return dict(r.broker_datas[0].broker_addrs), r.queue_datas[0].perm
+
+
+def test_acting_master_route_rewrite_and_min_id_changes() -> None:
+    """RIP-32: the master goes, the group turns read-only and (with supportActingMaster) its
+    smallest-id replica shows as id 0; min-id changes name who to tell; the master's return
+    restores write permission and the real ids."""
+    t = RouteTable()
+    topics = {"T": qd(4), "rmq_sys_SYNC_BROKER_MEMBER_broker-a": qd(1)}
+    first = reg(t, "m:1", 0, 0, topics=topics, enable_acting_master=True)
+    assert first.min_change is not None and first.min_change.recipients == ("m:1",)  # type: ignore[attr-defined]
+    joined = reg(t, "s:1", 1, 0, topics=topics, enable_acting_master=True)
+    assert joined.min_change is None, "a larger id does not change the minimum"  # type: ignore[attr-defined]
+    assert _addrs_perm(t, "T", True) == ({0: "m:1", 1: "s:1"}, 6)
+    change = t.unregister("m:1")
+    assert change is not None
+    assert (change.min_id, change.min_addr, change.offline_addr, change.recipients) == (
+        1,
+        "s:1",
+        "m:1",
+        ("s:1",),
+    )
+    assert _addrs_perm(t, "T", True) == ({0: "s:1"}, 4), "read-only slave shown as id 0"
+    assert _addrs_perm(t, "T", False) == ({1: "s:1"}, 4), "no rewrite without support"
+    sync = _addrs_perm(t, "rmq_sys_SYNC_BROKER_MEMBER_broker-a", True)
+    assert sync[0] == {1: "s:1"}, "the member-group topic keeps the real ids"
+    back = reg(t, "m:1", 0, 10, topics=topics, enable_acting_master=True)
+    mc = back.min_change  # type: ignore[attr-defined]
+    assert mc is not None and (mc.min_id, mc.recipients) == (0, ("s:1",))
+    assert _addrs_perm(t, "T", True) == ({0: "m:1", 1: "s:1"}, 6)
+
+
+def test_a_prime_slave_registers_its_topics_read_only() -> None:
+    t = RouteTable()
+    reg(t, "s:1", 1, 0, topics={"T": qd(4)}, enable_acting_master=True)
+    assert _addrs_perm(t, "T", True) == ({0: "s:1"}, 4)
+    t2 = RouteTable()
+    reg(t2, "s:1", 1, 0, topics={"T": qd(4)}, enable_acting_master=False)
+    assert t2.route("T") is None, "without acting master a slave's topics are not routed"
