@@ -228,8 +228,8 @@ class HaCluster(ProcessCluster):
         return json.loads(r.body) if r.body else None
 
     async def master(self, timeout_s: float = 20, exclude: int | None = None) -> int:
-        """The index of the broker that says it is master (and is not `exclude`), once the
-        first name server routes it as the group's id 0 (clients can send to it)."""
+        """The index of the broker that says it is master (and is not `exclude`), once a
+        running name server routes it as the group's id 0 (clients can send to it)."""
         with trio.move_on_after(timeout_s):
             while True:
                 for i, p in enumerate(self.brokers):
@@ -242,18 +242,24 @@ class HaCluster(ProcessCluster):
         raise AssertionError(f"no master within {timeout_s} s\n{self.logs()}")
 
     async def _routed(self, i: int) -> bool:
-        """The first name server lists broker i as id 0 of the group (GET_BROKER_CLUSTER_INFO)."""
+        """A running name server lists broker i as id 0 of the group
+        (GET_BROKER_CLUSTER_INFO); tests stop name servers, so any live one will do."""
         async with RemotingClient() as c:
-            try:
-                r = await c.invoke(
-                    self.ns_addrs[0], RemotingCommand.request(RC.GET_BROKER_CLUSTER_INFO), 2.0
-                )
-            except (RemotingError, OSError):
-                return False
-        if not r.body:
-            return False
-        group = json.loads(r.body).get("brokerAddrTable", {}).get(self.broker_name, {})
-        return bool(group.get("brokerAddrs", {}).get("0") == self.broker_addr(i))
+            for addr, proc in zip(self.ns_addrs, self.namesrvs, strict=True):
+                if not proc.alive:
+                    continue
+                try:
+                    r = await c.invoke(
+                        addr, RemotingCommand.request(RC.GET_BROKER_CLUSTER_INFO), 2.0
+                    )
+                except (RemotingError, OSError):
+                    continue
+                table = json.loads(r.body or b"{}").get("brokerAddrTable", {})
+                if table.get(self.broker_name, {}).get("brokerAddrs", {}).get(
+                    "0"
+                ) == self.broker_addr(i):
+                    return True
+        return False
 
     async def wait_sync_state_set(self, i: int, size: int, timeout_s: float = 20) -> list[int]:
         with trio.move_on_after(timeout_s):
