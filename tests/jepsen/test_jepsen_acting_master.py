@@ -12,19 +12,17 @@ early, no rolled-back transaction delivered, every popped message acked."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from rmq_jepsen import hosts as hostmod
+from campaignutil import ROOT, tear_down
 from rmq_jepsen.runner import checker_available
 from rmq_jepsen.state import StateDir
 
 from rmq_ha import history as h
 
-ROOT = os.geteuid() == 0 and shutil.which("ip") is not None
 #: the bench's own range (198.18.0.0/15, benchmarking space), a /24 per test process so a
 #: bench left up by `make demo` (198.18.0.0/24) or another test run does not collide
 SUBNET = f"198.18.{150 + os.getpid() % 100}.0/24"
@@ -35,15 +33,7 @@ PREFIX = f"rmqam{os.getpid() % 1000}"
 def state(tmp_path):
     st = StateDir(tmp_path / "state")
     yield st
-    # Teardown even on failure: heal, stop every process, delete the namespaces and bridge.
-    if ROOT:
-        hostmod.local_down(st, log=lambda s: None)
-    else:
-        from rmq_jepsen.nemesis import heal_journal
-
-        heal_journal(st, log=lambda s: None)
-    leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert PREFIX not in leftover, f"namespaces left behind: {leftover}"
+    tear_down(st, PREFIX)  # even on failure
 
 
 @pytest.mark.timeout(300)

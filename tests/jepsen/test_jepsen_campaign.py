@@ -6,18 +6,16 @@ deleted in teardown even when the test fails."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from rmq_jepsen import hosts as hostmod
+from campaignutil import ROOT, tear_down
 from rmq_jepsen.state import StateDir
 
 from rmq_ha import history as h
 
-ROOT = os.geteuid() == 0 and shutil.which("ip") is not None
 SUBNET = f"198.18.{100 + os.getpid() % 100}.0/24"
 PREFIX = f"rmqjt{os.getpid() % 1000}"
 
@@ -33,15 +31,7 @@ def _stat_state(pid: str) -> str | None:
 def state(tmp_path):
     st = StateDir(tmp_path / "state")
     yield st
-    # Teardown even on failure: heal, stop every process, delete the namespaces and bridge.
-    if ROOT:
-        hostmod.local_down(st, log=lambda s: None)
-    else:
-        from rmq_jepsen.nemesis import heal_journal
-
-        heal_journal(st, log=lambda s: None)
-    leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert PREFIX not in leftover, f"namespaces left behind: {leftover}"
+    tear_down(st, PREFIX)  # even on failure
 
 
 @pytest.mark.timeout(240)

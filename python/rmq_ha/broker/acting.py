@@ -98,9 +98,6 @@ class ActingMaster:
         self.members: dict[int, str] = {}
         #: Pre-online: not registered, no heartbeats, no special services yet.
         self.isolated = self.enabled and not cfg.skip_pre_online and cfg.total_replicas > 1
-        self.online = trio.Event()
-        if not self.isolated:
-            self.online.set()
         #: What pre-online pulled back, for status and tests: ["consumerOffset@<addr>", ...].
         self.reverse_synced: list[str] = []
         # FMQ fencing.
@@ -424,7 +421,6 @@ class ActingMaster:
         else:
             await self._set_acting(min_id == self.self_id)
         self.isolated = False
-        self.online.set()
         log.info("%s id %d online (smallest id %d)", b.cfg.broker_name, self.self_id, min_id)
         await b.register_all()
 

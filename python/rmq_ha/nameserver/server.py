@@ -80,7 +80,7 @@ class Nameserver:
         d.register(RC.GET_KV_CONFIG, self.get_kv)
         d.register(RC.DELETE_KV_CONFIG, self.delete_kv)
         self.dispatcher = d
-        self.server = RemotingServer(self._on_request, cfg.listen_host, cfg.listen_port)
+        self.server = RemotingServer(d, cfg.listen_host, cfg.listen_port)
         self.outbound = RemotingClient()
         #: The connection each broker address last registered or beat over.
         self._broker_conns: dict[str, Connection] = {}
@@ -100,9 +100,6 @@ class Nameserver:
     @property
     def address(self) -> str:
         return self.server.address
-
-    async def _on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        return await self.dispatcher(conn, cmd)
 
     def _track(self, conn: Connection, broker_addr: str) -> None:
         """Remembers the connection a broker talks over; when it closes, the broker is gone

@@ -115,9 +115,6 @@ class EscapeBridge:
         self.broker = broker
         self.local = LocalEscape(broker)
         self._routes: RouteCache | None = None
-        #: Messages sent to another broker-set since start, and puts refused or failed.
-        self.remote_puts = 0
-        self.failed_puts = 0
 
     @property
     def routes(self) -> RouteCache:
@@ -135,7 +132,6 @@ class EscapeBridge:
         if self.broker.ha.is_master:
             return await self.local.put(msgs)
         if not self.remote_allowed():
-            self.failed_puts += 1
             return PutResult(
                 Resp.SERVICE_NOT_AVAILABLE,
                 "this broker is a slave and remote escape is off (enableSlaveActingMaster and "
@@ -146,7 +142,6 @@ class EscapeBridge:
         for m in msgs:
             r = await self.put_remote(m)
             if not r.ok:
-                self.failed_puts += 1
                 return PutResult(r.code, r.remark, tuple(phys), tuple(qoffs), wall_ms())
             phys.extend(r.physical_offsets)
             qoffs.extend(r.queue_offsets)
@@ -169,16 +164,15 @@ class EscapeBridge:
                 await self._refresh(out.topic)
             targets = await self._targets(out, out.topic, own)
             if not targets:
-                targets = await self._targets(out, AUTO_CREATE_TOPIC, own)
                 if attempt:
                     await self._refresh(AUTO_CREATE_TOPIC)
+                targets = await self._targets(out, AUTO_CREATE_TOPIC, own)
             for name, addr, qid in targets:
                 if name in tried:
                     continue
                 tried.add(name)
                 r = await self._send(addr, name, out, qid)
                 if r.ok:
-                    self.remote_puts += 1
                     return r
                 last = f"{name} at {addr}: {r.code} {r.remark}"
                 log.info(
