@@ -12,12 +12,9 @@ from typing import Any
 
 import trio
 
-from rmq_ha.broker.broker import Broker
+from rmq_ha.broker.broker import Broker, open_broker
 from rmq_ha.config import BrokerConfig, NamesrvConfig
 from rmq_ha.nameserver.server import Nameserver
-from rmq_ha.net.dispatch import Dispatcher
-from rmq_ha.net.server import RemotingServer
-from rmq_ha.store import open_store
 
 #: 18 short levels: a retry's default level (3 + reconsume times) waits 600 ms.
 FAST_LEVELS = "200ms 400ms 600ms 800ms 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
@@ -26,22 +23,10 @@ FAST_LEVELS = "200ms 400ms 600ms 800ms 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s
 async def run_broker(
     cfg: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """`broker.serve()`, but reporting the Broker object."""
-    cfg.store_root.mkdir(parents=True, exist_ok=True)
-    server = RemotingServer(Dispatcher("broker"), cfg.broker_ip, cfg.listen_port)
-    port = await server.bind()
-    async with open_store(
-        cfg.store_root,
-        segment_size=cfg.commitlog_segment_bytes,
-        cq_units_per_file=cfg.cq_units_per_file,
-        store_host=f"{cfg.broker_ip}:{port}",
-        flush_interval_ms=cfg.flush_interval_ms,
-        max_message_size=cfg.max_message_size,
-    ) as store:
-        broker = Broker(cfg, store, server)
-        async with trio.open_nursery() as n:
-            await n.start(broker.serve)
-            task_status.started(broker)
+    """`broker.serve()`, but reporting the Broker object (`open_broker`)."""
+    async with open_broker(cfg) as broker:
+        task_status.started(broker)
+        await trio.sleep_forever()
 
 
 @dataclass

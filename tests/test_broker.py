@@ -324,29 +324,19 @@ async def test_bad_sends_get_clear_codes_and_write_nothing(tmp_path: Path) -> No
 async def test_sync_flush_acks_only_durable_messages(tmp_path: Path) -> None:
     # With a 60 s flush interval only a requested sync can make a message durable, so every
     # SUCCESS must find the store flushed up to its end; ASYNC_FLUSH must not wait for it.
-    from rmq_ha.broker.broker import Broker
+    from rmq_ha.broker.broker import open_broker
     from rmq_ha.config import FlushDiskType
-    from rmq_ha.net.dispatch import Dispatcher
-    from rmq_ha.net.server import RemotingServer
-    from rmq_ha.store import open_store
 
     for mode in (FlushDiskType.SYNC_FLUSH, FlushDiskType.ASYNC_FLUSH):
         root = tmp_path / mode.value
         cfg = BrokerConfig(listen_port=0, store_path_root_dir=str(root), flush_disk_type=mode,
                            flush_interval_ms=60_000, commitlog_segment_bytes=1 << 20)  # fmt: skip
-        server = RemotingServer(Dispatcher("broker"), "127.0.0.1", 0)
-        port = await server.bind()
-        async with (
-            open_store(
-                root, segment_size=1 << 20, store_host=f"127.0.0.1:{port}", flush_interval_ms=60_000
-            ) as store,  # fmt: skip
-            trio.open_nursery() as n,
-        ):
-            addr = await n.start(Broker(cfg, store, server).serve)
+        async with open_broker(cfg) as broker:
+            store = broker.store
             async with RemotingClient() as client:
                 unflushed_acks = 0
                 for i in range(20):
-                    r = await client.invoke(addr, send_cmd("SF", b"%d" % i))
+                    r = await client.invoke(broker.address, send_cmd("SF", b"%d" % i))
                     assert r.code == Resp.SUCCESS
                     if store.native.flushed_offset < store.native.max_offset:
                         unflushed_acks += 1
@@ -354,7 +344,6 @@ async def test_sync_flush_acks_only_durable_messages(tmp_path: Path) -> None:
                 assert unflushed_acks == 0
             else:
                 assert unflushed_acks > 0, "async acks do not wait for a sync"
-            n.cancel_scope.cancel()
 
 
 @pytest.mark.timeout(60)

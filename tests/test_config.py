@@ -95,3 +95,28 @@ def test_config_records_are_frozen() -> None:
     cfg = NamesrvConfig()
     with pytest.raises(AttributeError):
         cfg.listen_port = 1  # type: ignore[misc]
+
+
+def test_controller_deployed_stand_alone_decides_where_the_controllers_are() -> None:
+    """Seed 002's controllerDeployedStandAlone: false (default) means the controllers are
+    embedded in the name servers, so controllerAddr may be left out; true requires it."""
+    embedded, _ = from_mapping(
+        BrokerConfig,
+        {"enableControllerMode": "true", "namesrvAddr": "a:1;b:2"},
+    )
+    assert embedded.controller_addrs == ["a:1", "b:2"]
+    explicit, _ = from_mapping(
+        BrokerConfig,
+        {"enableControllerMode": "true", "namesrvAddr": "a:1", "controllerAddr": "c:3"},
+    )
+    assert explicit.controller_addrs == ["c:3"]
+    with pytest.raises(ConfigError, match="controllerDeployedStandAlone=true") as err:
+        from_mapping(
+            BrokerConfig,
+            {
+                "enableControllerMode": "true",
+                "namesrvAddr": "a:1",
+                "controllerDeployedStandAlone": "true",
+            },
+        )
+    assert err.value.key == "controllerAddr"

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from rmq_ha._native import EpochFile, Message
+from rmq_ha.broker.broker import role_config
+from rmq_ha.broker.core import Role, RoleCore
+from rmq_ha.broker.core import actions as act
+from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha import catchup
 from rmq_ha.broker.ha.catchup import CatchUp, catch_up_after_recovery, epoch_of_byte
-from rmq_ha.broker.ha.service import EPOCH_FILE, HaService, RoleRefused
+from rmq_ha.broker.ha.service import HaService
 from rmq_ha.config import BrokerConfig, from_mapping
 from rmq_ha.store import open_store
 
@@ -56,12 +58,13 @@ def test_debt_files_round_trip_and_a_damaged_one_keeps_the_replica_unelectable(
     assert catchup.load(tmp_path) is None
 
 
-async def test_ha_service_reconciles_the_epoch_file_and_refuses_to_lead_until_caught_up(
+async def test_recovery_reconciles_the_epoch_file_and_the_core_refuses_to_lead_until_caught_up(
     tmp_path: Path,
 ) -> None:
     """A controller-mode replica whose epoch file says epoch 2 started at an offset its log no
-    longer reaches: the entry is cut at start, the debt persisted and reported, promotion
-    refused (no EpochConflictError, nothing changed), then allowed once the log reaches it."""
+    longer reaches: the HA service cuts the entry at start and persists the debt; the role
+    core refuses to lead (no epoch appended, still fenced, asks for an election), then leads
+    once replication brought the log to the debt's offset."""
     cfg, _ = from_mapping(
         BrokerConfig,
         {
@@ -76,24 +79,32 @@ async def test_ha_service_reconciles_the_epoch_file_and_refuses_to_lead_until_ca
     async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
         placed = store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(4)])
         end = placed.end_offset
-    epochs = EpochFile(tmp_path / EPOCH_FILE)
+    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
     epochs.append(1, 0)
     epochs.append(2, end + 5_000)  # elected at an offset whose bytes were then torn away
     del epochs
     async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
-        ha = HaService(cfg, store, 3)
+        core = RoleCore(role_config(cfg))
+        ha = HaService(cfg, store, lambda: core.ha, lambda e: None, lambda: 3)
+        debt = ha.recover()
         assert [(e, s) for e, s, _ in ha.epochs.entries()] == [(1, 0)]
-        debt = ha.catch_up()
         assert debt is not None and (debt.offset, debt.epoch) == (end + 5_000, 1)
         assert catchup.load(tmp_path) == debt
-        with pytest.raises(RoleRefused, match="must catch up"):
-            ha.change_to_master(3, frozenset({3}), 3)
-        assert not ha.is_master
-        assert [(e, s) for e, s, _ in ha.epochs.entries()] == [(1, 0)]
-        # Replication brings the log back past the debt: cleared, promotion works.
-        while store.native.max_offset < end + 5_000:
-            store.native.append_batch([Message("T", 0, b"y" * 1000)])
-        assert ha.catch_up() is None
-        assert catchup.load(tmp_path) is None
-        assert ha.change_to_master(3, frozenset({3}), 3)
-        assert ha.is_master and ha.epochs.last_epoch() == 3
+        core = RoleCore(role_config(cfg), debt)
+        native = store.native
+        core.step(ev.Started("a:1", native.max_offset, 0, *ha.last_epoch()), 0)
+        core.step(ev.IdAssigned(3), 0)
+        out = core.step(ev.MasterInfo(3, "a:1", 3, 3, frozenset({3}), "elect"), 0)
+        assert not any(isinstance(x, act.AppendEpoch) for x in out)
+        assert core.state.role is Role.NONE and core.state.fence is not None
+        assert "must catch up" in core.state.fence and core.state.masterless
+        assert core.write_refusal() is not None
+        assert act.RequestElection() in core.step(ev.Tick(), 1_000)
+        # Replication brings the log back past the debt: cleared, leading works.
+        while native.max_offset < end + 5_000:
+            native.append_batch([Message("T", 0, b"y" * 1000)])
+        out = core.step(ev.LogGrew(native.max_offset, 0), 2_000)
+        assert act.ClearCatchUp() in out and core.state.catch_up is None
+        out = core.step(ev.MasterInfo(3, "a:1", 3, 3, frozenset({3}), "elect"), 2_000)
+        assert act.AppendEpoch(3, native.max_offset) in out
+        assert core.serving_master and core.write_refusal() is None

@@ -1,8 +1,8 @@
 """Special messages with a slave acting for its dead master (RIP-32; broker/special/pop.py and
 transaction.py on top of the escape bridge): two broker groups and one name server on
 loopback. The name server and the masters (broker-a's A0, broker-b's B0) are real processes;
-broker-a's slave A1, where one runs, is in-process, so a test can set `acting_master` (what
-broker/acting.py sets when A0 is gone) and call a service directly.
+broker-a's slave A1, where one runs, is in-process, so a test can set `core.state.acting`
+(what the role core sets when A0 is gone) and call a service directly.
 
 * a master revives a checkpoint (CK) that names another broker group, reading its messages
   with a remote pull from that group; while the group cannot answer the CK waits, then is
@@ -537,7 +537,7 @@ async def test_pop_ack_and_lease_change_on_an_acting_slave_go_through_the_escape
             assert a1.offsets.query("ag", "PopAT", 0) is None
 
             g.kill("a0")
-            a1.acting_master = True  # what acting.py sets once A0 is gone
+            a1.core.state.acting = True  # what the role core sets once A0 is gone
             log_end = a1.store.native.max_offset
             r, msgs = await raw_pop(c, a1.address, "ag", "PopAT", 1500)
             assert r.code == Resp.SUCCESS, r.remark
@@ -565,7 +565,7 @@ async def test_pop_ack_and_lease_change_on_an_acting_slave_go_through_the_escape
         await eventually(lambda: "not readable" in g.log("b0"), 10)
         assert await max_offset(b0, "%RETRY%ag_PopAT") == 0
         await g.restart("a0")
-        a1.acting_master = False
+        a1.core.state.acting = False
         got = await pop_from(g.ns_addr, "ag", "PopAT", "broker-b", 1)
         assert [m.body for m in got] == [b"z"]  # x acked, y leased for 60 s
         assert got[0].reconsume_times == 1
@@ -591,7 +591,7 @@ async def test_acting_slave_revives_the_dead_masters_checkpoints_and_honours_its
         await replicated(a1, "PopDT", 2)
         await replicated(a1, REVIVE_TOPIC, 1, revive_qid)
         g.kill("a0")
-        a1.acting_master = True
+        a1.core.state.acting = True
         await a1.special.change_status(True, g.nursery)  # as acting.py starts them
         try:
             pop = a1.special.pop
@@ -720,7 +720,7 @@ async def test_end_transaction_on_an_acting_slave_commits_through_the_escape_onc
             r = await c.invoke(a1.address, end(1, commit))
             assert r.code == Resp.SLAVE_NOT_AVAILABLE, r.remark  # a plain slave
             g.kill("a0")
-            a1.acting_master = True
+            a1.core.state.acting = True
             log_end = a1.store.native.max_offset
             r = await c.invoke(a1.address, end(1, commit))
             assert r.code == Resp.SUCCESS, r.remark

@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from rmq_ha._native import decode_stored_record
+from rmq_ha.broker.special.base import InnerMessage
 from rmq_ha.broker.special.pop import REVIVE_GROUP, REVIVE_TOPIC_PREFIX, CheckPoint
-from rmq_ha.broker.special.services import InnerMessage
 from rmq_ha.client import PopConsumer, PopStatus, Producer
 from rmq_ha.protocol.message import decode_properties
 from rmq_ha.protocol.pop import ExtraInfo

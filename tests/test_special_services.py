@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from rmq_ha.broker.special.base import InnerMessage, LocalEscape, PutResult
 from rmq_ha.broker.special.delay import SCHEDULE_TOPIC
-from rmq_ha.broker.special.services import InnerMessage, LocalEscape, PutResult
 from rmq_ha.client import PopConsumer, Producer
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from specialutil import eventually, special_cluster
@@ -120,6 +120,6 @@ async def test_service_output_goes_only_through_the_escape(tmp_path: Path) -> No
             with pytest.raises(BrokerResponseError) as e:
                 await c.pop("EscT")
             assert e.value.code == Resp.SERVICE_NOT_AVAILABLE
-            special.escape = LocalEscape(env.broker)
+            special.escape = LocalEscape(env.broker.ports)
             r = await c.pop("EscT")
             assert [m.body for m in r.messages] == [b"to-pop"]

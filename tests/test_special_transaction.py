@@ -12,7 +12,8 @@ import pytest
 import trio
 
 from rmq_ha._native import decode_stored_record
-from rmq_ha.broker.special.services import InnerMessage, PutResult
+from rmq_ha.broker.core import Role
+from rmq_ha.broker.special.base import InnerMessage, PutResult
 from rmq_ha.broker.special.transaction import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from rmq_ha.client import (
     LocalTransactionState,
@@ -228,14 +229,14 @@ async def test_the_check_on_a_slave_hands_halves_over_and_keeps_its_place_on_fai
         txs = broker.special.transactions
         fake = RecordingEscape(refuse=1)
         broker.special.escape = fake
-        broker.ha.is_master = False  # a slave (acting for its master)
+        broker.core.state.role = Role.SLAVE  # a slave (acting for its master)
         try:
             assert await txs.check_once() == 0
             assert len(fake.puts) == 1 and txs.escaped == 0
             assert not broker.offsets.query("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0)
             assert await txs.check_once() == 2
         finally:
-            broker.ha.is_master = True
+            broker.core.state.role = Role.MASTER
         handed = [msgs[0] for msgs in fake.puts[1:]]
         assert [m.body for m in handed] == [b"old", b"checked-enough"]
         for m in handed:

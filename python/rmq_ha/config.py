@@ -50,7 +50,11 @@ class NamesrvConfig:
         "heartbeat timeout of a broker that does not send its own at registration",
     )
     support_acting_master: bool = rmq("supportActingMaster", False, "RIP-32 route rewrite")
-    notify_min_broker_id_changed: bool = rmq("notifyMinBrokerIdChanged", False, "send 905")
+    #: RocketMQ's default is false; RIP-32 sends 905 whenever a group's smallest id changes,
+    #: and only groups that registered with enableActingMaster get it, so ours is true.
+    notify_min_broker_id_changed: bool = rmq(
+        "notifyMinBrokerIdChanged", True, "send 905 to acting-master groups"
+    )
     enable_controller_in_namesrv: bool = rmq(
         "enableControllerInNamesrv",
         False,
@@ -119,6 +123,9 @@ class BrokerConfig:
     listen_port: int = rmq("listenPort", 10911, "0 picks a free port")
     namesrv_addr: str = rmq("namesrvAddr", "", "host:port;host:port")
     store_path_root_dir: str = rmq("storePathRootDir", "store")
+    store_path_epoch_file: str = rmq(
+        "storePathEpochFile", "", "default <storePathRootDir>/epochFileCheckpoint"
+    )
     commitlog_segment_bytes: int = rmq("mappedFileSizeCommitLog", 1 << 30)
     consume_queue_file_bytes: int = rmq("mappedFileSizeConsumeQueue", 300_000 * 20)
     flush_disk_type: FlushDiskType = rmq("flushDiskType", FlushDiskType.ASYNC_FLUSH)
@@ -144,7 +151,14 @@ class BrokerConfig:
     total_replicas: int = rmq("totalReplicas", 1)
     read_uncommitted: bool = rmq("readUnCommitted", False, "dispatch past confirmOffset")
     enable_controller_mode: bool = rmq("enableControllerMode", False)
-    controller_addr: str = rmq("controllerAddr", "", "host:port;host:port")
+    controller_addr: str = rmq(
+        "controllerAddr", "", "host:port;host:port (default: the name servers, if embedded)"
+    )
+    controller_deployed_stand_alone: bool = rmq(
+        "controllerDeployedStandAlone",
+        False,
+        "false: the controllers live in the name servers (controllerAddr defaults to them)",
+    )
     controller_heartbeat_timeout_ms: int = rmq("controllerHeartBeatTimeoutMills", 10_000)
     sync_broker_metadata_period_ms: int = rmq("syncBrokerMetadataPeriod", 5000)
     check_sync_state_set_period_ms: int = rmq("checkSyncStateSetPeriod", 5000)
@@ -222,7 +236,12 @@ class BrokerConfig:
 
     @property
     def controller_addrs(self) -> list[str]:
-        return [a.strip() for a in self.controller_addr.replace(",", ";").split(";") if a.strip()]
+        """controllerAddr; when empty and the controllers are embedded in the name servers
+        (controllerDeployedStandAlone=false), the name servers' addresses."""
+        addrs = [a.strip() for a in self.controller_addr.replace(",", ";").split(";") if a.strip()]
+        if not addrs and not self.controller_deployed_stand_alone:
+            return self.namesrv_addrs
+        return addrs
 
     @property
     def cq_units_per_file(self) -> int:
@@ -231,6 +250,13 @@ class BrokerConfig:
     @property
     def store_root(self) -> Path:
         return Path(self.store_path_root_dir).expanduser()
+
+    @property
+    def epoch_file_path(self) -> Path:
+        """The epoch file (storePathEpochFile; its backup is the same path + ".bak")."""
+        if self.store_path_epoch_file:
+            return Path(self.store_path_epoch_file).expanduser()
+        return self.store_root / "epochFileCheckpoint"
 
 
 C = TypeVar("C")
@@ -313,9 +339,14 @@ def _validate(record: Any) -> None:
             raise ConfigError("bad config brokerId: must be >= 0", "brokerId")
         if not 1 <= record.min_in_sync_replicas:
             raise ConfigError("bad config minInSyncReplicas: must be >= 1", "minInSyncReplicas")
-        if record.enable_controller_mode and not record.controller_addr.strip():
+        if record.enable_controller_mode and not record.controller_addrs:
             raise ConfigError(
-                "bad config controllerAddr: required when enableControllerMode=true",
+                "bad config controllerAddr: required when enableControllerMode=true"
+                + (
+                    " and controllerDeployedStandAlone=true"
+                    if record.controller_deployed_stand_alone
+                    else " (or namesrvAddr, for controllers embedded in the name servers)"
+                ),
                 "controllerAddr",
             )
         if record.broker_permission & ~0xF:

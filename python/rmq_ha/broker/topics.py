@@ -7,7 +7,9 @@ creates the topic on that first send."""
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms as now_ms
@@ -24,6 +26,8 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TOPIC_MAX_LENGTH = 127
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+log = logging.getLogger(__name__)
 
 
 def check_topic_name(topic: str) -> str | None:
@@ -51,6 +55,8 @@ class TopicConfigManager:
         self.path = path
         self.default_queue_nums = default_queue_nums
         self.auto_create = auto_create
+        #: Called when a change must reach the name servers (the wiring registers).
+        self.on_change: Callable[[], None] = lambda: None
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion.initial(now_ms())
         self._load()
@@ -138,3 +144,54 @@ class TopicConfigManager:
             )
             self.update(tc)
         return tc
+
+    # ---- what the handlers use (ports.TopicsPort) -------------------------------------------
+
+    def changed(self) -> None:
+        self.on_change()
+
+    def for_write(
+        self, topic: str, default_topic: str | None, queue_nums: int
+    ) -> TopicConfig | None:
+        """The topic a send writes to: auto-created from the default topic when allowed, and
+        retry/DLQ topics on demand; None when it does not exist."""
+        tc = self.get(topic)
+        if tc is None and self.auto_create and default_topic:
+            tc = self.create_on_send(topic, default_topic, queue_nums)
+            if tc is not None:
+                self.changed()
+        if tc is None and topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            tc = self.system(topic)
+        return tc
+
+    def system(self, topic: str, queue_nums: int = 1) -> TopicConfig:
+        existed = self.get(topic) is not None
+        tc = self.create_system(topic, queue_nums, PERM_READ | PERM_WRITE)
+        if not existed:
+            self.changed()
+        return tc
+
+    def adopt_queues(self, queues: Iterable[tuple[str, int]]) -> None:
+        """A config for every (topic, queue id) in the log whose topic has none: a topic
+        auto-created on the old master just before it died (RocketMQ #9804), or whose config
+        never reached this slave."""
+        counts: dict[str, int] = {}
+        for topic, qid in queues:
+            counts[topic] = max(counts.get(topic, 0), qid + 1)
+        for topic, n in counts.items():
+            if self.get(topic) is None and check_topic_name(topic) is None:
+                self.update(
+                    TopicConfig(
+                        topic_name=topic,
+                        read_queue_nums=max(n, self.default_queue_nums),
+                        write_queue_nums=max(n, self.default_queue_nums),
+                        perm=PERM_READ | PERM_WRITE,
+                    )
+                )
+                log.info("topic %s adopted from the log (%d queues)", topic, n)
+
+    def bump_state_version(self, state_version: int) -> None:
+        """A role change: the DataVersion moves on and carries the epoch (name servers keep
+        the registration with the larger stateVersion, #6316)."""
+        self.data_version = self.data_version.next_version(now_ms(), state_version)
+        self.persist()

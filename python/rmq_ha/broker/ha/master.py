@@ -5,8 +5,9 @@ with its max offset, last epoch and every epoch entry; the slave truncates if it
 its max offset; the master then streams raw commitlog bytes from there, in batches of at most
 ``haTransferBatchSize`` that never cross an epoch boundary, each with a 36-byte header carrying
 the epoch of its bytes and the confirm offset. With nothing to send it sends a header-only
-heartbeat every ``haSendHeartbeatInterval``. Acks feed `HaCore`, which moves the confirm
-offset and proposes SyncStateSet changes; producers waiting for replication are woken.
+heartbeat every ``haSendHeartbeatInterval``. Connections, transfers and acks go to the role core
+as events (`on_event`); `HaCore` there moves the confirm offset and proposes SyncStateSet
+changes, and its actions wake producers waiting for replication (`woke`).
 
 The codec is Rust (`rmq_ha._native`, HA wire format); this module only moves bytes.
 """
@@ -14,7 +15,7 @@ The codec is Rust (`rmq_ha._native`, HA wire format); this module only moves byt
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import trio
 
@@ -24,9 +25,9 @@ from rmq_ha._native import (
     encode_master_handshake,
     encode_transfer_header,
 )
+from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha.core import HaCore
 from rmq_ha.broker.ha.slave import first_error as _leaf
-from rmq_ha.clock import monotonic_ms
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -35,40 +36,35 @@ RECV_BYTES = 64 * 1024
 
 
 class HaMaster:
-    """Streams the commitlog to connected slaves and keeps `core` up to date.
+    """Streams the commitlog to connected slaves and reports what happens to the role core.
 
-    `on_proposal(members)` is called (in a task) when `core` proposes a SyncStateSet change;
-    it reports it to the controller and applies the answer. In classic mode it is None.
+    `on_event` receives SlaveConnected / SlaveDisconnected / Transferring / SlaveIdle /
+    SlaveAcked; `core()` is the role core's current `HaCore`, which producers' waits read.
     """
 
     def __init__(
         self,
         store: AsyncStore,
         epochs: EpochFile,
-        core: HaCore,
+        core: Callable[[], HaCore],
+        on_event: Callable[[ev.Event], None],
         *,
         batch_bytes: int,
         heartbeat_interval_ms: int,
         controller_mode: bool,
-        on_proposal: Callable[[frozenset[int]], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.epochs = epochs
         self.core = core
+        self.on_event = on_event
         self.batch_bytes = batch_bytes
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.controller_mode = controller_mode
-        self.on_proposal = on_proposal
-        #: Called when the confirm offset moved, so consumers may see more (parked pulls).
-        self.on_visible: Callable[[], None] | None = None
         self._data = trio.Event()
         self._progress = trio.Event()
-        self._nursery: trio.Nursery | None = None
         self._accepting: Callable[[], bool] = lambda: True
         self._scopes: dict[int, trio.CancelScope] = {}
         self.connections: dict[int, trio.abc.Stream] = {}
-        #: When a slave last acked (monotonic ms); None until one ever has (FMQ fencing).
-        self.last_ack_ms: int | None = None
 
     # ---- called by the broker -------------------------------------------------------------
 
@@ -76,25 +72,11 @@ class HaMaster:
         """New bytes in the commitlog: wake the senders."""
         self._data.set()
         self._data = trio.Event()
-        if self.controller_mode:
-            self.update_confirm()
-
-    def update_confirm(self) -> None:
-        """Recomputes the confirm offset and hands it to the store's dispatcher."""
-        self.core.recompute_confirm(self.store.native.max_offset)
-        self._push_confirm()
-
-    def _push_confirm(self) -> None:
-        native = self.store.native
-        if self.core.confirm > native.confirm_offset:
-            native.set_confirm_offset(self.core.confirm)
-            if self.on_visible is not None:
-                self.on_visible()
 
     async def wait_acked(self, offset: int, timeout_s: float) -> bool:
         """True once a write ending at `offset` is acknowledged as the mode requires."""
         with trio.move_on_after(timeout_s):
-            while not self.core.write_acked(offset):
+            while not self.core().write_acked(offset):
                 await self._progress.wait()
             return True
         return False
@@ -108,7 +90,6 @@ class HaMaster:
         closed at once, so a slave that still believes in us learns otherwise."""
         self._accepting = accepting
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
             await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
 
     def drop_connections(self) -> None:
@@ -147,7 +128,7 @@ class HaMaster:
                     if old is not None:
                         await old.aclose()
                     self.connections[bid] = stream
-                    self.core.connected(bid, learner, monotonic_ms())
+                    self.on_event(ev.SlaveConnected(bid, learner))
                     async with trio.open_nursery() as n:
                         n.start_soon(self._read_acks, stream, dec, bid)
                         await self._write(stream, bid, start)
@@ -161,8 +142,7 @@ class HaMaster:
             self._scopes.pop(key, None)
             if broker_id is not None and self.connections.get(broker_id) is stream:
                 del self.connections[broker_id]
-                self.core.disconnected(broker_id)
-                self.woke()
+                self.on_event(ev.SlaveDisconnected(broker_id))
 
     def _handshake(self) -> bytes:
         entries = [(e, s) for e, s, _ in self.epochs.entries()]
@@ -210,14 +190,7 @@ class HaMaster:
                 self._on_ack(broker_id, int(rec[1]))  # type: ignore[call-overload]
 
     def _on_ack(self, broker_id: int, ack: int) -> None:
-        native = self.store.native
-        self.last_ack_ms = monotonic_ms()
-        proposal = self.core.acked(broker_id, ack, native.max_offset, monotonic_ms())
-        if self.controller_mode:
-            self._push_confirm()
-        self.woke()
-        if proposal is not None and self.on_proposal is not None and self._nursery is not None:
-            self._nursery.start_soon(self.on_proposal, proposal)
+        self.on_event(ev.SlaveAcked(broker_id, ack, self.store.native.max_offset))
 
     async def _write(self, stream: trio.SocketStream, broker_id: int, start: int) -> None:
         native = self.store.native
@@ -237,14 +210,14 @@ class HaMaster:
                 n = len(buf)
                 if n == 0:
                     raise ValueError(f"nothing readable at {pos} below {limit}")
-                self.core.transferring(broker_id, end, monotonic_ms())
+                self.on_event(ev.Transferring(broker_id, end))
                 header = encode_transfer_header(pos, epoch, epoch_start, self._confirm(), n)
                 await stream.send_all(header)
                 await stream.send_all(memoryview(buf))
                 pos += n
                 last_send = trio.current_time()
                 continue
-            self.core.idle(broker_id, monotonic_ms())
+            self.on_event(ev.SlaveIdle(broker_id))
             with trio.move_on_at(last_send + hb_s):
                 await data_event.wait()
                 continue

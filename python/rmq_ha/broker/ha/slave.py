@@ -24,6 +24,7 @@ from rmq_ha._native import (
     encode_slave_handshake,
     find_consistent_point,
 )
+from rmq_ha.broker.core import events as ev
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class HaSlave:
         self._session_scope: trio.CancelScope | None = None
         #: Called when replicated messages became visible here (parked pulls re-check).
         self.on_visible: Callable[[], None] | None = None
+        #: The role core's input: LogGrew after appends, SlaveFollowing on reaching TRANSFER.
+        self.on_event: Callable[[ev.Event], None] = lambda _e: None
 
     def set_master(self, addr: str | None) -> None:
         """Points the slave at a master's HA address (None: stop syncing)."""
@@ -137,6 +140,7 @@ class HaSlave:
             reported = native.max_offset
             await stream.send_all(encode_slave_ack(reported))
             self.status.state = "TRANSFER"
+            self.on_event(ev.SlaveFollowing())
             pending = rest
             last_ack = trio.current_time()
             while True:
@@ -144,6 +148,8 @@ class HaSlave:
                     if rec[0] != "transfer":
                         raise ValueError(f"unexpected {rec[0]} record while transferring")
                     self._apply(rec)
+                if pending:
+                    self.on_event(ev.LogGrew(native.max_offset, native.confirm_offset))
                 if (
                     native.max_offset != reported
                     or trio.current_time() - last_ack > self.heartbeat_s

@@ -2,7 +2,7 @@
 
 A message with DELAY = level (1..n of messageDelayLevel; larger levels are clamped to n) is
 stored on SCHEDULE_TOPIC_XXXX, queue level-1, with its real topic and queue in REAL_TOPIC /
-REAL_QID (see `SpecialServices.route`). One scanner per level reads its queue from the level's
+REAL_QID (see `Peers.route`). One scanner per level reads its queue from the level's
 offset: all messages of a level wait the same time, so they come due in store order and the
 head of the queue is always the next one due (store time + level delay; RocketMQ keeps the
 same value in the consume-queue tag code). A due message goes to its real topic through the
@@ -27,17 +27,18 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
-from rmq_ha.broker.special.records import read_queue
-from rmq_ha.broker.special.services import (
+from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.special.base import (
     InnerMessage,
+    Peers,
     SpecialService,
-    SpecialServices,
     real_destination,
 )
+from rmq_ha.broker.special.records import read_queue
 from rmq_ha.clock import wall_ms
 from rmq_ha.durable import write_atomic
 from rmq_ha.errors import ConfigError, CorruptFileError
@@ -57,9 +58,6 @@ from rmq_ha.protocol.message import (
     PROPERTY_WAIT,
 )
 from rmq_ha.protocol.models import DataVersion
-
-if TYPE_CHECKING:
-    from rmq_ha.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -191,14 +189,14 @@ class DelayOffsets:
 class DelayService(SpecialService):
     name = "schedule"
 
-    def __init__(self, broker: Broker, special: SpecialServices) -> None:
+    def __init__(self, ports: Ports, special: Peers) -> None:
         super().__init__()
-        self.broker = broker
+        self.ports = ports
         self.special = special
-        self.levels_ms = parse_delay_levels(broker.cfg.message_delay_level)
+        self.levels_ms = parse_delay_levels(ports.cfg.message_delay_level)
         self.offsets = DelayOffsets(
-            broker.cfg.store_root / "config" / "delayOffset.json",
-            broker.cfg.delay_offset_update_version_step,
+            ports.cfg.store_root / "config" / "delayOffset.json",
+            ports.cfg.delay_offset_update_version_step,
         )
         #: Messages delivered to their real topic (or routed on, for timers) since start.
         self.delivered = 0
@@ -216,7 +214,7 @@ class DelayService(SpecialService):
     async def get_all_delay_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(Resp.SUCCESS, None, None, self.offsets.to_json())
 
-    # ---- routing (called through SpecialServices.route) --------------------------------------
+    # ---- routing (called through Peers.route) --------------------------------------
 
     def to_schedule(self, msg: InnerMessage) -> InnerMessage:
         try:
@@ -277,7 +275,7 @@ class DelayService(SpecialService):
 
     async def _flush_loop(self) -> None:
         while True:
-            await trio.sleep(self.broker.cfg.flush_delay_offset_interval_ms / 1000)
+            await trio.sleep(self.ports.cfg.flush_delay_offset_interval_ms / 1000)
             if self.offsets.dirty:
                 await trio.to_thread.run_sync(self.offsets.persist)
 
@@ -288,7 +286,7 @@ class DelayService(SpecialService):
     async def scan_level(self, level: int) -> None:
         """One look at a level: delivers what is due, then waits (until the head is due, a
         message arrives, or IDLE_RECHECK_S)."""
-        store = self.broker.store.native
+        store = self.ports.store.native
         qid = level - 1
         delay_ms = self.levels_ms[qid]
         offset = self.offsets.get(level)
@@ -297,7 +295,7 @@ class DelayService(SpecialService):
             if nxt != offset:  # retention cut the queue below our offset: skip the gap
                 self.offsets.update(level, nxt)
                 return
-            await self.broker.hold.wait(SCHEDULE_TOPIC, qid, offset, IDLE_RECHECK_S)
+            await self.ports.hold.wait(SCHEDULE_TOPIC, qid, offset, IDLE_RECHECK_S)
             return
         for rec in recs:
             now = wall_ms()
@@ -327,7 +325,7 @@ class DelayService(SpecialService):
         msg.properties.pop(PROPERTY_DELAY, None)
         # RocketMQ does not wait for the store on these (messageTimeup sets WAIT=false).
         msg.properties[PROPERTY_WAIT] = "false"
-        if self.broker.topics.get(msg.topic) is None and not msg.topic.startswith("%"):
+        if self.ports.topics.get(msg.topic) is None and not msg.topic.startswith("%"):
             log.warning("delayed message for unknown topic %s delivered anyway", msg.topic)
         msg = self.special.route(msg)
         r = await self.special.escape.put([msg])

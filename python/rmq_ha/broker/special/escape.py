@@ -36,10 +36,11 @@ import enum
 import logging
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from rmq_ha._native import TRANSACTION_PREPARED_TYPE, decode_stored_record
-from rmq_ha.broker.special.services import (
+from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.special.base import (
     INNER_PRODUCER_GROUP_PREFIX,
     TRANSACTION_TYPE_MASK,
     InnerMessage,
@@ -75,9 +76,6 @@ from rmq_ha.protocol.message import (
 from rmq_ha.protocol.models import MASTER_ID
 from rmq_ha.protocol.perm import is_readable, is_writeable
 
-if TYPE_CHECKING:
-    from rmq_ha.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_S: Final = 3.0
@@ -111,25 +109,25 @@ _PULL_ANSWERS: Final = frozenset(
 class EscapeBridge:
     """The one `Escape` the special services write through (see the module doc)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.local = LocalEscape(broker)
+    def __init__(self, ports: Ports) -> None:
+        self.ports = ports
+        self.local = LocalEscape(ports)
         self._routes: RouteCache | None = None
 
     @property
     def routes(self) -> RouteCache:
         if self._routes is None:
-            self._routes = RouteCache(self.broker.outbound, self.broker.cfg.namesrv_addrs)
+            self._routes = RouteCache(self.ports.outbound, self.ports.cfg.namesrv_addrs)
         return self._routes
 
     def remote_allowed(self) -> bool:
-        cfg = self.broker.cfg
+        cfg = self.ports.cfg
         return (
             cfg.enable_slave_acting_master and cfg.enable_remote_escape and bool(cfg.namesrv_addrs)
         )
 
     async def put(self, msgs: Sequence[InnerMessage]) -> PutResult:
-        if self.broker.ha.is_master:
+        if self.ports.role.is_master:
             return await self.local.put(msgs)
         if not self.remote_allowed():
             return PutResult(
@@ -155,7 +153,7 @@ class EscapeBridge:
                 Resp.NO_PERMISSION, "transaction op records stay with their own broker group"
             )
         out = outgoing_form(msg)
-        own = self.broker.cfg.broker_name
+        own = self.ports.cfg.broker_name
         tried: set[str] = set()
         last = "no other broker-set with a master has a writable queue of the topic"
         for attempt in range(2):
@@ -224,9 +222,9 @@ class EscapeBridge:
         return out
 
     async def _send(self, addr: str, broker_name: str, msg: InnerMessage, qid: int) -> PutResult:
-        cfg = self.broker.cfg
+        cfg = self.ports.cfg
         group = msg.properties.get(PROPERTY_PRODUCER_GROUP) or (
-            f"{INNER_PRODUCER_GROUP_PREFIX}{cfg.broker_name}_{self.broker.ha.self_id}"
+            f"{INNER_PRODUCER_GROUP_PREFIX}{cfg.broker_name}_{self.ports.cfg.broker_id}"
         )
         h = SendMessageRequestHeaderV2(
             producer_group=group,
@@ -243,7 +241,7 @@ class EscapeBridge:
         )
         cmd = RemotingCommand.request(RC.SEND_MESSAGE_V2, h.to_ext(), msg.body)
         try:
-            resp = await self.broker.outbound.invoke(addr, cmd, SEND_TIMEOUT_S)
+            resp = await self.ports.outbound.invoke(addr, cmd, SEND_TIMEOUT_S)
         except RemotingError as e:
             return PutResult(Resp.SYSTEM_ERROR, f"send to {addr} failed: {e}")
         r = PutResult(resp.code, resp.remark)
@@ -293,7 +291,7 @@ class EscapeBridge:
         self, addr: str, broker_name: str, topic: str, queue_id: int, offset: int
     ) -> InnerMessage | Gone | None:
         h = PullMessageRequestHeader(
-            consumer_group=f"InnerConsumerGroup_{self.broker.cfg.broker_name}",
+            consumer_group=f"InnerConsumerGroup_{self.ports.cfg.broker_name}",
             topic=topic,
             queue_id=queue_id,
             queue_offset=offset,
@@ -308,7 +306,7 @@ class EscapeBridge:
         )
         cmd = RemotingCommand.request(RC.PULL_MESSAGE, h.to_ext())
         try:
-            resp = await self.broker.outbound.invoke(addr, cmd, PULL_TIMEOUT_S)
+            resp = await self.ports.outbound.invoke(addr, cmd, PULL_TIMEOUT_S)
         except RemotingError as e:
             log.debug("remote get %s:%d@%d from %s failed: %s", topic, queue_id, offset, addr, e)
             return None

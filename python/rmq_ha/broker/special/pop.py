@@ -47,7 +47,7 @@ failures are logged at 1, 2, 4, 8... attempts. While it is pending the revive pr
 its queue stays behind it.
 
 On a slave. Pop, ack and change-invisible-time are served only by the master and by a slave
-acting for it (`broker.acting_master`); a plain slave answers SERVICE_NOT_AVAILABLE and moves
+acting for it (`ports.role.acting`); a plain slave answers SERVICE_NOT_AVAILABLE and moves
 no offset. On the acting slave consumer offsets are its own table, and every record goes
 through the escape (nothing is written to the slave's commitlog). An ack or lease change
 there also marks the matching CK in this slave's own revive state, because the ack record
@@ -63,13 +63,14 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
-from rmq_ha.broker.special.escape import GONE
+from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.special.base import InnerMessage, Peers, SpecialService
+from rmq_ha.broker.special.escape import GONE, EscapeBridge
 from rmq_ha.broker.special.records import Record, read_queue
-from rmq_ha.broker.special.services import InnerMessage, SpecialService, SpecialServices
 from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq_ha.clock import wall_ms
 from rmq_ha.net.connection import Connection
@@ -93,11 +94,8 @@ from rmq_ha.protocol.message import (
     java_hash,
     parse_tag_expression,
 )
-from rmq_ha.protocol.perm import PERM_READ, PERM_WRITE, is_readable
+from rmq_ha.protocol.perm import is_readable
 from rmq_ha.protocol.pop import ExtraInfo, pop_retry_topic, retry_flag
-
-if TYPE_CHECKING:
-    from rmq_ha.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -313,15 +311,22 @@ class _Popped:
 _DEFERRED: Final = -1
 
 
+class PopPeers(Peers, Protocol):
+    """What pop revive also needs: the bridge's read of another group's message."""
+
+    @property
+    def bridge(self) -> EscapeBridge: ...
+
+
 class PopService(SpecialService):
     name = "pop-revive"
 
-    def __init__(self, broker: Broker, special: SpecialServices) -> None:
+    def __init__(self, ports: Ports, special: PopPeers) -> None:
         super().__init__()
-        self.broker = broker
+        self.ports = ports
         self.special = special
-        self.revive_topic = REVIVE_TOPIC_PREFIX + broker.cfg.cluster_name
-        self.revive_queue_num = max(1, broker.cfg.revive_queue_num)
+        self.revive_topic = REVIVE_TOPIC_PREFIX + ports.cfg.cluster_name
+        self.revive_queue_num = max(1, ports.cfg.revive_queue_num)
         self._revive_counter = itertools.count(random.randrange(self.revive_queue_num))
         self._queue_locks: dict[tuple[str, str, int], trio.Lock] = {}
         self._parked = 0
@@ -345,8 +350,8 @@ class PopService(SpecialService):
         """Pop, ack and change-invisible-time need the master or the slave acting for it; a
         plain slave refuses (its commitlog is a copy: it can write no CK, and offsets moved
         here would be overwritten by the master's)."""
-        b = self.broker
-        if b.ha.is_master or b.acting_master:
+        b = self.ports
+        if b.role.is_master or b.role.acting:
             return None
         return cmd.response(
             Resp.SERVICE_NOT_AVAILABLE,
@@ -358,11 +363,11 @@ class PopService(SpecialService):
 
     async def pop_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = PopMessageRequestHeader.from_ext(cmd.ext_fields)
-        broker = self.broker
-        if not is_readable(broker.cfg.broker_permission):
+        ports = self.ports
+        if not is_readable(ports.cfg.broker_permission):
             return cmd.response(
                 Resp.NO_PERMISSION,
-                f"the broker[{broker.cfg.broker_name}] popping message is forbidden",
+                f"the broker[{ports.cfg.broker_name}] popping message is forbidden",
             )
         refused = self._not_serving(cmd)
         if refused is not None:
@@ -373,7 +378,7 @@ class PopService(SpecialService):
             return cmd.response(
                 Resp.SYSTEM_ERROR, f"the broker pop message num must be in 1..{MAX_POP_NUMS}"
             )
-        tc = broker.topics.get(h.topic)
+        tc = ports.topics.get(h.topic)
         if tc is None:
             return cmd.response(
                 Resp.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
@@ -401,7 +406,7 @@ class PopService(SpecialService):
         queues = [(h.topic, q) for q in ids[first:] + ids[:first]]
         # The retry queue is always looked at (and waited on): a revive may create it while
         # this pop is parked.
-        retry_first = self._rng.randrange(100) < broker.cfg.pop_from_retry_probability
+        retry_first = self._rng.randrange(100) < ports.cfg.pop_from_retry_probability
         queues = [(retry, 0), *queues] if retry_first else [*queues, (retry, 0)]
         revive_qid = next(self._revive_counter) % self.revive_queue_num
         deadline = trio.current_time() + max(0, h.poll_time) / 1000
@@ -466,14 +471,14 @@ class PopService(SpecialService):
         revive_qid: int,
         init_mode: int,
     ) -> _Popped | RemotingCommand | None:
-        broker = self.broker
-        store = broker.store.native
+        ports = self.ports
+        store = ports.store.native
         # One pop at a time per (group, queue): the offset read and its commit must not
         # interleave with another pop while the CK is being written.
         async with self._queue_lock(group, topic, qid):
             qmin = store.queue_min_offset(topic, qid)
             qmax = store.queue_max_offset(topic, qid)
-            offset = broker.offsets.query(group, topic, qid)
+            offset = ports.offsets.query(group, topic, qid)
             if offset is None:
                 retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
                 offset = qmin if retry or init_mode == INIT_MODE_MIN else qmax
@@ -487,7 +492,7 @@ class PopService(SpecialService):
             if not recs:
                 # Everything up to `nxt` was filtered out: nothing to hide, move past it.
                 if nxt > offset:
-                    broker.offsets.commit(group, topic, qid, nxt)
+                    ports.offsets.commit(group, topic, qid, nxt)
                 return None
             ck = CheckPoint(
                 start_offset=offset,
@@ -496,24 +501,24 @@ class PopService(SpecialService):
                 queue_id=qid,
                 topic=topic,
                 cid=group,
-                broker_name=broker.cfg.broker_name,
+                broker_name=ports.cfg.broker_name,
                 diffs=[_int(r["queue_offset"]) - offset for r in recs],
             )
             r = await self.special.escape.put([self._ck_message(ck, revive_qid)])
             if not r.ok:
                 log.warning("pop checkpoint refused (%s %s)", r.code, r.remark)
                 return RemotingCommand(code=r.code, remark=r.remark or "writing the CK failed")
-            broker.offsets.commit(group, topic, qid, nxt)
+            ports.offsets.commit(group, topic, qid, nxt)
             return _Popped(topic, qid, offset, recs, max(0, qmax - nxt))
 
     async def _wait_any(self, queues: Sequence[tuple[str, int]], deadline: float) -> None:
         """Parks until a message arrives on one of `queues` or `deadline`."""
-        store = self.broker.store.native
+        store = self.ports.store.native
         timeout = max(0.0, deadline - trio.current_time())
         async with trio.open_nursery() as n:
 
             async def one(topic: str, qid: int) -> None:
-                if await self.broker.hold.wait(
+                if await self.ports.hold.wait(
                     topic, qid, store.queue_max_offset(topic, qid), timeout
                 ):
                     n.cancel_scope.cancel()
@@ -543,7 +548,7 @@ class PopService(SpecialService):
             start_offset_info=";".join(start_info),
             msg_offset_info=";".join(msg_info),
         )
-        store = self.broker.store.native
+        store = self.ports.store.native
         body = b"".join(
             store.read_record(_int(r["physical_offset"])).tobytes()
             for p in popped
@@ -558,7 +563,7 @@ class PopService(SpecialService):
             body=ck.to_json(),
             properties={PROPERTY_TAGS: CK_TAG, PROPERTY_UNIQ_KEY: ck.uniq_id()},
             born_timestamp=wall_ms(),
-            born_host=self.broker.address,
+            born_host=self.ports.address,
         )
 
     def _ack_message(self, ack: AckRecord, revive_qid: int) -> InnerMessage:
@@ -568,7 +573,7 @@ class PopService(SpecialService):
             body=ack.to_json(),
             properties={PROPERTY_TAGS: ACK_TAG, PROPERTY_UNIQ_KEY: ack.uniq_id()},
             born_timestamp=wall_ms(),
-            born_host=self.broker.address,
+            born_host=self.ports.address,
         )
 
     # ---- ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME ---------------------------------------------
@@ -578,14 +583,14 @@ class PopService(SpecialService):
             extra = ExtraInfo.parse(extra_info)
         except ValueError as e:
             return str(e)
-        tc = self.broker.topics.get(topic)
+        tc = self.ports.topics.get(topic)
         if tc is None:
             return f"topic[{topic}] not exist, apply first please!"
         if not 0 <= qid < tc.read_queue_nums:
             return f"queueId[{qid}] is illegal, topic:[{topic}]"
         if not 0 <= extra.revive_qid < self.revive_queue_num:
             return f"reviveQid {extra.revive_qid} is illegal"
-        store = self.broker.store.native
+        store = self.ports.store.native
         if not store.queue_min_offset(topic, qid) <= offset < store.queue_max_offset(topic, qid):
             return f"offset {offset} is illegal for {topic}:{qid}"
         return extra
@@ -665,7 +670,7 @@ class PopService(SpecialService):
         or this slave's revive would bring back what the consumer acked. Only for a CK that
         is pending, or may still be read (the revive queue has unread records); an ack of a
         CK this slave escaped itself is not kept."""
-        if self.broker.ha.is_master or not 0 <= revive_qid < len(self._revive_queues):
+        if self.ports.role.is_master or not 0 <= revive_qid < len(self._revive_queues):
             return  # a master reads its own acks back from the revive topic
         st = self._revive_queues[revive_qid]
         key = ack.merge_key()
@@ -675,7 +680,7 @@ class PopService(SpecialService):
             if pending.done():
                 del st.pending[key]
             return
-        qmax = self.broker.store.native.queue_max_offset(self.revive_topic, revive_qid)
+        qmax = self.ports.store.native.queue_max_offset(self.revive_topic, revive_qid)
         if (st.read_pos is None or st.read_pos < qmax) and len(st.early_acks) < MAX_EARLY_ACKS:
             st.early_acks.setdefault(key, set()).add(ack.ack_offset)
 
@@ -694,7 +699,7 @@ class PopService(SpecialService):
                 await self.revive_once()
             except Exception:  # a bad record must not stop the broker; the next look retries
                 log.exception("pop revive failed")
-            await trio.sleep(self.broker.cfg.revive_interval_ms / 1000)
+            await trio.sleep(self.ports.cfg.revive_interval_ms / 1000)
 
     async def revive_once(self) -> int:
         """One look at every revive queue; returns how many messages were revived."""
@@ -705,11 +710,11 @@ class PopService(SpecialService):
             return n
 
     async def _revive_queue(self, qid: int) -> int:
-        broker = self.broker
-        store = broker.store.native
+        ports = self.ports
+        store = ports.store.native
         st = self._revive_queues[qid]
         if st.read_pos is None:
-            st.read_pos = broker.offsets.query(REVIVE_GROUP, self.revive_topic, qid) or 0
+            st.read_pos = ports.offsets.query(REVIVE_GROUP, self.revive_topic, qid) or 0
         while True:
             recs, nxt = read_queue(store, self.revive_topic, qid, st.read_pos, REVIVE_BATCH)
             if not recs:
@@ -725,7 +730,7 @@ class PopService(SpecialService):
             (p for p in st.pending.values() if p.ck.revive_time <= now and p.retry_at <= now),
             key=lambda p: p.revive_queue_offset,
         )
-        #: Broker groups that failed a remote read in this pass: their CKs wait for the next.
+        #: The broker groups that failed a remote read in this pass: their CKs wait for the next.
         unreachable: set[str] = set()
         for p in due:
             if p.ck.broker_name in unreachable:
@@ -741,8 +746,8 @@ class PopService(SpecialService):
         progress = min((p.revive_queue_offset for p in st.pending.values()), default=st.read_pos)
         # Committed only when it moves: each commit dirties consumerOffset.json (and counts
         # towards its DataVersion).
-        if broker.offsets.query(REVIVE_GROUP, self.revive_topic, qid) != progress:
-            broker.offsets.commit(REVIVE_GROUP, self.revive_topic, qid, progress)
+        if ports.offsets.query(REVIVE_GROUP, self.revive_topic, qid) != progress:
+            ports.offsets.commit(REVIVE_GROUP, self.revive_topic, qid, progress)
         return revived
 
     def _absorb(self, st: _ReviveQueue, rec: Record) -> None:
@@ -784,7 +789,7 @@ class PopService(SpecialService):
             if ck.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
             else pop_retry_topic(ck.topic, ck.cid)
         )
-        remote = bool(ck.broker_name) and ck.broker_name != self.broker.cfg.broker_name
+        remote = bool(ck.broker_name) and ck.broker_name != self.ports.cfg.broker_name
         for i in range(ck.num):
             off = ck.offset_of(i)
             if off in p.acked:
@@ -800,7 +805,7 @@ class PopService(SpecialService):
                     continue  # gone (retention): nothing left to revive
                 orig = got
             else:
-                recs, _ = read_queue(self.broker.store.native, ck.topic, ck.queue_id, off, 1)
+                recs, _ = read_queue(self.ports.store.native, ck.topic, ck.queue_id, off, 1)
                 if not recs or recs[0]["queue_offset"] != off:
                     continue  # gone (retention): nothing left to revive
                 orig = InnerMessage.from_record(recs[0])
@@ -817,7 +822,7 @@ class PopService(SpecialService):
                     flag=orig.flag,
                     sys_flag=orig.sys_flag,
                     born_timestamp=orig.born_timestamp,
-                    born_host=self.broker.address,
+                    born_host=self.ports.address,
                     reconsume_times=orig.reconsume_times + 1,
                 )
             )
@@ -830,7 +835,7 @@ class PopService(SpecialService):
                 p.remote_failures,
             )
         if msgs:
-            if self.broker.ha.is_master:
+            if self.ports.role.is_master:
                 # On an acting slave the escape writes to another master; a topic created
                 # here would only fork this slave's metadata from its master's.
                 self._ensure_retry_topic(retry_topic)
@@ -867,7 +872,7 @@ class PopService(SpecialService):
         self.remote_read_failures += 1
         p.remote_failures += 1
         n = p.remote_failures
-        interval = max(1, self.broker.cfg.revive_interval_ms)
+        interval = max(1, self.ports.cfg.revive_interval_ms)
         wait = min(REMOTE_RETRY_MAX_MS, interval << min(n, 20))
         p.retry_at = wall_ms() + wait
         if n & (n - 1) == 0:  # 1, 2, 4, 8 ...: a long outage does not flood the log
@@ -885,9 +890,7 @@ class PopService(SpecialService):
             )
 
     def _ensure_retry_topic(self, topic: str) -> None:
-        if self.broker.topics.get(topic) is None:
-            self.broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
-            self.broker.topics_changed()
+        self.ports.topics.system(topic)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -2,7 +2,7 @@
 TransactionalMessageServiceImpl, EndTransactionProcessor, TransactionalMessageCheckService).
 
 * A send with TRAN_MSG=true (the producer also sets the prepared sysflag and PGROUP) is stored
-  on RMQ_SYS_TRANS_HALF_TOPIC queue 0 with REAL_TOPIC/REAL_QID (`SpecialServices.route`):
+  on RMQ_SYS_TRANS_HALF_TOPIC queue 0 with REAL_TOPIC/REAL_QID (`Peers.route`):
   consumers of the real topic do not see it.
 * END_TRANSACTION names the half by commitlog offset and queue offset (from the send answer,
   or from a check). Commit writes the real message (sysflag COMMIT, TRAN_MSG and REAL_* gone,
@@ -56,7 +56,7 @@ commit.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
@@ -65,15 +65,16 @@ from rmq_ha._native import (
     TRANSACTION_ROLLBACK_TYPE,
     decode_stored_record,
 )
-from rmq_ha.broker.special.records import Record, encode_message_ext, read_queue
-from rmq_ha.broker.special.services import (
+from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.special.base import (
     TRANSACTION_TYPE_MASK,
     InnerMessage,
+    Peers,
     PutResult,
     SpecialService,
-    SpecialServices,
     real_destination,
 )
+from rmq_ha.broker.special.records import Record, encode_message_ext, read_queue
 from rmq_ha.clock import wall_ms
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -95,9 +96,6 @@ from rmq_ha.protocol.message import (
     offset_msg_id,
 )
 
-if TYPE_CHECKING:
-    from rmq_ha.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -116,9 +114,9 @@ BATCH: Final = 64
 class TransactionService(SpecialService):
     name = "transaction-check"
 
-    def __init__(self, broker: Broker, special: SpecialServices) -> None:
+    def __init__(self, ports: Ports, special: Peers) -> None:
         super().__init__()
-        self.broker = broker
+        self.ports = ports
         self.special = special
         # END_TRANSACTION and the check both read-then-write the resolution state; one at a
         # time, so two answers for one transaction cannot both commit.
@@ -157,8 +155,8 @@ class TransactionService(SpecialService):
 
     async def end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
-        broker = self.broker
-        if not (broker.ha.is_master or broker.acting_master):
+        ports = self.ports
+        if not (ports.role.is_master or ports.role.acting):
             # EndTransactionProcessor: a slave that is not acting for its master refuses.
             return cmd.response(
                 Resp.SLAVE_NOT_AVAILABLE,
@@ -171,7 +169,7 @@ class TransactionService(SpecialService):
         async with self._lock:
             try:
                 rec = decode_stored_record(
-                    self.broker.store.native.read_record(h.commit_log_offset).tobytes()
+                    self.ports.store.native.read_record(h.commit_log_offset).tobytes()
                 )
             except Exception as e:  # out of range, not a record
                 return cmd.response(
@@ -240,7 +238,7 @@ class TransactionService(SpecialService):
         return msg
 
     async def _write_op(self, half_offsets: list[int], key: str) -> None:
-        if not self.broker.ha.is_master:
+        if not self.ports.role.is_master:
             # An acting slave: op records stay with their own group (its op queue is the
             # master's copy), so the decision is kept in memory; the check passes the half.
             for o in half_offsets:
@@ -255,7 +253,7 @@ class TransactionService(SpecialService):
             body=",".join(str(o) for o in half_offsets).encode(),
             properties={PROPERTY_TAGS: REMOVE_TAG, PROPERTY_TRANSACTION_ID: key},
             born_timestamp=wall_ms(),
-            born_host=self.broker.address,
+            born_host=self.ports.address,
         )
         r = await self.special.escape.put([op])
         op_off = r.queue_offsets[0] if r.ok and r.queue_offsets else -1
@@ -282,16 +280,16 @@ class TransactionService(SpecialService):
 
     async def _check_loop(self) -> None:
         while True:
-            await trio.sleep(self.broker.cfg.transaction_check_interval_ms / 1000)
+            await trio.sleep(self.ports.cfg.transaction_check_interval_ms / 1000)
             try:
                 await self.check_once()
             except Exception:  # a bad record must not stop the broker; the next run retries
                 log.exception("transaction check failed")
 
     async def _read_ops(self) -> None:
-        store = self.broker.store.native
+        store = self.ports.store.native
         if self._op_read is None:
-            self._op_read = self.broker.offsets.query(SYS_GROUP, OP_TOPIC, 0) or 0
+            self._op_read = self.ports.offsets.query(SYS_GROUP, OP_TOPIC, 0) or 0
         while True:
             recs, nxt = read_queue(store, OP_TOPIC, 0, self._op_read, BATCH)
             if not recs:
@@ -318,10 +316,10 @@ class TransactionService(SpecialService):
             return await self._check_locked()
 
     async def _check_locked(self) -> int:
-        store = self.broker.store.native
-        cfg = self.broker.cfg
+        store = self.ports.store.native
+        cfg = self.ports.cfg
         await self._read_ops()
-        pos = self.broker.offsets.query(SYS_GROUP, HALF_TOPIC, 0)
+        pos = self.ports.offsets.query(SYS_GROUP, HALF_TOPIC, 0)
         if pos is None:
             pos = store.queue_min_offset(HALF_TOPIC, 0)
         # Only halves that existed when the run began: copies written by this run wait.
@@ -347,7 +345,7 @@ class TransactionService(SpecialService):
                     continue
                 props = decode_properties(_bytes(rec["properties"]))
                 times = _to_int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES), 0)
-                if not self.broker.ha.is_master and times >= cfg.transaction_check_max:
+                if not self.ports.role.is_master and times >= cfg.transaction_check_max:
                     # On a slave the receiving master discards it at its first check.
                     if not await self._escape_half(rec):
                         stop = True
@@ -371,7 +369,7 @@ class TransactionService(SpecialService):
                 if now - born < immunity:
                     stop = True  # every later half is younger (or a copy made after it)
                     break
-                if not self.broker.ha.is_master:
+                if not self.ports.role.is_master:
                     if not await self._escape_half(rec):
                         stop = True
                         break
@@ -394,7 +392,7 @@ class TransactionService(SpecialService):
         return sent
 
     def _commit_progress(self, half_pos: int) -> None:
-        offsets = self.broker.offsets
+        offsets = self.ports.offsets
         # Committed only when they move: each commit dirties consumerOffset.json.
         if offsets.query(SYS_GROUP, HALF_TOPIC, 0) != half_pos:
             offsets.commit(SYS_GROUP, HALF_TOPIC, 0, half_pos)
@@ -458,14 +456,14 @@ class TransactionService(SpecialService):
         """AbstractTransactionalMessageCheckListener.sendCheckMessage: oneway to one live
         connection of the producer group; the body is the message with its real topic."""
         group = copy.properties.get(PROPERTY_PRODUCER_GROUP, "")
-        conn = self.broker.clients.producer_connection(group)
+        conn = self.ports.clients.producer_connection(group)
         if conn is None:
             log.info("no producer of group %r online to check a transaction", group)
             return
         if not r.physical_offsets or not r.queue_offsets:
             return
         phys, qoff = r.physical_offsets[0], r.queue_offsets[0]
-        host, port = self.broker.store_host
+        host, port = self.ports.store_host
         uniq = copy.properties.get(PROPERTY_UNIQ_KEY)
         topic, qid = real_destination(copy.properties) or (copy.topic, copy.queue_id)
         h = CheckTransactionStateRequestHeader(
@@ -475,7 +473,7 @@ class TransactionService(SpecialService):
             msg_id=uniq,
             transaction_id=uniq,
             offset_msg_id=offset_msg_id(host, port, phys),
-            bname=self.broker.cfg.broker_name,
+            bname=self.ports.cfg.broker_name,
         )
         body = encode_message_ext(
             topic=topic,
@@ -489,7 +487,7 @@ class TransactionService(SpecialService):
             born_timestamp=copy.born_timestamp,
             born_host=copy.born_host,
             store_timestamp=r.store_timestamp,
-            store_host=self.broker.address,
+            store_host=self.ports.address,
             reconsume_times=copy.reconsume_times,
             prepared_txn_offset=copy.prepared_txn_offset,
         )

@@ -12,8 +12,7 @@ A pull that carries a commit offset also commits it (sysFlag bit 0).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from rmq_ha.broker.ports import Ports
 from rmq_ha.errors import OffsetOutOfRangeError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -24,29 +23,26 @@ from rmq_ha.protocol.headers import PullMessageRequestHeader, PullMessageRespons
 from rmq_ha.protocol.message import java_hash, parse_tag_expression
 from rmq_ha.protocol.perm import is_readable
 
-if TYPE_CHECKING:
-    from rmq_ha.broker.broker import Broker
-
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 MAX_PULL_BYTES = 4 << 20
 
 
-def register(d: Dispatcher, broker: Broker) -> None:
+def register(d: Dispatcher, p: Ports) -> None:
     async def pull(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return await pull_message(broker, cmd)
+        return await pull_message(p, cmd)
 
     d.register(RC.PULL_MESSAGE, pull)
     d.register(RC.LITE_PULL_MESSAGE, pull)
 
 
-def _tag_codes(broker: Broker, h: PullMessageRequestHeader) -> tuple[list[int] | None, str | None]:
+def _tag_codes(p: Ports, h: PullMessageRequestHeader) -> tuple[list[int] | None, str | None]:
     """Tag codes to filter on, or an error remark."""
     if h.sys_flag & FLAG_SUBSCRIPTION:
         expr, etype = h.subscription, h.expression_type
     else:
-        sub = broker.clients.subscription(h.consumer_group, h.topic)
+        sub = p.clients.subscription(h.consumer_group, h.topic)
         expr, etype = (sub.sub_string, sub.expression_type) if sub is not None else (None, None)
     if etype and etype.upper() != "TAG":
         return None, f"expression type {etype} is not supported (only TAG)"
@@ -54,13 +50,13 @@ def _tag_codes(broker: Broker, h: PullMessageRequestHeader) -> tuple[list[int] |
     return ([java_hash(t) for t in tags] if tags is not None else None), None
 
 
-async def pull_message(broker: Broker, cmd: RemotingCommand) -> RemotingCommand:
+async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
     h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-    if not is_readable(broker.cfg.broker_permission):
+    if not is_readable(p.cfg.broker_permission):
         return cmd.response(
-            Resp.NO_PERMISSION, f"the broker[{broker.cfg.broker_name}] pulling message is forbidden"
+            Resp.NO_PERMISSION, f"the broker[{p.cfg.broker_name}] pulling message is forbidden"
         )
-    tc = broker.topics.get(h.topic)
+    tc = p.topics.get(h.topic)
     if tc is None:
         return cmd.response(
             Resp.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
@@ -75,15 +71,15 @@ async def pull_message(broker: Broker, cmd: RemotingCommand) -> RemotingCommand:
             f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
             f"[{tc.read_queue_nums}]",
         )
-    tag_codes, err = _tag_codes(broker, h)
+    tag_codes, err = _tag_codes(p, h)
     if err is not None:
         return cmd.response(Resp.SUBSCRIPTION_PARSE_FAILED, err)
     if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
-        broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-    may_suspend = bool(h.sys_flag & FLAG_SUSPEND) and broker.cfg.long_polling_enable
+        p.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    may_suspend = bool(h.sys_flag & FLAG_SUSPEND) and p.cfg.long_polling_enable
     timeout_s = (h.suspend_timeout_millis if may_suspend else 0) / 1000
     max_bytes = min(h.max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
-    store = broker.store.native
+    store = p.store.native
     while True:
         qmin = store.queue_min_offset(h.topic, h.queue_id)
         qmax = store.queue_max_offset(h.topic, h.queue_id)
@@ -115,7 +111,7 @@ async def pull_message(broker: Broker, cmd: RemotingCommand) -> RemotingCommand:
             return _respond(cmd, Resp.PULL_RETRY_IMMEDIATELY, nxt, qmin, qmax)
         if timeout_s <= 0:
             return _respond(cmd, status, nxt, qmin, qmax)
-        arrived = await broker.hold.wait(h.topic, h.queue_id, h.queue_offset, timeout_s)
+        arrived = await p.hold.wait(h.topic, h.queue_id, h.queue_offset, timeout_s)
         timeout_s = 0  # one more look after waking, then answer
         if not arrived:
             return _respond(cmd, status, nxt, qmin, qmax)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING
 
 import trio
 
 from rmq_ha._native import AppendResult, Message, decode_batch_body, decode_stored_record
+from rmq_ha.broker.ports import Ports, SpecialRouting
 from rmq_ha.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.config import FlushDiskType
 from rmq_ha.errors import MessageIllegalError, RemotingDecodeError
@@ -38,42 +38,41 @@ from rmq_ha.protocol.message import (
     encode_properties,
     offset_msg_id,
 )
-from rmq_ha.protocol.perm import PERM_READ, PERM_WRITE, is_writeable
-
-if TYPE_CHECKING:
-    from rmq_ha.broker.broker import Broker
+from rmq_ha.protocol.perm import is_writeable
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 
 
-def register(d: Dispatcher, broker: Broker) -> None:
+def register(d: Dispatcher, p: Ports, special: SpecialRouting) -> None:
     async def send(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return await send_message(broker, conn, cmd)
+        return await send_message(p, special, conn, cmd)
 
     async def send_back(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return await consumer_send_msg_back(broker, conn, cmd)
+        return await consumer_send_msg_back(p, special, cmd)
 
     for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
         d.register(code, send)
     d.register(RC.CONSUMER_SEND_MSG_BACK, send_back)
 
 
-async def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+async def send_message(
+    p: Ports, special: SpecialRouting, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand:
     h = parse_send_message_header(cmd.code, cmd.ext_fields)
-    if not is_writeable(broker.cfg.broker_permission):
+    if not is_writeable(p.cfg.broker_permission):
         return cmd.response(
-            Resp.NO_PERMISSION, f"the broker {broker.cfg.broker_name} sending message is forbidden"
+            Resp.NO_PERMISSION, f"the broker {p.cfg.broker_name} sending message is forbidden"
         )
     why = check_topic_name(h.topic)
     if why is not None:
         return cmd.response(Resp.SYSTEM_ERROR, why)
-    if broker.special.not_allowed_send(h.topic, h.producer_group):
+    if special.not_allowed_send(h.topic, h.producer_group):
         return cmd.response(
             Resp.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
         )
-    tc = broker.topic_for_write(h.topic, h.default_topic, h.default_topic_queue_nums)
+    tc = p.topics.for_write(h.topic, h.default_topic, h.default_topic_queue_nums)
     if tc is None:
         return cmd.response(
             Resp.TOPIC_NOT_EXIST,
@@ -96,40 +95,38 @@ async def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -
     props = (h.properties or "").encode()
     is_batch = cmd.code == RC.SEND_BATCH_MESSAGE or bool(h.batch)
     topic, store_qid, sys_flag = h.topic, queue_id, h.sys_flag
-    if not is_batch and broker.special.may_route(props):
+    if not is_batch and special.may_route(props):
         # Transaction halves and delayed/timer messages are stored on system topics first.
-        topic, store_qid, props, sys_flag = broker.special.route_send(
-            topic, queue_id, props, sys_flag
-        )
+        topic, store_qid, props, sys_flag = special.route_send(topic, queue_id, props, sys_flag)
     try:
         entries = decode_batch_body(body) if is_batch else [(h.flag, body, props)]
     except RemotingDecodeError as e:
         return cmd.response(Resp.MESSAGE_ILLEGAL, f"the batch body does not decode: {e}")
     if not entries:
         return cmd.response(Resp.MESSAGE_ILLEGAL, "the batch is empty")
-    for _, b, p in entries:
-        if len(b) > broker.cfg.max_message_size:
+    for _, b, prop in entries:
+        if len(b) > p.cfg.max_message_size:
             return cmd.response(
                 Resp.MESSAGE_ILLEGAL,
-                f"the message body size over max value, MAX: {broker.cfg.max_message_size}",
+                f"the message body size over max value, MAX: {p.cfg.max_message_size}",
             )
-        if len(p) > 32767:
+        if len(prop) > 32767:
             return cmd.response(Resp.MESSAGE_ILLEGAL, "the message properties are too long")
     msgs = [
         Message(
             topic,
             store_qid,
             b,
-            p,
+            prop,
             flag=f,
             sys_flag=sys_flag,
             born_timestamp=h.born_timestamp,
             born_host=conn.peer,
             reconsume_times=h.reconsume_times or 0,
         )
-        for f, b, p in entries
+        for f, b, prop in entries
     ]
-    resp = await append_and_respond(broker, cmd, msgs, wait=_wants_wait(props))
+    resp = await append_and_respond(p, cmd, msgs, wait=_wants_wait(props))
     if resp.ext_fields and "queueId" in resp.ext_fields:
         if store_qid != queue_id:
             resp.ext_fields["queueId"] = str(queue_id)  # RocketMQ answers the requested queue
@@ -156,27 +153,27 @@ def _wants_wait(props: bytes) -> bool:
 
 
 async def append_and_respond(
-    broker: Broker, cmd: RemotingCommand, msgs: list[Message], *, wait: bool
+    p: Ports, cmd: RemotingCommand, msgs: list[Message], *, wait: bool
 ) -> RemotingCommand:
-    refused = _refuse_write(broker, cmd)
+    refused = _refuse_write(p, cmd)
     if refused is not None:
         return refused
     try:
-        placed = broker.store.append_batch(msgs)
+        placed = p.store.append_batch(msgs)
     except MessageIllegalError as e:
         return cmd.response(Resp.MESSAGE_ILLEGAL, str(e))
-    broker.ha.after_append()
+    p.replication.after_append()
     topic, queue_id = msgs[0].topic, msgs[0].queue_id
-    broker.hold.notify(topic, queue_id, broker.store.native.queue_max_offset(topic, queue_id))
-    if wait and broker.cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-        with trio.move_on_after(broker.cfg.sync_flush_timeout_ms / 1000) as scope:
-            await broker.store.wait_durable(placed.end_offset)
+    p.hold.notify(topic, queue_id, p.store.native.queue_max_offset(topic, queue_id))
+    if wait and p.cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        with trio.move_on_after(p.cfg.sync_flush_timeout_ms / 1000) as scope:
+            await p.store.wait_durable(placed.end_offset)
         if scope.cancelled_caught:
             # Written but not yet durable: RocketMQ answers FLUSH_DISK_TIMEOUT, which the
             # client treats as a send that may or may not survive a crash.
-            return _send_response(broker, cmd, placed, queue_id, Resp.FLUSH_DISK_TIMEOUT)
+            return _send_response(p, cmd, placed, queue_id, Resp.FLUSH_DISK_TIMEOUT)
     if wait:
-        outcome = await broker.ha.wait_replicated(placed.end_offset)
+        outcome = await p.replication.wait_replicated(placed.end_offset)
         if not outcome.ok:
             # Stored here but not (yet) on enough replicas: the client must treat the send as
             # possibly lost on a failover, exactly as RocketMQ reports it.
@@ -185,36 +182,32 @@ async def append_and_respond(
                 if outcome.reason == "no-slave"
                 else (Resp.FLUSH_SLAVE_TIMEOUT)
             )
-            return _send_response(broker, cmd, placed, queue_id, code)
-    return _send_response(broker, cmd, placed, queue_id, Resp.SUCCESS)
+            return _send_response(p, cmd, placed, queue_id, code)
+    return _send_response(p, cmd, placed, queue_id, Resp.SUCCESS)
 
 
-def _refuse_write(broker: Broker, cmd: RemotingCommand) -> RemotingCommand | None:
+#: How the role's refusal of a write reaches the client (RocketMQ's answers).
+_REFUSAL_CODES = {
+    "fenced": Resp.SERVICE_NOT_AVAILABLE,
+    "slave": Resp.SERVICE_NOT_AVAILABLE,
+    "in-sync": Resp.SYSTEM_ERROR,  # IN_SYNC_REPLICAS_NOT_ENOUGH, as the client sees it
+}
+
+
+def _refuse_write(p: Ports, cmd: RemotingCommand) -> RemotingCommand | None:
     """Writes only on a serving master; and, with replication, only with at least
-    minInSyncReplicas in sync (refused, never half-done: the client sees SYSTEM_ERROR, as
-    RocketMQ answers IN_SYNC_REPLICAS_NOT_ENOUGH)."""
-    if broker.fenced:
-        return cmd.response(
-            Resp.SERVICE_NOT_AVAILABLE, "the broker is fenced: its role is not known yet"
-        )
-    if not broker.ha.is_master:
-        return cmd.response(
-            Resp.SERVICE_NOT_AVAILABLE,
-            "the broker is a slave, so putMessage is forbidden (send to the master)",
-        )
-    if not broker.ha.in_sync_replicas_enough():
-        return cmd.response(
-            Resp.SYSTEM_ERROR,
-            f"in-sync replicas not enough: {broker.ha.core.in_sync_count()} < "
-            f"minInSyncReplicas {broker.cfg.min_in_sync_replicas}",
-        )
-    return None
+    minInSyncReplicas in sync (refused, never half-done)."""
+    refusal = p.role.write_refusal()
+    if refusal is None:
+        return None
+    kind, remark = refusal
+    return cmd.response(_REFUSAL_CODES[kind], remark)
 
 
 def _send_response(
-    broker: Broker, cmd: RemotingCommand, placed: AppendResult, queue_id: int, code: int
+    p: Ports, cmd: RemotingCommand, placed: AppendResult, queue_id: int, code: int
 ) -> RemotingCommand:
-    host, port = broker.store_host
+    host, port = p.store_host
     offsets = placed.physical_offsets()
     queue_offsets = placed.queue_offsets()
     msg_id = ",".join(offset_msg_id(host, port, o) for o in offsets)
@@ -226,7 +219,7 @@ def _send_response(
 
 
 async def consumer_send_msg_back(
-    broker: Broker, conn: Connection, cmd: RemotingCommand
+    p: Ports, special: SpecialRouting, cmd: RemotingCommand
 ) -> RemotingCommand:
     """A consumer failed a message: re-store it on the group's retry topic, or on its
     dead-letter topic once it has been retried maxReconsumeTimes (or when delayLevel < 0).
@@ -234,7 +227,7 @@ async def consumer_send_msg_back(
     the schedule topic (broker/special/delay.py)."""
     h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
     try:
-        buf = broker.store.native.read_record(h.offset)
+        buf = p.store.native.read_record(h.offset)
     except Exception as e:  # out of range or not a record: nothing to send back
         return cmd.response(Resp.SYSTEM_ERROR, f"look message by offset failed, {h.offset}: {e}")
     orig = decode_stored_record(buf.tobytes())
@@ -250,15 +243,15 @@ async def consumer_send_msg_back(
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or "")
     if reconsume > max_times or h.delay_level < 0:
         topic = DLQ_GROUP_TOPIC_PREFIX + h.group
-        broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
-        broker.topics_changed()
+        p.topics.system(topic)
+        p.topics.changed()
         props.pop(PROPERTY_DELAY, None)
     else:
         topic = RETRY_GROUP_TOPIC_PREFIX + h.group
-        broker.topics.create_system(topic, 1, PERM_READ | PERM_WRITE)
+        p.topics.system(topic)
         level = h.delay_level if h.delay_level > 0 else 3 + reconsume - 1  # 3 + orig's
         props[PROPERTY_DELAY] = str(level)
-    store_topic, store_qid, store_props, _ = broker.special.route_send(
+    store_topic, store_qid, store_props, _ = special.route_send(
         topic, 0, encode_properties(props).encode(), 0
     )
     msg = Message(
@@ -272,6 +265,6 @@ async def consumer_send_msg_back(
         born_host=str(orig["born_host"]),
         reconsume_times=reconsume,
     )
-    resp = await append_and_respond(broker, cmd, [msg], wait=True)
+    resp = await append_and_respond(p, cmd, [msg], wait=True)
     # The retry's answer carries no message id; RocketMQ answers plain SUCCESS.
     return cmd.response(resp.code, resp.remark)

@@ -1,30 +1,33 @@
-"""ReplicasManager: a controller-mode broker's side of the controller (reference 2.11-2.12).
+"""ReplicasManager's I/O: a controller-mode broker's side of the controller (reference
+2.11-2.12). The decisions are the role core's; this shell talks to the controllers.
 
-The broker starts fenced and unregistered. This task finds the controller leader, obtains a
-persistent broker id (GET_NEXT_BROKER_ID -> `brokerIdentity-temp` -> APPLY_BROKER_ID ->
-`brokerIdentity`), registers (REGISTER_BROKER), heartbeats every controller, asks for an
-election when the group has no master, polls GET_REPLICA_INFO, and obeys
-NOTIFY_BROKER_ROLE_CHANGED (stale epochs ignored). As master it shrinks the SyncStateSet
-every checkSyncStateSetPeriod and reports every change with ALTER_SYNC_STATE_SET; a change
-applies only once the controller accepted it (until then the union rule of `HaCore` holds).
+It finds the controller leader (again every `syncControllerMetadataPeriod`, not only after a
+NOT_LEADER answer), obtains a persistent broker id (GET_NEXT_BROKER_ID ->
+`brokerIdentity-temp` -> APPLY_BROKER_ID -> `brokerIdentity`), registers (REGISTER_BROKER),
+heartbeats every controller (carrying the catch-up position of issue 13), polls
+GET_REPLICA_INFO every `syncBrokerMetadataPeriod`, and turns every answer and every
+NOTIFY_BROKER_ROLE_CHANGED into a `MasterInfo` event. It executes the core's RequestElection,
+ProposeSyncStateSet and RefreshReplicaAddrs.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
 from rmq_ha import faults
-from rmq_ha.broker.ha.service import RoleRefused
-from rmq_ha.clock import monotonic_ms
+from rmq_ha.broker.core import events as ev
+from rmq_ha.broker.core.role import RoleCore
+from rmq_ha.config import BrokerConfig
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient
 from rmq_ha.durable import write_atomic
 from rmq_ha.errors import ConfigError, RemotingError
+from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Code
 from rmq_ha.protocol.command import RemotingCommand
@@ -34,33 +37,32 @@ from rmq_ha.protocol.headers import (
 )
 from rmq_ha.protocol.models import SyncStateSet
 
-if TYPE_CHECKING:
-    from rmq_ha.broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "brokerIdentity"
 TEMP_IDENTITY_FILE = "brokerIdentity-temp"
-#: A proposal the controller neither accepted nor refused is dropped after this long, so the
-#: master can propose again (the replica-info poll adopts it if it was committed after all).
-PROPOSAL_STALE_MS = 10_000
 
 
-class ReplicasManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        cfg = broker.cfg
+class ControllerShell:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        outbound: RemotingClient,
+        core: RoleCore,
+        feed: Callable[[ev.Event], None],
+        address: str,
+        last_epoch: Callable[[], int],
+    ) -> None:
         self.cfg = cfg
-        self.cc = ControllerClient(broker.outbound, cfg.controller_addrs, timeout_s=3.0)
+        self.outbound = outbound
+        self.core = core
+        self.feed = feed
+        self.address = address
+        self.last_epoch = last_epoch
+        self.cc = ControllerClient(outbound, cfg.controller_addrs, timeout_s=3.0)
         self.broker_id: int | None = None
         self.running = trio.Event()
-        self._proposed_at = 0
-        self._lock = trio.Lock()
         self.replica_addrs: dict[int, str] = {}
-        # The last answer named no (live) master: ask for an election every second until one
-        # is known, not only at the next replica-info poll.
-        self.masterless = False
-        broker.ha.on_proposal = self.report
 
     # ---- identity -----------------------------------------------------------------------
 
@@ -102,7 +104,7 @@ class ReplicasManager:
                 nxt = await self.cc.request(m.GetNextBrokerIdRequest(cluster, name))
                 if not nxt.ok or nxt.next_broker_id is None:
                     raise RemotingError(f"GET_NEXT_BROKER_ID refused: {nxt.remark}")
-                code = f"{self.broker.address};{int(time.time() * 1000)}"
+                code = f"{self.address};{int(time.time() * 1000)}"
                 temp = (int(nxt.next_broker_id), code)
                 write_atomic(
                     self._path(TEMP_IDENTITY_FILE),
@@ -133,85 +135,51 @@ class ReplicasManager:
         async with trio.open_nursery() as n:
             n.start_soon(self._heartbeat_loop)
             n.start_soon(self._poll_loop)
-            n.start_soon(self._shrink_loop)
-            n.start_soon(self._elect_loop)
+            n.start_soon(self._metadata_loop)
 
     async def _start(self) -> None:
         await self.cc.find_leader()
         self.broker_id = await self._obtain_id()
-        self.broker.ha.self_id = self.broker_id
+        self.feed(ev.IdAssigned(self.broker_id))
         reg = await self.cc.request(
             m.RegisterBrokerRequest(
-                self.cfg.cluster_name, self.cfg.broker_name, self.broker_id, self.broker.address
+                self.cfg.cluster_name, self.cfg.broker_name, self.broker_id, self.address
             )
         )
         if not reg.ok:
             raise RemotingError(f"REGISTER_BROKER refused: {reg.code!r} {reg.remark}")
         await self.heartbeat_once()
         self.running.set()
-        await self._apply_master_info(reg)
-        if reg.master_broker_id is None:
-            await self.elect()
+        self._master_info(reg, "register")
+
+    def _master_info(self, info: m.MasterInfo, source: str) -> None:
+        self.feed(
+            ev.MasterInfo(
+                info.master_broker_id,
+                info.master_address,
+                info.master_epoch,
+                info.sync_state_set_epoch or 0,
+                frozenset(info.sync_state_set),
+                source,
+            )
+        )
 
     async def elect(self) -> None:
-        assert self.broker_id is not None
+        """RequestElection: ELECT_MASTER, triggered by this broker."""
+        if self.broker_id is None:
+            return
         req = m.ElectMasterRequest.of_broker_trigger(
             self.cfg.cluster_name, self.cfg.broker_name, self.broker_id
         )
         try:
             resp = await self.cc.request(req)
-        except RemotingError as e:
+        except (RemotingError, trio.TooSlowError) as e:
             log.info("election request failed: %s", e)
             return
         if resp.ok or resp.master_broker_id is not None:
-            await self._apply_master_info(resp)
+            self._master_info(resp, "elect")
         else:
             log.info("election refused: %s %s", resp.code, resp.remark)
-
-    async def _elect_loop(self) -> None:
-        while True:
-            await trio.sleep(1.0)
-            if self.masterless:
-                await self.elect()
-
-    async def _apply_master_info(self, info: m.MasterInfo) -> None:
-        if info.master_broker_id is None or info.master_epoch is None:
-            self.masterless = True
-            return
-        self.masterless = False
-        await self.change_role(
-            info.master_broker_id,
-            info.master_address,
-            info.master_epoch,
-            info.sync_state_set_epoch or 0,
-            frozenset(info.sync_state_set),
-        )
-
-    async def change_role(
-        self,
-        master_id: int,
-        master_addr: str | None,
-        epoch: int,
-        ss_epoch: int,
-        members: frozenset[int],
-    ) -> None:
-        async with self._lock:
-            ha = self.broker.ha
-            if master_id == self.broker_id:
-                try:
-                    changed = ha.change_to_master(epoch, members, ss_epoch)
-                except RoleRefused as e:
-                    # Stay up and fenced; the heartbeat tells the controller why, and asking
-                    # for an election lets it pick a replica that can serve (issue 13).
-                    log.error("refusing to become master: %s", e)
-                    self.masterless = True
-                    return
-                if changed:
-                    await self.broker.became_master(epoch)
-                    await self._refresh_replica_addrs()
-            elif epoch >= ha.master_epoch:
-                if ha.change_to_slave(epoch, master_id) or self.broker.role_is_master():
-                    await self.broker.became_slave(epoch, master_addr)
 
     async def on_notice(self, cmd: RemotingCommand) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED from the controller."""
@@ -219,28 +187,30 @@ class ReplicasManager:
         body = SyncStateSet.from_json(cmd.body) if cmd.body else SyncStateSet()
         if h.master_broker_id is None or h.master_epoch is None or self.broker_id is None:
             return
-        await self.change_role(
-            h.master_broker_id,
-            h.master_address,
-            h.master_epoch,
-            h.sync_state_set_epoch or body.sync_state_set_epoch,
-            frozenset(body.sync_state_set),
+        self.feed(
+            ev.MasterInfo(
+                h.master_broker_id,
+                h.master_address,
+                h.master_epoch,
+                h.sync_state_set_epoch or body.sync_state_set_epoch,
+                frozenset(body.sync_state_set),
+                "notice",
+            )
         )
 
     # ---- periodic tasks -----------------------------------------------------------------
 
     def heartbeat_header(self) -> BrokerHeartbeatRequestHeader:
-        native = self.broker.store.native
-        ha = self.broker.ha
-        debt = ha.catch_up()
+        s = self.core.state
+        debt = s.catch_up
         return BrokerHeartbeatRequestHeader(
             cluster_name=self.cfg.cluster_name,
-            broker_addr=self.broker.address,
+            broker_addr=self.address,
             broker_name=self.cfg.broker_name,
             broker_id=self.broker_id,
-            epoch=ha.epochs.last_epoch() or 0,
-            max_offset=native.max_offset,
-            confirm_offset=native.confirm_offset,
+            epoch=self.last_epoch(),
+            max_offset=s.log_max,
+            confirm_offset=s.confirm,
             heartbeat_timeout_mills=self.cfg.controller_heartbeat_timeout_ms,
             election_priority=self.cfg.broker_election_priority,
             catch_up_offset=None if debt is None else debt.offset,
@@ -253,10 +223,10 @@ class ReplicasManager:
             cmd = RemotingCommand.request(RC.BROKER_HEARTBEAT, ext, oneway=True)
             try:
                 with trio.fail_after(1.0):
-                    await self.broker.outbound.invoke_oneway(addr, cmd)
+                    await self.outbound.invoke_oneway(addr, cmd)
             except (RemotingError, trio.TooSlowError, OSError) as e:
                 log.debug("heartbeat to controller %s failed: %s", addr, e)
-                self.broker.outbound.close_connection(addr)
+                self.outbound.close_connection(addr)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -271,74 +241,54 @@ class ReplicasManager:
             except (RemotingError, trio.TooSlowError) as e:
                 log.debug("replica info poll failed: %s", e)
 
+    async def _metadata_loop(self) -> None:
+        """syncControllerMetadataPeriod: look the leader up again, so a leader change is
+        followed before a request has to fail on the old one."""
+        while True:
+            await trio.sleep(self.cfg.sync_controller_metadata_period_ms / 1000)
+            try:
+                leader = await self.cc.find_leader()
+            except (RemotingError, trio.TooSlowError) as e:
+                log.debug("controller metadata sync failed: %s", e)
+                continue
+            log.debug("controller leader is %s", leader)
+
     async def poll_once(self) -> None:
         info = await self.cc.request(m.GetReplicaInfoRequest(self.cfg.broker_name))
         if info.code == Code.CONTROLLER_BROKER_METADATA_NOT_EXIST:
             await self._start()
             return
-        if not info.ok:
-            return
-        ha = self.broker.ha
-        if info.master_broker_id is None:
-            self.masterless = True
-            await self.elect()
-            return
-        if info.master_epoch is not None and info.master_epoch > ha.master_epoch:
-            await self._apply_master_info(info)
-            return
-        if ha.is_master and info.master_broker_id == self.broker_id:
-            ss_epoch = info.sync_state_set_epoch or 0
-            if ss_epoch > ha.core.sync_state_set_epoch:
-                ha.apply_sync_state_set(frozenset(info.sync_state_set), ss_epoch)
-            elif (
-                ha.core.proposed is not None
-                and monotonic_ms() - self._proposed_at > PROPOSAL_STALE_MS
-            ):
-                ha.core.cancel_proposal()
+        if info.ok:
+            self._master_info(info, "poll")
 
-    async def _shrink_loop(self) -> None:
-        while True:
-            await trio.sleep(self.cfg.check_sync_state_set_period_ms / 1000)
-            ha = self.broker.ha
-            if not ha.is_master:
-                continue
-            proposal = ha.core.maybe_shrink(monotonic_ms())
-            if proposal is not None:
-                await self.report(proposal)
-
-    async def report(self, members: frozenset[int]) -> None:
-        """ALTER_SYNC_STATE_SET for a proposal of `HaCore`; applied only when accepted."""
-        ha = self.broker.ha
-        if self.broker_id is None or not ha.is_master:
+    async def report(self, members: frozenset[int], master_epoch: int, ss_epoch: int) -> None:
+        """ProposeSyncStateSet: ALTER_SYNC_STATE_SET; the answer goes back as an event."""
+        if self.broker_id is None:
             return
-        self._proposed_at = monotonic_ms()
         req = m.AlterSyncStateSetRequest(
-            self.cfg.broker_name,
-            self.broker_id,
-            ha.master_epoch,
-            members,
-            ha.core.sync_state_set_epoch,
+            self.cfg.broker_name, self.broker_id, master_epoch, members, ss_epoch
         )
         try:
             resp = await self.cc.request(req)
             if faults.active(faults.DROP_ALTER_SYNC_STATE_SET_REPLY):
                 raise RemotingError("fault injected: the controller's answer is dropped")
         except (RemotingError, trio.TooSlowError) as e:
-            # Unknown outcome: keep the union until the replica-info poll tells.
-            log.info("ALTER_SYNC_STATE_SET %s: no answer (%s)", sorted(members), e)
+            log.info("ALTER_SYNC_STATE_SET %s: no answer (%s)", sorted(req.sync_state_set), e)
+            self.feed(ev.ProposalAnswered(accepted=False, unknown=True))
             return
         if resp.ok and resp.new_sync_state_set_epoch is not None:
-            ha.apply_sync_state_set(frozenset(resp.sync_state_set), resp.new_sync_state_set_epoch)
-            log.info(
-                "SyncStateSet is now %s (epoch %d)",
-                sorted(resp.sync_state_set),
-                resp.new_sync_state_set_epoch,
+            self.feed(
+                ev.ProposalAnswered(
+                    True,
+                    members=frozenset(resp.sync_state_set),
+                    sync_state_set_epoch=resp.new_sync_state_set_epoch,
+                )
             )
         else:
-            log.info("ALTER_SYNC_STATE_SET %s refused: %s", sorted(members), resp.remark)
-            ha.core.cancel_proposal()
+            log.info("ALTER_SYNC_STATE_SET %s refused: %s", sorted(req.sync_state_set), resp.remark)
+            self.feed(ev.ProposalAnswered(accepted=False))
 
-    async def _refresh_replica_addrs(self) -> None:
+    async def refresh_replica_addrs(self) -> None:
         try:
             resp = await self.cc.request(m.GetSyncStateDataRequest((self.cfg.broker_name,)))
         except (RemotingError, trio.TooSlowError):

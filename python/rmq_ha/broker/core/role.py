@@ -1,0 +1,758 @@
+"""The broker's role, pure: `RoleCore.step(event, now_ms) -> [action]`.
+
+One record (`RoleState`) holds everything that decides what a broker may do — master or slave,
+its epoch and master, why it is fenced, whether it acts for a dead master, whether it is still
+pre-online or fenced by FMQ — and one place (`step`) changes it. There is no Trio, no clock and
+no I/O here: the Trio shell (broker/broker.py and broker/io/) turns sockets, timers and the
+store into events and executes the actions; the simulator (rmq_ha.sim) runs the same core
+against the real controller. `HaCore` (the master's replication bookkeeping) is part of it:
+acks, connections and SyncStateSet answers go through `step` too.
+
+Modes (reference 2.10-2.12, 4.x; docs/ha.md, docs/acting-master.md):
+
+* **Controller mode** (RIP-44): the broker starts with no role, fenced (no writes, no
+  registration). The controller's answers and notices (`MasterInfo`) make it master (append
+  the epoch at its max offset, SyncStateSet from the controller, special services, register)
+  or slave (find the master's HA address, follow it). A replica that owes a catch-up (it lost
+  data it held, issue 13) refuses to lead and asks for an election instead. While the group
+  has no master it asks for one every `elect_retry_ms`.
+* **Classic mode**: brokerId 0 is the master (epoch 1), others slaves following the master's
+  HA address. With slave acting master (RIP-32) the smallest live slave acts for a dead master
+  (special services, master-only reads), pre-online isolates a starting broker until it pulled
+  back what its slaves changed, and FMQ fencing (`fenceWhenIsolated`) stops a master that hears
+  from no name server and no slave.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+
+from rmq_ha.broker.core import actions as a
+from rmq_ha.broker.core import events as e
+from rmq_ha.broker.ha.catchup import CatchUp
+from rmq_ha.broker.ha.core import HaCore
+
+MASTER_ID = 0
+CLASSIC_EPOCH = 1
+#: A proposal the controller neither accepted nor refused is dropped after this long (when
+#: the replica-info poll shows it was not committed), so the master can propose again.
+PROPOSAL_STALE_MS = 10_000
+#: Pre-online: how long a master waits for a slave's HA connection before pulling its
+#: metadata anyway, and how long before a failed round is tried again.
+PRE_ONLINE_HA_WAIT_MS = 10_000
+PRE_ONLINE_RETRY_MS = 1_000
+
+INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
+
+
+class Role(Enum):
+    NONE = "NONE"  # controller mode, before the controller gave a role
+    MASTER = "MASTER"
+    SLAVE = "SLAVE"
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """The part of the broker config the role depends on."""
+
+    controller_mode: bool
+    #: brokerId (classic); in controller mode the id comes with `IdAssigned`.
+    broker_id: int = 0
+    classic_slave: bool = False
+    #: Classic SYNC_MASTER: producers wait for one slave whatever inSyncReplicas says.
+    sync_master: bool = True
+    all_ack: bool = True
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    max_not_catchup_ms: int = 15_000
+    check_sync_state_set_period_ms: int = 5_000
+    elect_retry_ms: int = 1_000
+    ha_master_address: str | None = None
+    #: Slave acting master (classic mode only).
+    acting_master: bool = False
+    #: Pre-online isolation at start (acting master, totalReplicas > 1, not skipPreOnline).
+    pre_online: bool = False
+    #: FMQ fencing (classic master): refuse the data plane when isolated this long.
+    fence_when_isolated: bool = False
+    isolation_timeout_ms: int = 10_000
+    has_namesrv: bool = True
+
+
+@dataclass
+class PreOnline:
+    """Where a starting broker is in pre-online (RocketMQ's BrokerPreOnlineService)."""
+
+    #: "fetch" (member group asked) | "push" (906 sent to `slave`) | "wait" (for its HA
+    #: connection) | "sync" (metadata pulled) | "ask" (a slave: master's HA address asked) |
+    #: "follow" (a slave: waiting to follow) | "retry" (a round failed; again at `retry_at`).
+    phase: str = "fetch"
+    members: dict[int, str] = field(default_factory=dict)
+    queue: list[int] = field(default_factory=list)
+    slave: int | None = None
+    deadline_ms: int = 0
+    retry_at_ms: int = 0
+    master_addr: str | None = None
+
+
+@dataclass
+class RoleState:
+    """Everything that decides what this broker may do, in one record."""
+
+    role: Role
+    #: This replica's id: brokerId (classic) or the controller-assigned id (None until then).
+    self_id: int | None
+    #: The master epoch this broker leads or follows.
+    epoch: int = 0
+    master_id: int | None = None
+    #: The group's master (remoting address) as this broker knows it (None: itself / unknown).
+    master_addr: str | None = None
+    #: The HA address the slave follows (None: not following).
+    following: str | None = None
+    #: Why writes and registration are refused (None: not fenced). Controller mode only.
+    fence: str | None = None
+    #: Classic: this slave acts for the group's dead master (RIP-32).
+    acting: bool = False
+    #: Pre-online: not registered, no heartbeats, no special services yet.
+    pre_online: PreOnline | None = None
+    #: FMQ: an isolated classic master refusing the data plane.
+    isolated_fence: bool = False
+    #: Controller mode: the group has no master; ask for an election until one exists.
+    masterless: bool = False
+    #: The group's smallest live id and its address, as last learned (classic, acting).
+    min_broker: tuple[int, str | None] | None = None
+    #: The group's live replicas from the last member-group answer (id -> address).
+    members: dict[int, str] = field(default_factory=dict)
+    #: What the replica must catch up to before it may lead (issue 13).
+    catch_up: CatchUp | None = None
+    #: The special services, as the core last asked for them.
+    special: bool = False
+    #: This broker's remoting address.
+    address: str = ""
+    #: The local log's end and confirm offset, and the epoch file's last entry, as last known.
+    log_max: int = 0
+    confirm: int = 0
+    last_epoch: int | None = None
+    last_epoch_start: int = 0
+
+
+class RoleCore:
+    def __init__(self, cfg: RoleConfig, catch_up: CatchUp | None = None) -> None:
+        self.cfg = cfg
+        self.state = RoleState(
+            role=Role.NONE if cfg.controller_mode else Role.SLAVE,
+            self_id=None if cfg.controller_mode else cfg.broker_id,
+            fence="waiting for the controller to assign a role" if cfg.controller_mode else None,
+            catch_up=catch_up,
+        )
+        self.ha = self._new_ha(frozenset(), 0)
+        self._last_elect_ms: int | None = None
+        self._last_shrink_ms = 0
+        self._proposed_at_ms = 0
+        self._namesrv_ms = 0
+        self._slave_ack_ms: int | None = None
+
+    # ---- what the data plane and the shell read -------------------------------------------
+
+    @property
+    def is_master(self) -> bool:
+        return self.state.role is Role.MASTER
+
+    @property
+    def serving_master(self) -> bool:
+        """A master that takes writes: not fenced for any reason."""
+        s = self.state
+        return s.role is Role.MASTER and s.fence is None and not s.isolated_fence
+
+    @property
+    def isolated(self) -> bool:
+        return self.state.pre_online is not None
+
+    @property
+    def acting(self) -> bool:
+        return self.state.acting
+
+    @property
+    def data_plane_fenced(self) -> bool:
+        return self.state.isolated_fence
+
+    @property
+    def group_members(self) -> dict[int, str]:
+        return self.state.members
+
+    @property
+    def registers(self) -> bool:
+        """Whether the broker registers with name servers now (not fenced, not pre-online)."""
+        return self.state.fence is None and self.state.pre_online is None
+
+    @property
+    def runtime_broker_id(self) -> int:
+        """The id announced to name servers: 0 for a controller-mode master."""
+        s = self.state
+        if self.cfg.controller_mode:
+            return MASTER_ID if s.role is Role.MASTER else (s.self_id or 0)
+        return self.cfg.broker_id
+
+    def write_refusal(self) -> tuple[str, str] | None:
+        """Why a write must be refused now: ("fenced" | "slave" | "in-sync", remark), or None.
+        Refused before anything is stored (never half done)."""
+        s = self.state
+        if s.fence is not None:
+            return "fenced", f"the broker is fenced: {s.fence}"
+        if s.isolated_fence:
+            return "fenced", "this master is fenced: it reaches no name server and no slave"
+        if s.role is not Role.MASTER:
+            return "slave", "the broker is a slave, so putMessage is forbidden (send to the master)"
+        if self.ha.in_sync_count() < self.cfg.min_in_sync_replicas:
+            return "in-sync", (
+                f"in-sync replicas not enough: {self.ha.in_sync_count()} < "
+                f"minInSyncReplicas {self.cfg.min_in_sync_replicas}"
+            )
+        return None
+
+    # ---- the step -------------------------------------------------------------------------
+
+    def step(self, event: e.Event, now_ms: int) -> list[a.Action]:
+        out: list[a.Action] = []
+        match event:
+            case e.Started():
+                self._started(event, now_ms, out)
+            case e.Tick():
+                self._tick(now_ms, out)
+            case e.LogGrew():
+                self.state.confirm = event.confirm_offset
+                self._log_grew(event.max_offset, out)
+            case e.IdAssigned():
+                self.state.self_id = event.broker_id
+                self.ha.self_id = event.broker_id
+            case e.MasterInfo():
+                self._master_info(event, now_ms, out)
+            case e.EpochAppendFailed():
+                s = self.state
+                s.last_epoch, s.last_epoch_start = event.last_epoch, event.last_epoch_start
+                self._cannot_lead(f"cannot start epoch {event.epoch}: {event.why}", out)
+            case e.MasterHaFound():
+                s = self.state
+                if s.role is Role.SLAVE and event.epoch == s.epoch and not s.acting:
+                    self._follow(event.ha_addr, out)
+            case e.ProposalAnswered():
+                self._proposal_answered(event, out)
+            case e.SlaveConnected():
+                self.ha.connected(event.broker_id, event.async_learner, now_ms)
+                self._pre_online_slave_connected(event.broker_id, out)
+            case e.SlaveDisconnected():
+                self.ha.disconnected(event.broker_id)
+                out.append(a.WakeProducers())
+            case e.Transferring():
+                self.ha.transferring(event.broker_id, event.master_max, now_ms)
+            case e.SlaveIdle():
+                self.ha.idle(event.broker_id, now_ms)
+            case e.SlaveAcked():
+                self._slave_acked(event, now_ms, out)
+            case e.NamesrvAnswered():
+                self._namesrv_answered(event, now_ms, out)
+            case e.MinBrokerChanged():
+                self._min_broker_changed(event, out)
+            case e.MemberGroup():
+                self._member_group(event, now_ms, out)
+            case e.HaInfoPushed():
+                self._ha_info_pushed(event, now_ms, out)
+            case e.MasterHaAnswered():
+                self._master_ha_answered(event, now_ms, out)
+            case e.MasterPushedHa():
+                s = self.state
+                if s.role is Role.SLAVE:
+                    # A returning master's pre-online: follow it (also while acting: its log
+                    # is the group's, an acting slave never wrote to its own).
+                    if event.master_addr:
+                        s.master_addr = event.master_addr
+                    self._follow(event.ha_addr, out)
+            case e.SlaveFollowing():
+                self._slave_following(out)
+            case e.ReverseSynced():
+                self._reverse_synced(event, now_ms, out)
+        self._reconcile_special(out)
+        return out
+
+    # ---- life cycle -----------------------------------------------------------------------
+
+    def _started(self, ev: e.Started, now_ms: int, out: list[a.Action]) -> None:
+        s, cfg = self.state, self.cfg
+        s.address, s.log_max, s.confirm = ev.address, ev.max_offset, ev.confirm_offset
+        s.last_epoch, s.last_epoch_start = ev.last_epoch, ev.last_epoch_start
+        self._namesrv_ms = now_ms
+        if s.catch_up is not None and ev.max_offset >= s.catch_up.offset:
+            self._caught_up(out)
+        if cfg.controller_mode:
+            out.append(a.Log(INFO, f"fenced: {s.fence}"))
+            return
+        if not cfg.classic_slave:
+            if s.last_epoch is None:
+                out.append(a.AppendEpoch(CLASSIC_EPOCH, ev.max_offset))
+                s.last_epoch, s.last_epoch_start = CLASSIC_EPOCH, ev.max_offset
+            s.role, s.epoch, s.master_id = Role.MASTER, s.last_epoch, cfg.broker_id
+            self.ha = self._new_ha(frozenset({cfg.broker_id}), 0)
+        else:
+            s.role = Role.SLAVE
+            if cfg.ha_master_address:
+                self._follow(cfg.ha_master_address, out)
+        if cfg.pre_online:
+            s.pre_online = PreOnline()
+            out.append(a.Log(INFO, f"id {cfg.broker_id} pre-online (isolated)"))
+            out.append(a.FetchMemberGroup())
+            return
+        if cfg.acting_master:
+            # Assume a master until the name servers say otherwise.
+            mine = cfg.broker_id == MASTER_ID
+            self._set_min(MASTER_ID, s.address if mine else None, out)
+
+    def _tick(self, now_ms: int, out: list[a.Action]) -> None:
+        s, cfg = self.state, self.cfg
+        if cfg.controller_mode and s.masterless and s.self_id is not None:
+            if self._last_elect_ms is None or now_ms - self._last_elect_ms >= cfg.elect_retry_ms:
+                self._last_elect_ms = now_ms
+                out.append(a.RequestElection())
+        if (
+            s.role is Role.MASTER
+            and now_ms - self._last_shrink_ms >= cfg.check_sync_state_set_period_ms
+        ):
+            self._last_shrink_ms = now_ms
+            proposal = self.ha.maybe_shrink(now_ms)
+            if proposal is not None:
+                self._propose(proposal, now_ms, out)
+        self._fmq_check(now_ms, out)
+        p = s.pre_online
+        if p is not None:
+            if p.phase == "retry" and now_ms >= p.retry_at_ms:
+                p.phase = "fetch"
+                out.append(a.FetchMemberGroup())
+            elif p.phase == "wait" and now_ms >= p.deadline_ms and p.slave is not None:
+                out.append(
+                    a.Log(
+                        WARNING,
+                        f"pre-online: slave {p.slave} has no HA connection after "
+                        f"{PRE_ONLINE_HA_WAIT_MS // 1000} s; taking its metadata anyway",
+                    )
+                )
+                self._pre_online_sync(p, out)
+            elif p.phase == "follow" and now_ms >= p.deadline_ms:
+                self._pre_online_retry(p, now_ms, "the master did not start transferring", out)
+
+    def _log_grew(self, max_offset: int, out: list[a.Action]) -> None:
+        s = self.state
+        s.log_max = max_offset
+        if s.catch_up is not None and max_offset >= s.catch_up.offset:
+            self._caught_up(out)
+        if s.role is Role.MASTER and self.cfg.controller_mode:
+            self._push_confirm(out)
+
+    def _caught_up(self, out: list[a.Action]) -> None:
+        debt = self.state.catch_up
+        assert debt is not None
+        self.state.catch_up = None
+        out.append(a.ClearCatchUp())
+        out.append(
+            a.Log(
+                WARNING,
+                f"caught up to {debt.offset} ({debt.reason}): this replica may be elected again",
+            )
+        )
+
+    # ---- controller mode ------------------------------------------------------------------
+
+    def _master_info(self, m: e.MasterInfo, now_ms: int, out: list[a.Action]) -> None:
+        s = self.state
+        if m.master_id is None or m.epoch is None:
+            s.masterless = True
+            if m.source == "poll":
+                self._last_elect_ms = now_ms
+                out.append(a.RequestElection())
+            return
+        s.masterless = False
+        if m.source == "poll" and m.epoch <= s.epoch:
+            # The periodic poll only reconciles the set of the master we already are.
+            if s.role is Role.MASTER and m.master_id == s.self_id:
+                if m.sync_state_set_epoch > self.ha.sync_state_set_epoch:
+                    self._apply_set(m.sync_state_set, m.sync_state_set_epoch, out)
+                elif (
+                    self.ha.proposed is not None
+                    and now_ms - self._proposed_at_ms > PROPOSAL_STALE_MS
+                ):
+                    self.ha.cancel_proposal()
+            return
+        if m.master_id == s.self_id:
+            self._lead(m, out)
+        elif m.epoch >= s.epoch:
+            self._follow_master(m, out)
+
+    def _lead(self, m: e.MasterInfo, out: list[a.Action]) -> None:
+        s = self.state
+        assert m.epoch is not None
+        if m.epoch <= s.epoch:
+            # A notice no newer than what we know: as master, its SyncStateSet may be; as
+            # slave of a later epoch it is stale and must not make us master again.
+            if s.role is Role.MASTER and m.sync_state_set_epoch > self.ha.sync_state_set_epoch:
+                self._apply_set(m.sync_state_set, m.sync_state_set_epoch, out)
+            return
+        if s.last_epoch is not None and m.epoch < s.last_epoch:
+            out.append(
+                a.Log(WARNING, f"ignoring master epoch {m.epoch} below our last {s.last_epoch}")
+            )
+            return
+        if s.catch_up is not None:
+            self._cannot_lead(
+                f"elected master in epoch {m.epoch}, but this replica's log ends at "
+                f"{s.log_max}, below what it held ({s.catch_up.reason}); it must catch up to "
+                f"{s.catch_up.offset} from a replica that has the data first",
+                out,
+            )
+            return
+        was_master = s.role is Role.MASTER
+        start = s.log_max
+        s.role, s.epoch, s.master_id, s.master_addr = Role.MASTER, m.epoch, s.self_id, None
+        s.fence, s.last_epoch, s.last_epoch_start = None, m.epoch, start
+        self._follow(None, out)
+        out.append(a.AppendEpoch(m.epoch, start))
+        if was_master:
+            # Master again in a new epoch (changeToMasterWhenLastRoleIsMaster): the slaves'
+            # connections stay, and so does what we know of their acks.
+            self.ha.sync_state_set = frozenset(m.sync_state_set)
+            self.ha.sync_state_set_epoch = m.sync_state_set_epoch
+            self.ha.proposed = None
+        else:
+            self.ha = self._new_ha(frozenset(m.sync_state_set), m.sync_state_set_epoch)
+        self.ha.epoch_start_offset = start
+        self._push_confirm(out)
+        out.append(a.AdoptTopicsFromLog())
+        out.append(a.BumpDataVersion(m.epoch))
+        self._reconcile_special(out)
+        out.append(a.Register())
+        out.append(a.RefreshReplicaAddrs())
+        out.append(
+            a.Log(
+                INFO,
+                f"became master: epoch {m.epoch}, SyncStateSet {sorted(m.sync_state_set)} "
+                f"(epoch {m.sync_state_set_epoch}), max offset {start}",
+            )
+        )
+
+    def _cannot_lead(self, why: str, out: list[a.Action]) -> None:
+        """Stay up, fenced when we have no role, and ask for an election: the heartbeat tells
+        the controller why (issue 13)."""
+        s = self.state
+        if s.role is Role.MASTER:
+            s.role = Role.NONE
+            out.append(a.DropSlaves())
+        if s.role is Role.NONE:
+            s.fence = why
+        s.masterless = True
+        out.append(a.Log(ERROR, f"refusing to become master: {why}"))
+
+    def _follow_master(self, m: e.MasterInfo, out: list[a.Action]) -> None:
+        s = self.state
+        same = s.role is Role.SLAVE and m.epoch == s.epoch and m.master_id == s.master_id
+        if same and s.fence is None:
+            return
+        was_master = s.role is Role.MASTER
+        s.role, s.epoch = Role.SLAVE, max(s.epoch, m.epoch or 0)
+        s.master_id, s.master_addr, s.fence = m.master_id, m.master_addr, None
+        if was_master:
+            out.append(a.DropSlaves())
+        out.append(a.BumpDataVersion(s.epoch))
+        self._reconcile_special(out)
+        out.append(a.Log(INFO, f"became slave of {m.master_id} in epoch {s.epoch}"))
+        if m.master_addr is not None:
+            out.append(a.FindMasterHa(m.master_addr, s.epoch))
+
+    def _apply_set(self, members: frozenset[int], ss_epoch: int, out: list[a.Action]) -> None:
+        if self.ha.apply_set(frozenset(members), ss_epoch, self.state.log_max):
+            self._push_confirm(out)
+            out.append(a.WakeProducers())
+            out.append(a.Log(INFO, f"SyncStateSet is now {sorted(members)} (epoch {ss_epoch})"))
+
+    def _propose(self, members: frozenset[int], now_ms: int, out: list[a.Action]) -> None:
+        """A SyncStateSet change: reported to the controller (applied when accepted); classic
+        mode has nobody to ask, so its in-sync view applies at once."""
+        if not self.cfg.controller_mode:
+            self._apply_set(members, self.ha.sync_state_set_epoch + 1, out)
+            return
+        self._proposed_at_ms = now_ms
+        out.append(a.ProposeSyncStateSet(members, self.state.epoch, self.ha.sync_state_set_epoch))
+
+    def _proposal_answered(self, ev: e.ProposalAnswered, out: list[a.Action]) -> None:
+        if ev.unknown:
+            return  # keep the union until the replica-info poll tells
+        if ev.accepted and ev.sync_state_set_epoch > self.ha.sync_state_set_epoch:
+            self._apply_set(ev.members, ev.sync_state_set_epoch, out)
+        elif not ev.accepted:
+            self.ha.cancel_proposal()
+
+    # ---- replication (master side) ---------------------------------------------------------
+
+    def _slave_acked(self, ev: e.SlaveAcked, now_ms: int, out: list[a.Action]) -> None:
+        self._slave_ack_ms = now_ms
+        proposal = self.ha.acked(ev.broker_id, ev.ack, ev.master_max, now_ms)
+        if self.cfg.controller_mode:
+            self._push_confirm(out)
+        out.append(a.WakeProducers())
+        if proposal is not None and self.state.role is Role.MASTER:
+            self._propose(proposal, now_ms, out)
+
+    def _push_confirm(self, out: list[a.Action]) -> None:
+        """The confirm offset (controller mode) as HaCore computes it, when it is above the
+        store's: the dispatcher then makes more visible (parked pulls re-check)."""
+        s = self.state
+        self.ha.recompute_confirm(s.log_max)
+        if self.cfg.controller_mode and self.ha.confirm > s.confirm:
+            s.confirm = self.ha.confirm
+            out.append(a.SetConfirm(self.ha.confirm))
+            out.append(a.WakePulls())
+
+    def _new_ha(self, members: frozenset[int], ss_epoch: int) -> HaCore:
+        cfg = self.cfg
+        self_id = self.state.self_id
+        core = HaCore(
+            self_id=self_id if self_id is not None else cfg.broker_id,
+            all_ack=cfg.all_ack and cfg.controller_mode,
+            # A classic SYNC_MASTER waits for one slave whatever inSyncReplicas says.
+            in_sync_replicas=cfg.in_sync_replicas
+            if cfg.controller_mode or not cfg.sync_master
+            else max(2, cfg.in_sync_replicas),
+            max_not_catchup_ms=cfg.max_not_catchup_ms,
+            sync_state_set=members,
+            sync_state_set_epoch=ss_epoch,
+        )
+        # Never below what the store already exposes (a member without a connection keeps
+        # the previous value, #6662).
+        core.confirm = self.state.confirm
+        return core
+
+    # ---- classic: following, acting master, FMQ --------------------------------------------
+
+    def _follow(self, ha_addr: str | None, out: list[a.Action]) -> None:
+        if self.state.following != ha_addr:
+            self.state.following = ha_addr
+            out.append(a.Follow(ha_addr))
+
+    def _namesrv_answered(self, ev: e.NamesrvAnswered, now_ms: int, out: list[a.Action]) -> None:
+        s = self.state
+        self._namesrv_ms = now_ms
+        if s.role is not Role.SLAVE or s.acting or not ev.master_ha_addr:
+            return
+        if self.cfg.controller_mode:
+            # Only the controller's master is followed.
+            if ev.master_addr is not None and ev.master_addr == s.master_addr:
+                self._follow(ev.master_ha_addr, out)
+            return
+        if ev.master_addr:
+            s.master_addr = ev.master_addr
+        self._follow(ev.master_ha_addr, out)
+
+    def _min_broker_changed(self, ev: e.MinBrokerChanged, out: list[a.Action]) -> None:
+        """RocketMQ's onMinBrokerChange (slaves only): start or stop acting; forget a master
+        that went offline; follow a master that came back."""
+        s, cfg = self.state, self.cfg
+        if not cfg.acting_master or s.pre_online is not None or cfg.broker_id == MASTER_ID:
+            return
+        if s.min_broker == (ev.min_id, ev.min_addr):
+            return
+        out.append(
+            a.Log(
+                INFO,
+                f"smallest live id {ev.min_id} at {ev.min_addr} (was {s.min_broker}; "
+                f"offline {ev.offline_addr})",
+            )
+        )
+        s.min_broker = (ev.min_id, ev.min_addr)
+        if ev.offline_addr is not None and ev.offline_addr == s.master_addr:
+            out.append(a.CloseConnection(ev.offline_addr))
+            self._follow(None, out)
+            s.master_addr = None
+        self._set_acting(ev.min_id == cfg.broker_id, out)
+        if ev.min_id == MASTER_ID and ev.min_addr:
+            s.master_addr = ev.min_addr
+            if ev.ha_addr:
+                self._follow(ev.ha_addr, out)
+            else:
+                out.append(a.AskMasterHa(ev.min_addr))
+            out.append(a.WakePulls())
+
+    def _set_min(self, min_id: int, min_addr: str | None, out: list[a.Action]) -> None:
+        self.state.min_broker = (min_id, min_addr)
+        if self.cfg.broker_id != MASTER_ID:
+            self._set_acting(min_id == self.cfg.broker_id, out)
+
+    def _set_acting(self, acting: bool, out: list[a.Action]) -> None:
+        s = self.state
+        if acting == s.acting:
+            return
+        s.acting = acting
+        if acting:
+            # What changes while acting must look newer than the master's copy whether or
+            # not a metadata sync ran since the last version bump (pre-online takes it back).
+            out.append(a.ArmVersionBump())
+            # Serve every queue in the log, also of topics whose config never reached us.
+            out.append(a.AdoptTopicsFromLog())
+            self._follow(None, out)
+            out.append(
+                a.Log(WARNING, f"id {self.cfg.broker_id} acts as master (its master is gone)")
+            )
+        else:
+            out.append(a.Log(INFO, f"id {self.cfg.broker_id} stops acting as master"))
+        self._reconcile_special(out)
+
+    def _master_ha_answered(self, ev: e.MasterHaAnswered, now_ms: int, out: list[a.Action]) -> None:
+        s = self.state
+        p = s.pre_online
+        if p is not None and p.phase == "ask":
+            if not ev.ha_addr:
+                self._pre_online_retry(p, now_ms, "the master gave no HA address", out)
+                return
+            s.master_addr = ev.master_addr
+            self._follow(ev.ha_addr, out)
+            p.phase, p.deadline_ms = "follow", now_ms + PRE_ONLINE_HA_WAIT_MS
+            return
+        if s.role is Role.SLAVE and not s.acting and ev.ha_addr and ev.master_addr == s.master_addr:
+            self._follow(ev.ha_addr, out)
+
+    def _fmq_check(self, now_ms: int, out: list[a.Action]) -> None:
+        s, cfg = self.state, self.cfg
+        if not cfg.fence_when_isolated or cfg.controller_mode or cfg.broker_id != MASTER_ID:
+            return
+        if self._slave_ack_ms is None:
+            return  # never had a slave: nothing to be partitioned from
+        limit = cfg.isolation_timeout_ms
+        isolated = now_ms - self._slave_ack_ms > limit and now_ms - self._namesrv_ms > limit
+        if isolated and not s.isolated_fence:
+            s.isolated_fence = True
+            out.append(
+                a.Log(ERROR, f"master fenced: no name server and no slave heard for {limit} ms")
+            )
+        elif not isolated and s.isolated_fence:
+            s.isolated_fence = False
+            out.append(a.Log(WARNING, "master unfenced: contact is back"))
+
+    def _member_group(self, ev: e.MemberGroup, now_ms: int, out: list[a.Action]) -> None:
+        s, cfg = self.state, self.cfg
+        if ev.members is not None:
+            self._namesrv_ms = now_ms
+        p = s.pre_online
+        if p is not None:
+            self._pre_online_members(p, ev.members, now_ms, out)
+            return
+        if not ev.members:
+            return  # no answer, or the name servers do not know the group (yet)
+        s.members = dict(ev.members)
+        if not cfg.acting_master:
+            return
+        # The name servers may not list us (registration pending): count ourselves.
+        live = dict(ev.members)
+        live.setdefault(cfg.broker_id, s.address)
+        min_id = min(live)
+        offline = None
+        if s.min_broker is not None and s.min_broker[1] is not None:
+            if s.min_broker[1] not in live.values():
+                offline = s.min_broker[1]
+        self._min_broker_changed(e.MinBrokerChanged(min_id, live[min_id], offline, None), out)
+
+    # ---- pre-online -----------------------------------------------------------------------
+
+    def _pre_online_members(
+        self, p: PreOnline, members: dict[int, str] | None, now_ms: int, out: list[a.Action]
+    ) -> None:
+        if p.phase != "fetch":
+            return
+        if members is None:
+            if self.cfg.has_namesrv:
+                self._pre_online_retry(p, now_ms, "no name server answers", out)
+                return
+            members = {}
+        members = {i: addr for i, addr in members.items() if i != self.cfg.broker_id}
+        p.members = members
+        self.state.members = dict(members)
+        if self.cfg.broker_id == MASTER_ID:
+            p.queue = sorted(members)
+            self._pre_online_next_slave(p, out)
+            return
+        master = members.get(MASTER_ID)
+        if master is not None:
+            p.phase, p.master_addr = "ask", master
+            out.append(a.AskMasterHa(master))
+            return
+        others = sorted(members)
+        if others and others[0] < self.cfg.broker_id:
+            self._online(others[0], members[others[0]], out)
+        else:
+            self._online(self.cfg.broker_id, None, out)
+
+    def _pre_online_next_slave(self, p: PreOnline, out: list[a.Action]) -> None:
+        if not p.queue:
+            self._online(MASTER_ID, None, out)
+            return
+        bid = p.queue.pop(0)
+        p.phase, p.slave = "push", bid
+        out.append(a.PushHaInfo(bid, p.members[bid]))
+
+    def _ha_info_pushed(self, ev: e.HaInfoPushed, now_ms: int, out: list[a.Action]) -> None:
+        p = self.state.pre_online
+        if p is None or p.phase != "push" or p.slave != ev.broker_id:
+            return
+        if not ev.ok:
+            self._pre_online_retry(p, now_ms, f"slave {ev.broker_id} refused our HA info", out)
+            return
+        if ev.broker_id in self.ha.replicas:
+            self._pre_online_sync(p, out)
+            return
+        p.phase, p.deadline_ms = "wait", now_ms + PRE_ONLINE_HA_WAIT_MS
+
+    def _pre_online_slave_connected(self, broker_id: int, out: list[a.Action]) -> None:
+        p = self.state.pre_online
+        if p is not None and p.phase == "wait" and p.slave == broker_id:
+            self._pre_online_sync(p, out)
+
+    def _pre_online_sync(self, p: PreOnline, out: list[a.Action]) -> None:
+        assert p.slave is not None
+        p.phase = "sync"
+        out.append(a.ReverseSync(p.slave, p.members[p.slave]))
+
+    def _reverse_synced(self, ev: e.ReverseSynced, now_ms: int, out: list[a.Action]) -> None:
+        p = self.state.pre_online
+        if p is None or p.phase != "sync" or p.slave != ev.broker_id:
+            return
+        if not ev.ok:
+            self._pre_online_retry(p, now_ms, f"metadata of slave {ev.broker_id} not pulled", out)
+            return
+        self._pre_online_next_slave(p, out)
+
+    def _slave_following(self, out: list[a.Action]) -> None:
+        p = self.state.pre_online
+        if p is not None and p.phase == "follow":
+            self._online(MASTER_ID, p.master_addr, out)
+
+    def _pre_online_retry(self, p: PreOnline, now_ms: int, why: str, out: list[a.Action]) -> None:
+        p.phase, p.retry_at_ms, p.slave = "retry", now_ms + PRE_ONLINE_RETRY_MS, None
+        out.append(a.Log(INFO, f"pre-online round failed: {why}"))
+
+    def _online(self, min_id: int, min_addr: str | None, out: list[a.Action]) -> None:
+        """RocketMQ's startService: the min broker, acting if we are it, registration, and
+        the end of isolation."""
+        s = self.state
+        s.pre_online = None
+        self._set_min(min_id, min_addr, out)
+        out.append(a.Log(INFO, f"id {self.cfg.broker_id} online (smallest id {min_id})"))
+        self._reconcile_special(out)
+        out.append(a.Register())
+
+    # ---- special services -----------------------------------------------------------------
+
+    def _reconcile_special(self, out: list[a.Action]) -> None:
+        """RIP-32's changeSpecialServiceStatus: the serving master, or the slave acting for a
+        dead master, runs them; nobody while pre-online."""
+        s = self.state
+        want = s.pre_online is None and (
+            (s.role is Role.MASTER and s.fence is None and not s.isolated_fence) or s.acting
+        )
+        if want != s.special:
+            s.special = want
+            out.append(a.StartSpecial() if want else a.StopSpecial())

@@ -1,0 +1,84 @@
+"""Client connections: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, and the
+NOTIFY_CONSUMER_IDS_CHANGED pushes when a group's membership changes (a connection closed, a
+client expired or unregistered)."""
+
+from __future__ import annotations
+
+import logging
+
+from rmq_ha.broker.clients import ClientInfo
+from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX
+from rmq_ha.clock import wall_ms as now_ms
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import (
+    GetConsumerListByGroupRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    UnregisterClientRequestHeader,
+)
+from rmq_ha.protocol.models import GetConsumerListByGroupResponseBody, HeartbeatData
+
+log = logging.getLogger(__name__)
+
+
+async def notify_consumer_ids_changed(p: Ports, group: str) -> None:
+    g = p.clients.consumers.get(group)
+    if g is None:
+        return
+    h = NotifyConsumerIdsChangedRequestHeader(consumer_group=group)
+    for c in list(g.clients.values()):
+        try:
+            cmd = RemotingCommand.request(RC.NOTIFY_CONSUMER_IDS_CHANGED, h.to_ext(), oneway=True)
+            await c.conn.send(cmd)
+        except Exception as e:  # a client that went away is dropped by its close hook
+            log.debug("notify %s failed: %s", c.client_id, e)
+
+
+async def watch_connection(p: Ports, conn: Connection) -> None:
+    """Waits until `conn` closes, then drops its clients (the groups' members are told)."""
+    await conn.wait_closed()
+    for group in p.clients.drop_connection(conn):
+        await notify_consumer_ids_changed(p, group)
+
+
+async def expire(p: Ports) -> None:
+    for group in p.clients.expire(now_ms()):
+        await notify_consumer_ids_changed(p, group)
+
+
+def register(d: Dispatcher, p: Ports) -> None:
+    async def heartbeat(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        hb = HeartbeatData.from_json(cmd.body or b"{}")
+        info = ClientInfo(hb.client_id, conn, cmd.language, cmd.version, now_ms())
+        for prod in hb.producer_data_set:
+            p.clients.register_producer(prod.group_name, info)
+        for c in hb.consumer_data_set:
+            # Every consumer group has a retry topic its members subscribe to.
+            p.topics.system(RETRY_GROUP_TOPIC_PREFIX + c.group_name)
+            if p.clients.register_consumer(c, info):
+                await notify_consumer_ids_changed(p, c.group_name)
+        return cmd.response(Resp.SUCCESS)
+
+    async def unregister_client(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = UnregisterClientRequestHeader.from_ext(cmd.ext_fields)
+        for group in p.clients.unregister(h.client_id, h.producer_group, h.consumer_group):
+            await notify_consumer_ids_changed(p, group)
+        return cmd.response(Resp.SUCCESS)
+
+    async def consumer_list(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetConsumerListByGroupRequestHeader.from_ext(cmd.ext_fields)
+        ids = p.clients.consumer_ids(h.consumer_group)
+        if not ids:
+            return cmd.response(
+                Resp.SYSTEM_ERROR, f"no consumer for this group, {h.consumer_group}"
+            )
+        body = GetConsumerListByGroupResponseBody(consumer_id_list=ids)
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+    d.register(RC.HEART_BEAT, heartbeat)
+    d.register(RC.UNREGISTER_CLIENT, unregister_client)
+    d.register(RC.GET_CONSUMER_LIST_BY_GROUP, consumer_list)

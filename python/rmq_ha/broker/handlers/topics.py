@@ -1,0 +1,48 @@
+"""UPDATE_AND_CREATE_TOPIC and GET_ALL_TOPIC_CONFIG."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.topics import check_topic_name
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import CreateTopicRequestHeader
+from rmq_ha.protocol.models import TopicConfig, TopicConfigSerializeWrapper
+
+#: Makes a created topic known before the answer: forwarded to the other replicas of a
+#: controller-mode master (RocketMQ #9804) and registered with the name servers.
+Announce = Callable[[RemotingCommand], Awaitable[None]]
+
+
+def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
+    async def create_topic(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
+        why = check_topic_name(h.topic)
+        if why is not None:
+            return cmd.response(Resp.SYSTEM_ERROR, why)
+        tc = TopicConfig(
+            topic_name=h.topic,
+            read_queue_nums=h.read_queue_nums,
+            write_queue_nums=h.write_queue_nums,
+            perm=h.perm,
+            topic_sys_flag=h.topic_sys_flag or 0,
+            order=bool(h.order),
+        )
+        p.topics.update(tc)
+        p.topics.changed()
+        await announce(cmd)
+        return cmd.response(Resp.SUCCESS)
+
+    async def all_topic_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        w = TopicConfigSerializeWrapper(
+            topic_config_table=p.topics.table, data_version=p.topics.data_version
+        )
+        return cmd.response(Resp.SUCCESS, None, None, w.to_json())
+
+    d.register(RC.UPDATE_AND_CREATE_TOPIC, create_topic)
+    d.register(RC.GET_ALL_TOPIC_CONFIG, all_topic_config)

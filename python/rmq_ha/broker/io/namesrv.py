@@ -1,0 +1,238 @@
+"""The broker's side of the name servers: registration, the light heartbeat, and a slave's
+metadata sync from its master.
+
+* REGISTER_BROKER with every name server at once, every registerNameServerPeriod and whenever
+  topics change or the role core asks (`Register`); not while fenced or pre-online (the role
+  view says). Every answer goes to the core (`NamesrvAnswered`: contact, and for a slave the
+  master's addresses).
+* The light heartbeat (classic mode): BROKER_HEARTBEAT (904, oneway), or with
+  compatibleWithOldNameSrv QUERY_DATA_VERSION (322), whose answer says whether to register
+  again. In controller mode 904 is the controller's.
+* A slave copies topic configs, consumer offsets and delay progress from its master every
+  syncBrokerMetadataPeriod, so a new master (or a slave acting for a dead one) starts from
+  recent metadata. Not while acting: then this slave's copy is the newer one, and the
+  returning master pulls it back (pre-online).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+from rmq_ha.broker.core import events as ev
+from rmq_ha.broker.core.role import RoleCore
+from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.broker.topics import TopicConfigManager
+from rmq_ha.config import BrokerConfig
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import (
+    BrokerHeartbeatRequestHeader,
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+)
+from rmq_ha.protocol.models import (
+    TopicConfig,
+    TopicConfigAndMappingSerializeWrapper,
+    TopicConfigSerializeWrapper,
+)
+from rmq_ha.protocol.perm import PERM_READ, PERM_WRITE
+from rmq_ha.protocol.register_body import RegisterBrokerBody, encode_register_body
+
+log = logging.getLogger(__name__)
+
+
+class DelayProgress(Protocol):
+    """The delay service's progress table, as the slave sync adopts the master's."""
+
+    def adopt(self, raw: bytes) -> None: ...
+
+
+class NamesrvShell:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        outbound: RemotingClient,
+        core: RoleCore,
+        feed: Callable[[ev.Event], None],
+        *,
+        address: str,
+        ha_address: Callable[[], str],
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        delay: DelayProgress,
+        delay_running: Callable[[], bool],
+        adopt_topics: Callable[[], None],
+        acting_enabled: bool,
+    ) -> None:
+        self.cfg = cfg
+        self.outbound = outbound
+        self.core = core
+        self.feed = feed
+        self.address = address
+        self.ha_address = ha_address
+        self.topics = topics
+        self.offsets = offsets
+        self.delay = delay
+        self.delay_running = delay_running
+        self.adopt_topics = adopt_topics
+        self.acting_enabled = acting_enabled
+        self._topics_changed = trio.Event()
+
+    def topics_changed(self) -> None:
+        self._topics_changed.set()
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as n:
+            if self.cfg.namesrv_addrs:
+                n.start_soon(self._registration_loop)
+                if not self.cfg.enable_controller_mode:
+                    n.start_soon(self._heartbeat_loop)
+            n.start_soon(self._slave_sync_loop)
+
+    # ---- registration ----------------------------------------------------------------------
+
+    def _register_command(self) -> RemotingCommand:
+        h = RegisterBrokerRequestHeader(
+            broker_name=self.cfg.broker_name,
+            broker_addr=self.address,
+            cluster_name=self.cfg.cluster_name,
+            ha_server_addr=self.ha_address(),
+            broker_id=self.core.runtime_broker_id,
+            heartbeat_timeout_millis=self.cfg.broker_not_active_timeout_ms,
+            enable_acting_master=self.acting_enabled,
+        )
+        table = {}
+        for name, tc in self.topics.table.items():
+            # The broker-wide permission caps every topic (a read-only broker, say).
+            table[name] = TopicConfig(
+                topic_name=name,
+                read_queue_nums=tc.read_queue_nums,
+                write_queue_nums=tc.write_queue_nums,
+                perm=tc.perm & (self.cfg.broker_permission | ~(PERM_READ | PERM_WRITE)),
+                topic_sys_flag=tc.topic_sys_flag,
+                order=tc.order,
+            )
+        body = RegisterBrokerBody(
+            topic_config_serialize_wrapper=TopicConfigAndMappingSerializeWrapper(
+                topic_config_table=table, data_version=self.topics.data_version
+            )
+        )
+        return RemotingCommand.request(RC.REGISTER_BROKER, h.to_ext(), encode_register_body(body))
+
+    async def register_all(self) -> None:
+        """Registers with every name server at once; a failure of one is logged, not fatal.
+        Fenced brokers (controller mode before the role is known) and isolated ones
+        (pre-online) do not register."""
+        if not self.core.registers:
+            return
+
+        async def one(addr: str) -> None:
+            try:
+                r = await self.outbound.invoke(addr, self._register_command(), 3.0)
+            except Exception as e:  # one unreachable name server must not stop the others
+                log.warning("register with %s failed: %s", addr, e)
+                return
+            if r.code != Resp.SUCCESS:
+                log.warning("register with %s failed: %s %s", addr, r.code, r.remark)
+                return
+            a = RegisterBrokerResponseHeader.from_ext(r.ext_fields)
+            self.feed(ev.NamesrvAnswered(a.master_addr or None, a.ha_server_addr or None))
+
+        async with trio.open_nursery() as n:
+            for addr in self.cfg.namesrv_addrs:
+                n.start_soon(one, addr)
+
+    async def _registration_loop(self) -> None:
+        while True:
+            with trio.move_on_after(self.cfg.register_name_server_period_ms / 1000):
+                await self._topics_changed.wait()
+            self._topics_changed = trio.Event()
+            await self.register_all()
+
+    # ---- light heartbeat (classic mode) ----------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(self.cfg.broker_heartbeat_interval_ms / 1000)
+            if self.core.isolated:
+                continue
+            async with trio.open_nursery() as n:
+                for addr in self.cfg.namesrv_addrs:
+                    n.start_soon(self._heartbeat_one, addr)
+
+    async def _heartbeat_one(self, addr: str) -> None:
+        cfg = self.cfg
+        try:
+            if not cfg.compatible_with_old_name_srv:
+                h = BrokerHeartbeatRequestHeader(
+                    cluster_name=cfg.cluster_name,
+                    broker_addr=self.address,
+                    broker_name=cfg.broker_name,
+                    broker_id=self.core.runtime_broker_id,
+                )
+                await self.outbound.invoke_oneway(
+                    addr, RemotingCommand.request(RC.BROKER_HEARTBEAT, h.to_ext())
+                )
+                return
+            qh = QueryDataVersionRequestHeader(
+                broker_name=cfg.broker_name,
+                broker_addr=self.address,
+                cluster_name=cfg.cluster_name,
+                broker_id=self.core.runtime_broker_id,
+            )
+            cmd = RemotingCommand.request(
+                RC.QUERY_DATA_VERSION, qh.to_ext(), self.topics.data_version.to_json()
+            )
+            r = await self.outbound.invoke(addr, cmd, cfg.send_heartbeat_timeout_ms / 1000)
+            if r.code == Resp.SUCCESS:
+                self.feed(ev.NamesrvAnswered())
+                if QueryDataVersionResponseHeader.from_ext(r.ext_fields).changed:
+                    self.topics_changed()  # the name server lost us (or our topics): register
+        except Exception as e:  # logged; the next beat retries
+            log.debug("heartbeat to %s failed: %s", addr, e)
+
+    # ---- a slave's metadata sync -----------------------------------------------------------
+
+    async def _slave_sync_loop(self) -> None:
+        while True:
+            await trio.sleep(self.cfg.sync_broker_metadata_period_ms / 1000)
+            s = self.core.state
+            if self.core.is_master:
+                continue
+            # Topics whose messages replicated before their config did (auto-created on the
+            # master a moment ago) are readable here at once; an acting slave needs them most.
+            self.adopt_topics()
+            master = s.master_addr
+            if s.acting or not master or master == self.address:
+                continue
+            try:
+                await self.sync_from_master(master)
+            except Exception as e:  # the master may be gone; the next period retries
+                log.debug("metadata sync from %s failed: %s", master, e)
+
+    async def sync_from_master(self, addr: str) -> None:
+        out = self.outbound
+        r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_TOPIC_CONFIG), 3.0)
+        if r.code == Resp.SUCCESS and r.body:
+            w = TopicConfigSerializeWrapper.from_json(r.body)
+            changed = False
+            for name, tc in w.topic_config_table.items():
+                if self.topics.get(name) != tc:
+                    self.topics.update(tc)
+                    changed = True
+            if changed:
+                self.topics.persist()
+        r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_CONSUMER_OFFSET), 3.0)
+        if r.code == Resp.SUCCESS and r.body and not self.core.acting:
+            self.offsets.merge_from_json(r.body)
+        r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_DELAY_OFFSET), 3.0)
+        if r.code == Resp.SUCCESS and r.body and not self.core.acting and not self.delay_running():
+            self.delay.adopt(r.body)

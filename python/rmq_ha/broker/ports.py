@@ -1,0 +1,122 @@
+"""What request handlers and special services may read and do: small Protocols, and `Ports`,
+the record the wiring (broker.py) hands them. No handler depends on the `Broker` object or on
+another component's insides: the role is read through `RoleView`, topics through
+`TopicsPort`, replication through `Replication`, the special services' routing through
+`SpecialRouting`; the store, offsets, clients, locks and parked pulls are components of their
+own with small APIs of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from rmq_ha.broker.clients import ClientManager
+from rmq_ha.broker.locks import QueueLocks
+from rmq_ha.broker.longpoll import PullHold
+from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.config import BrokerConfig
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.models import DataVersion, TopicConfig
+from rmq_ha.store import AsyncStore
+
+
+class RoleView(Protocol):
+    """The broker's role as the data plane sees it (implemented by `core.RoleCore`)."""
+
+    @property
+    def is_master(self) -> bool: ...
+
+    @property
+    def serving_master(self) -> bool: ...
+
+    @property
+    def acting(self) -> bool:
+        """A classic slave acting for its dead master (RIP-32)."""
+        ...
+
+    @property
+    def data_plane_fenced(self) -> bool:
+        """FMQ: an isolated master that refuses sends, pulls, pops, acks, locks, commits."""
+        ...
+
+    @property
+    def group_members(self) -> dict[int, str]:
+        """The group's live replicas (id -> address), as last learned."""
+        ...
+
+    def write_refusal(self) -> tuple[str, str] | None: ...
+
+
+class TopicsPort(Protocol):
+    """Topic configs, and the registration their changes trigger."""
+
+    @property
+    def table(self) -> dict[str, TopicConfig]: ...
+
+    @property
+    def data_version(self) -> DataVersion: ...
+
+    def get(self, topic: str) -> TopicConfig | None: ...
+
+    def update(self, tc: TopicConfig) -> None: ...
+
+    def for_write(
+        self, topic: str, default_topic: str | None, queue_nums: int
+    ) -> TopicConfig | None: ...
+
+    def system(self, topic: str, queue_nums: int = 1) -> TopicConfig:
+        """A read-write system topic (retry, DLQ, ...), created and announced if new."""
+        ...
+
+    def changed(self) -> None:
+        """Register with the name servers soon: the table changed."""
+        ...
+
+
+class ReplicationOutcomeLike(Protocol):
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+class Replication(Protocol):
+    """The send path's view of replication."""
+
+    def after_append(self) -> None: ...
+
+    async def wait_replicated(self, end_offset: int) -> ReplicationOutcomeLike: ...
+
+
+class SpecialRouting(Protocol):
+    """Where the special services make a send go (transaction halves, delays, timers)."""
+
+    def not_allowed_send(self, topic: str, producer_group: str = "") -> bool: ...
+
+    def may_route(self, props: bytes) -> bool: ...
+
+    def route_send(
+        self, topic: str, queue_id: int, props: bytes, sys_flag: int
+    ) -> tuple[str, int, bytes, int]: ...
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Everything a handler or special service may use, wired once by broker.py."""
+
+    cfg: BrokerConfig
+    #: "host:port" announced to name servers and clients; the store host written into records.
+    address: str
+    store_host: tuple[str, int]
+    store: AsyncStore
+    topics: TopicsPort
+    offsets: ConsumerOffsetManager
+    clients: ClientManager
+    locks: QueueLocks
+    hold: PullHold
+    role: RoleView
+    replication: Replication
+    #: The client this broker uses towards other brokers and name servers.
+    outbound: RemotingClient
