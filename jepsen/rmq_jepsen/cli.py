@@ -1,5 +1,6 @@
-"""`rmq-ha hosts up|down|status`, `rmq-ha campaign run|list|show|demo`, `rmq-ha bench history`
-(added to the `rmq-ha` command through the `rmq_ha.cli` entry point group)."""
+"""`rmq-ha hosts up|down|status`, `rmq-ha campaign run|list|show|demo`, the benchmarks
+(`rmq-ha bench store|produce|controller|ha|acting-master|history`) and `rmq-ha demo store`,
+added to the `rmq-ha` command through the `rmq_ha.cli` entry point group."""
 
 from __future__ import annotations
 
@@ -82,6 +83,11 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     r.add_argument("--no-data", action="store_true", help="collect logs but not data dirs")
     r.add_argument("--teardown", action="store_true", help="local: hosts down afterwards")
     r.add_argument("--state-dir")
+    r.add_argument(
+        "--wheel",
+        help="the rmq-ha wheel SSH/Vagrant hosts install (default: build it from the checkout; "
+        "`make wheels` builds it into dist/)",
+    )
     r.add_argument("--subnet", default=DEFAULT_SUBNET)
     r.add_argument("--prefix", default=DEFAULT_PREFIX, help="local: namespace/bridge prefix")
     r.add_argument("--first-fault", type=float, default=5.0, help="seconds before the first fault")
@@ -104,6 +110,13 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     dm.add_argument("--time", type=float, default=DEMO_TIME_S)
     dm.add_argument("--store", default="store")
     dm.set_defaults(func=_campaign_demo)
+
+    from rmq_jepsen import bench as benchmarks
+    from rmq_jepsen import demo
+
+    benchmarks.add_parsers(bench_sub)
+    d = sub.add_parser("demo", help="demonstrations a newcomer can watch")
+    demo.add_parser(d.add_subparsers(dest="demo", required=True))
 
     b = bench_sub.add_parser("history", help="recorder ops/s vs raw json writes; 5-host bring-up")
     b.add_argument("--ops", type=int, default=300_000)
@@ -236,6 +249,7 @@ def _campaign_run(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         first_fault_s=args.first_fault,
         progress=not args.quiet,
+        wheel=args.wheel,
     )
     out = trio.run(run_campaign, opts)
     _print_outcome(out, args.json)
@@ -334,10 +348,10 @@ def _campaign_show(args: argparse.Namespace) -> int:
 
 
 def _bench_history(args: argparse.Namespace) -> int:
-    from rmq_jepsen import bench
+    from rmq_jepsen.bench import history
 
     _logging()
-    out = bench.run(ops=args.ops, hosts=args.hosts, skip_hosts=args.no_hosts)
+    out = history.run(ops=args.ops, hosts=args.hosts, skip_hosts=args.no_hosts)
     if args.json:
         print(json.dumps(out))
     else:
