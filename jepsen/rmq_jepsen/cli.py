@@ -314,6 +314,17 @@ def _campaign_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def fault_times(f: dict[str, Any]) -> str:
+    """How long a fault took to apply, was wholly in force and took to heal (from a summary's
+    fault entry, history times), or "" without them (a skipped fault, an older run)."""
+    keys = ("start_ns", "applied_ns", "healing_ns", "stop_ns")
+    if any(f.get(k) is None for k in keys):
+        return ""
+    t = [f[k] / 1e9 for k in keys]
+    applying, in_force, healing = t[1] - t[0], t[2] - t[1], t[3] - t[2]
+    return f" (applying {applying:.1f} s, in force {in_force:.1f} s, healing {healing:.1f} s)"
+
+
 def _campaign_show(args: argparse.Namespace) -> int:
     d = Path(args.run)
     if not d.is_dir():
@@ -332,7 +343,9 @@ def _campaign_show(args: argparse.Namespace) -> int:
     print(f"timings: {s.get('timings')}")
     print(f"drain: {s.get('drain')}")
     for f in s.get("faults", []):
-        print(f"fault {f['fault_id']} {f['variant']} on {f['targets']}: {f['detail']}")
+        print(
+            f"fault {f['fault_id']} {f['variant']} on {f['targets']}: {f['detail']}{fault_times(f)}"
+        )
     for note in s.get("notes", []):
         print(f"note: {note}")
     for name in (
