@@ -10,7 +10,9 @@
   pure Python, built from a copy of their directories so the checkout gets no build debris.
 
 The bench uses `build_rmq_ha` to make the wheel it installs on SSH / Vagrant hosts when it runs
-from a checkout and no `--wheel` is given.
+from a checkout and no `--wheel` is given. `--requirements` prints what the three wheels depend
+on (from the three pyproject.toml files), for `make wheelhouse`: those dependencies as wheels,
+so that a test can install the three wheels into a fresh virtualenv without the network.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 #: The glibc baseline of the rmq-ha wheel (PEP 600 tag; manylinux2014 is its alias).
@@ -110,6 +114,19 @@ def build_all(checkout: Path, out: Path) -> dict[str, Path]:
     return got
 
 
+def requirements(checkout: Path) -> list[str]:
+    """The dependencies of the three wheels (their pyproject.toml files), without the three."""
+    ours = {"rmq-ha", *PURE}
+    out: dict[str, None] = {}
+    for sub in (".", *PURE.values()):
+        project = tomllib.loads((checkout / sub / "pyproject.toml").read_text())["project"]
+        for req in project.get("dependencies", []):
+            m = re.match(r"[A-Za-z0-9._-]+", req)
+            if m is None or m.group(0).lower().replace("_", "-") not in ours:
+                out[req] = None
+    return list(out)
+
+
 def _run(cmd: list[str], cwd: Path) -> None:
     p = subprocess.run(
         cmd, cwd=cwd, env=_venv_env(), capture_output=True, text=True, timeout=3600, check=False
@@ -126,11 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rmq_jepsen.wheels", description=__doc__)
     ap.add_argument("--out", type=Path, default=Path("dist"), help="where the wheels go")
     ap.add_argument("--checkout", type=Path, help=f"the source checkout (default: ${co.ENV}, ...)")
+    ap.add_argument(
+        "--requirements", action="store_true", help="print the wheels' dependencies, one a line"
+    )
     args = ap.parse_args(argv)
     root = args.checkout or co.find(cwd=True)
     if root is None or not co.is_checkout(root):
         print(f"no rmq_ha source checkout (give --checkout or set {co.ENV})", file=sys.stderr)
         return 2
+    if args.requirements:
+        print("\n".join(requirements(root)))
+        return 0
     try:
         wheels = build_all(root, args.out.resolve())
     except WheelError as e:

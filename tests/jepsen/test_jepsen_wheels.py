@@ -3,7 +3,8 @@
 Builds the three wheels (`rmq_jepsen.wheels`, what `make wheels` runs), checks that the rmq-ha
 wheel is the broker's alone (no benchmarks, launchers or demos), stripped, and manylinux_2_17
 (auditwheel's verdict on the glibc symbols it needs), installs the three into a fresh virtualenv
-(`python -m venv` in a temp dir; dependencies from the package index), and runs a short campaign
+(`python -m venv` in a temp dir; dependencies only from the wheelhouse `make wheelhouse` fills,
+with --no-index: no traffic leaves the machine), and runs a short campaign
 with that virtualenv's `rmq-ha` from a temp directory, outside the checkout: local namespace
 hosts as root (kill + partition), loopback processes otherwise (kill + pause). The checker from
 its wheel then judges the run.
@@ -32,6 +33,8 @@ from rmq_ha import history as h
 pytestmark = pytest.mark.timeout(1200)
 
 CHECKOUT = Path(__file__).resolve().parents[2]
+#: The wheels' dependencies as wheels (`make wheelhouse`, a prerequisite of `make test`).
+WHEELHOUSE = Path(os.environ.get("RMQ_HA_WHEELHOUSE", CHECKOUT / ".venv" / "wheelhouse"))
 SUBNET = f"198.18.{200 + os.getpid() % 50}.0/24"
 PREFIX = f"rmqjw{os.getpid() % 1000}"
 
@@ -54,10 +57,21 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def venv(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (WHEELHOUSE / ".stamp").exists():
+        pytest.fail(f"no wheelhouse at {WHEELHOUSE}: run `make wheelhouse` (make test does)")
     d = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(d)], check=True, timeout=300)
+    offline = ["--no-index", "--find-links", str(WHEELHOUSE)]
     p = subprocess.run(
-        [str(d / "bin" / "python"), "-m", "pip", "install", "-q", *map(str, wheels.values())],
+        [
+            str(d / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            *offline,
+            *map(str, wheels.values()),
+        ],
         capture_output=True,
         text=True,
         timeout=900,
