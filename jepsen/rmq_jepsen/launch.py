@@ -266,8 +266,14 @@ class Proc:
         p = self.popen
         if p is None or p.returncode is not None:
             return  # reaped: the pid may belong to someone else now
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            # Not a group leader after all (never with start_new_session): the pid alone.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p.pid, sig)
+        except PermissionError:
+            pass
 
     def tail(self, n: int = 40) -> str:
         try:
