@@ -12,7 +12,7 @@ NATIVE_SRC += $(wildcard jepsen/pyproject.toml spark/pyproject.toml)
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim interop sysdeps
+.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim interop sysdeps wheels wheelhouse
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -50,7 +50,7 @@ test-rust: ## cargo test for the whole workspace
 test-fuzz: ## 20 s of the stable fuzz replay driver: records, frames, batch bodies (`make fuzz` for longer)
 	cd crates/rmq-wire/fuzz && cargo run --release -q --bin replay -- 20
 
-test-py: dev ## pytest, incl. the Java/Go client interop suite against rmq_ha (exit code 5 fails)
+test-py: dev wheelhouse ## pytest, incl. the Java/Go client interop suite against rmq_ha (exit code 5 fails)
 	RMQ_INTEROP_IMPL=rmq_ha $(VPY) -m pytest -q $(PYTEST_ARGS)
 
 INTEROP_IMPL ?= both
@@ -87,11 +87,23 @@ fmt: dev ## format Rust and Python
 bench: dev ## storage benchmark vs a plain sequential writer (writes docs-ready JSON to stdout)
 	$(VENV)/bin/rmq-ha bench store
 
-clean: ## remove build outputs and the virtualenv
-	cargo clean
-	rm -rf $(VENV) target
+DIST ?= dist
+wheels: dev ## the three wheels into $(DIST)/: rmq-ha (stripped, manylinux_2_17 via zig), rmq-jepsen, rmq-check
+	$(VPY) -m rmq_jepsen.wheels --out $(DIST)
 
-# ---- the Jepsen-style bench (jepsen/, issue 6) ---------------------------------------------------
+WHEELHOUSE := $(VENV)/wheelhouse
+$(WHEELHOUSE)/.stamp: $(STAMP) pyproject.toml jepsen/pyproject.toml spark/pyproject.toml
+	$(VPY) -m rmq_jepsen.wheels --requirements > $(VENV)/wheelhouse.txt
+	$(VPY) -m pip wheel -q -w $(WHEELHOUSE) -r $(VENV)/wheelhouse.txt
+	touch $@
+
+wheelhouse: $(WHEELHOUSE)/.stamp ## the three wheels' dependencies as wheels in .venv/wheelhouse (the wheel test installs offline)
+
+clean: ## remove build outputs, wheels and the virtualenv
+	cargo clean
+	rm -rf $(VENV) target $(DIST)
+
+# ---- the Jepsen-style bench, its benchmarks and demos (jepsen/, issues 6 and 14) -----------------
 .PHONY: demo-store bench-history hosts-down
 
 demo-store: dev ## the store demo: write/read a million messages, crash a writer mid-batch, recover

@@ -1,5 +1,5 @@
 """Helpers for the controller tests: configs and waiting for a leader (ports, property files and
-`wait_for` come from `rmq_ha.bench.cluster`, shared with the HA bench)."""
+`wait_for` come from the one launcher, `rmq_jepsen.launch`, shared with the benchmarks)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from rmq_jepsen.bench.cluster import FAST_CONTROLLER
+from rmq_jepsen.launch import free_ports, wait_for, write_properties
 
 from rmq_ha import config
-from rmq_ha.bench.cluster import FAST_CONTROLLER, free_ports, wait_for, write_properties
 from rmq_ha.controller.client import ControllerClient
 from rmq_ha.errors import RemotingError
 from rmq_ha.protocol.headers import GetMetaDataResponseHeader

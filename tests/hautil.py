@@ -1,4 +1,4 @@
-"""Helpers for the broker-HA tests on top of `rmq_ha.bench.cluster` (real processes on
+"""Helpers for the broker-HA tests on top of `rmq_jepsen.bench.cluster` (real processes on
 loopback): sending values and reading every queue back."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import trio
+from rmq_jepsen.bench.cluster import FAST_BROKER, HaCluster
+from rmq_jepsen.launch import RMQ_HA, Proc
 
-from rmq_ha.bench.cluster import FAST_BROKER, RMQ_HA, HaCluster, Proc
 from rmq_ha.client import Admin, ClientConfig, Producer, ProducerConfig, PullConsumer
 from rmq_ha.client.errors import ClientError
 from rmq_ha.errors import RemotingError

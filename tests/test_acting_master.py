@@ -1,5 +1,5 @@
 """Slave acting master (RIP-32), pre-online, strict locking, old-name-server compatibility and
-FMQ fencing, with real processes on loopback (`rmq_ha.bench.cluster.ActingCluster`): a name
+FMQ fencing, with real processes on loopback (`rmq_jepsen.bench.cluster.ActingCluster`): a name
 server with supportActingMaster, group broker-a (master + slave) and, as the escape target,
 group broker-b (a master)."""
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import trio
+from rmq_jepsen.bench.cluster import ActingCluster
 
-from rmq_ha.bench.cluster import ActingCluster
 from rmq_ha.client import Admin, ClientConfig, Producer, ProducerConfig, PullConsumer
 from rmq_ha.client.pop import PopConsumer, PopStatus
 from rmq_ha.client.transaction import LocalTransactionState, TransactionProducer

@@ -13,8 +13,7 @@ import sys
 from typing import Any
 
 import pytest
-
-from rmq_ha.bench.acting import _print, summary
+from rmq_jepsen.bench.acting import _print, summary
 
 FIGURES = ("route_read_only", "master_only_op", "delay_lateness", "hand_back")
 SUMMARY_KEYS = {"n", "p50_s", "p99_s", "max_s", "p50_x_timeout", "p99_x_timeout"}

@@ -5,10 +5,7 @@ consumer lists, queue locks, retry/DLQ, and bad input."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from rmq_jepsen.launch import RMQ_HA, Proc, ReadyFile, kill_all
 
 from rmq_ha._native import decode_batch_body, encode_batch_body
 from rmq_ha.broker.broker import serve as serve_broker
@@ -348,40 +346,34 @@ async def test_sync_flush_acks_only_durable_messages(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_processes_start_from_the_cli_and_stop_on_sigterm(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    cli = [sys.executable, "-m", "rmq_ha.cli"]
-    ns = subprocess.Popen(
-        [*cli, "namesrv", "--listen-port", "0", "--ready-file", str(tmp_path / "ns")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    procs = [ns]
+    ns = Proc(
+        "namesrv",
+        [*RMQ_HA, "namesrv", "--listen-port", "0", "--ready-file", str(tmp_path / "ns")],
+        tmp_path / "ns.log",
+        ReadyFile(tmp_path / "ns"),
+    )
+    procs = [ns.start()]
     try:
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "ns").exists():
-            assert time.monotonic() < deadline and ns.poll() is None
-            time.sleep(0.05)
+        ns_addr = ns.wait_ready_sync(20)
         conf = tmp_path / "broker.conf"
         conf.write_text(
-            f"brokerName=broker-x\nlistenPort=0\nnamesrvAddr={(tmp_path / 'ns').read_text()}\n"
+            f"brokerName=broker-x\nlistenPort=0\nnamesrvAddr={ns_addr}\n"
             f"storePathRootDir={tmp_path / 'store'}\n"
         )
-        b = subprocess.Popen(
-            [*cli, "broker", "-c", str(conf), "--ready-file", str(tmp_path / "b")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-        )  # fmt: skip
-        procs.append(b)
-        while not (tmp_path / "b").exists():
-            assert time.monotonic() < deadline and b.poll() is None
-            time.sleep(0.05)
+        b = Proc(
+            "broker",
+            [*RMQ_HA, "broker", "-c", str(conf), "--ready-file", str(tmp_path / "b")],
+            tmp_path / "b.log",
+            ReadyFile(tmp_path / "b"),
+        )
+        procs.append(b.start())
+        b.wait_ready_sync(20)
         for p in (b, ns):
-            p.send_signal(signal.SIGTERM)
-            assert p.wait(timeout=10) == 0
+            p.signal(signal.SIGTERM)
+            assert p.wait(10) == 0, p.tail()
         assert (tmp_path / "store" / "config" / "topics.json").exists()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs)
 
 
 async def test_oneway_commit_sent_just_before_close_is_applied(tmp_path: Path) -> None:

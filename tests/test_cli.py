@@ -63,7 +63,7 @@ def test_bench_store_json_has_the_ratios(tmp_path: Path) -> None:
 
 
 def test_latency_histogram_quantiles_are_within_a_bucket() -> None:
-    from rmq_ha.bench import LatencyHistogram
+    from rmq_jepsen.bench import LatencyHistogram
 
     h = LatencyHistogram()
     for us in range(1, 10_001):
@@ -72,3 +72,17 @@ def test_latency_histogram_quantiles_are_within_a_bucket() -> None:
     for q, exact in ((50, 5000), (99, 9900), (100, 10_000)):
         assert exact <= h.quantile(q) <= exact * LatencyHistogram.RATIO, q
     assert h.quantile(0) <= 1.0
+
+
+def test_bench_without_the_bench_package_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The broker's wheel ships no benchmarks (issue 14): without the plugins (the rmq-jepsen
+    package), `rmq-ha bench` says which package has them instead of a bare usage error."""
+    import importlib.metadata
+
+    from rmq_ha import cli
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    assert cli.main(["bench"]) == 2
+    assert "rmq-jepsen" in capsys.readouterr().err

@@ -6,16 +6,13 @@ that survives restarting the whole group. Every process is stopped by its pid.""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from rmq_jepsen.launch import RMQ_HA, kill_all, role_proc, stop_all
 
 from controllerutil import controller_values, free_ports, wait_for, wait_leader, write_properties
 from rmq_ha.controller import messages as m
@@ -29,50 +26,44 @@ from rmq_ha.protocol.codes import ResponseCode as Code
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headers import GetMetaDataResponseHeader
 
-RMQ_HA = [sys.executable, "-m", "rmq_ha.cli"]
 pytestmark = pytest.mark.timeout(120)
 
 
 class Group:
-    """Three member processes of one kind ("controller" or "namesrv")."""
+    """Three member processes of one kind ("controller" or "namesrv"), from the one launcher."""
 
     def __init__(self, kind: str, tmp: Path) -> None:
         self.kind = kind
-        self.tmp = tmp
         self.ports = free_ports(3)
         self.addrs = [f"127.0.0.1:{p}" for p in self.ports]
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.members = [role_proc(tmp, kind, f"{kind}-{i}", self._values(tmp, i)) for i in range(3)]
+        self.started: set[int] = set()
 
-    def _conf(self, i: int) -> Path:
-        values = controller_values(self.ports, i, self.tmp / "store")
+    def _values(self, tmp: Path, i: int) -> dict[str, Any]:
+        values = controller_values(self.ports, i, tmp / "store")
         if self.kind == "namesrv":
             values |= {"listenPort": self.ports[i], "enableControllerInNamesrv": "true"}
-        return write_properties(self.tmp / f"{self.kind}-{i}.conf", values)
+        return values
+
+    @property
+    def procs(self) -> list[int]:
+        """The members started and not stopped by the test (one that crashed stays listed)."""
+        return sorted(self.started)
 
     def start(self, i: int) -> None:
-        ready = self.tmp / f"ready-{i}"
-        ready.unlink(missing_ok=True)
-        log = open(self.tmp / f"{self.kind}-{i}.log", "ab")
-        args = [*RMQ_HA, self.kind, "-c", str(self._conf(i)), "--ready-file", str(ready)]
-        self.procs[i] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
-        log.close()
+        self.members[i].start()
+        self.started.add(i)
 
     async def wait_ready(self, i: int) -> None:
-        ready = self.tmp / f"ready-{i}"
-        await wait_for(lambda: ready.exists() or self.procs[i].poll() is not None, 20, "ready")
-        assert ready.exists(), (self.tmp / f"{self.kind}-{i}.log").read_text()
+        await self.members[i].wait_ready(20)
 
-    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.pop(i)
-        os.kill(proc.pid, sig)
-        proc.wait(timeout=10)
+    def kill(self, i: int) -> None:
+        self.members[i].kill()
+        self.started.discard(i)
 
     def stop_all(self) -> None:
-        for i in list(self.procs):
-            try:
-                self.kill(i, signal.SIGTERM)
-            except subprocess.TimeoutExpired:
-                self.kill(i, signal.SIGKILL)
+        stop_all(self.members)
+        self.started.clear()
 
 
 @pytest.fixture(params=["controller", "namesrv"])
@@ -81,10 +72,7 @@ def group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Group]:
     try:
         yield g
     finally:
-        for proc in g.procs.values():
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        kill_all(g.members)
 
 
 async def start_all(g: Group) -> None:

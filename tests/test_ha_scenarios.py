@@ -174,12 +174,13 @@ async def test_without_a_controller_the_broker_serves_fenced_and_refuses_writes(
 ) -> None:
     """A controller-mode broker that reaches no controller stays up, fenced: it neither takes
     writes nor registers, and keeps retrying (it does not exit)."""
-    from rmq_ha.bench.cluster import RMQ_HA as RMQ_HA_CMD
-    from rmq_ha.bench.cluster import Proc, free_ports, write_properties
+    from rmq_jepsen.launch import free_ports, role_proc
 
     dead, port = free_ports(2)
-    conf = write_properties(
-        tmp_path / "broker.conf",
+    p = role_proc(
+        tmp_path,
+        "broker",
+        "broker",
         {
             "brokerId": -1,
             "enableControllerMode": "true",
@@ -189,7 +190,6 @@ async def test_without_a_controller_the_broker_serves_fenced_and_refuses_writes(
             "storePathRootDir": str(tmp_path / "store"),
         },
     )
-    p = Proc([*RMQ_HA_CMD, "broker", "-c", str(conf)], tmp_path / "broker.log", tmp_path / "ready")
     p.start()
     try:
         await p.wait_ready()

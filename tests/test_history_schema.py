@@ -77,3 +77,49 @@ def test_bad_lines_are_named(tmp_path, line, why):
     )
     with pytest.raises(h.HistoryError, match=f"h.jsonl:2: .*{why}"):
         list(h.read(p))
+
+
+def test_fault_stop_carries_when_the_fault_was_applied_and_healing_began(tmp_path):
+    """Schema version 3 (issue 17): fault-stop's applied_ns and healing_ns round-trip; any other
+    op carrying them is named as wrong."""
+    stop = h.Op(
+        0,
+        90,
+        h.NEMESIS_PROCESS,
+        "info",
+        "fault-stop",
+        h.Value(fault="partition", fault_id=1, targets=["n1"], applied_ns=40, healing_ns=70),
+    )
+    p = tmp_path / "history.jsonl"
+    p.write_text(h.dumps(stop) + "\n")
+    assert list(h.read(p)) == [stop]
+    for f, process in (("fault-start", h.NEMESIS_PROCESS), ("send", 1)):
+        bad = h.Op(0, 1, process, "info", f, h.Value(fault="kill", fault_id=1, value=1))
+        bad.value.healing_ns = 5
+        p.write_text(h.dumps(bad) + "\n")
+        with pytest.raises(h.HistoryError, match="only fault-stop carries"):
+            list(h.read(p))
+
+
+def test_spark_ddl_names_every_value_field_in_order():
+    value = h.SPARK_DDL.split("value struct<", 1)[1]
+    names = [part.split(":", 1)[0] for part in _top_level_fields(value)]
+    assert names == list(h.VALUE_FIELDS)
+
+
+def _top_level_fields(struct_body: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in struct_body:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out

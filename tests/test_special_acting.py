@@ -31,8 +31,9 @@ from typing import Any
 
 import pytest
 import trio
+from rmq_jepsen.bench.cluster import ActingCluster
+from rmq_jepsen.launch import Proc, free_ports, role_proc
 
-from rmq_ha.bench.cluster import ActingCluster, Proc, free_ports, role_proc
 from rmq_ha.broker.broker import Broker
 from rmq_ha.broker.special.pop import REVIVE_TOPIC_PREFIX, AckRecord, CheckPoint
 from rmq_ha.broker.special.transaction import HALF_TOPIC, OP_TOPIC, SYS_GROUP

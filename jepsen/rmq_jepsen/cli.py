@@ -1,5 +1,6 @@
-"""`rmq-ha hosts up|down|status`, `rmq-ha campaign run|list|show|demo`, `rmq-ha bench history`
-(added to the `rmq-ha` command through the `rmq_ha.cli` entry point group)."""
+"""`rmq-ha hosts up|down|status`, `rmq-ha campaign run|list|show|demo`, the benchmarks
+(`rmq-ha bench store|produce|controller|ha|acting-master|history`) and `rmq-ha demo store`,
+added to the `rmq-ha` command through the `rmq_ha.cli` entry point group."""
 
 from __future__ import annotations
 
@@ -82,6 +83,11 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     r.add_argument("--no-data", action="store_true", help="collect logs but not data dirs")
     r.add_argument("--teardown", action="store_true", help="local: hosts down afterwards")
     r.add_argument("--state-dir")
+    r.add_argument(
+        "--wheel",
+        help="the rmq-ha wheel SSH/Vagrant hosts install (default: build it from the checkout; "
+        "`make wheels` builds it into dist/)",
+    )
     r.add_argument("--subnet", default=DEFAULT_SUBNET)
     r.add_argument("--prefix", default=DEFAULT_PREFIX, help="local: namespace/bridge prefix")
     r.add_argument("--first-fault", type=float, default=5.0, help="seconds before the first fault")
@@ -104,6 +110,13 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     dm.add_argument("--time", type=float, default=DEMO_TIME_S)
     dm.add_argument("--store", default="store")
     dm.set_defaults(func=_campaign_demo)
+
+    from rmq_jepsen import bench as benchmarks
+    from rmq_jepsen import demo
+
+    benchmarks.add_parsers(bench_sub)
+    d = sub.add_parser("demo", help="demonstrations a newcomer can watch")
+    demo.add_parser(d.add_subparsers(dest="demo", required=True))
 
     b = bench_sub.add_parser("history", help="recorder ops/s vs raw json writes; 5-host bring-up")
     b.add_argument("--ops", type=int, default=300_000)
@@ -236,6 +249,7 @@ def _campaign_run(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         first_fault_s=args.first_fault,
         progress=not args.quiet,
+        wheel=args.wheel,
     )
     out = trio.run(run_campaign, opts)
     _print_outcome(out, args.json)
@@ -300,6 +314,17 @@ def _campaign_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def fault_times(f: dict[str, Any]) -> str:
+    """How long a fault took to apply, was wholly in force and took to heal (from a summary's
+    fault entry, history times), or "" without them (a skipped fault, an older run)."""
+    keys = ("start_ns", "applied_ns", "healing_ns", "stop_ns")
+    if any(f.get(k) is None for k in keys):
+        return ""
+    t = [f[k] / 1e9 for k in keys]
+    applying, in_force, healing = t[1] - t[0], t[2] - t[1], t[3] - t[2]
+    return f" (applying {applying:.1f} s, in force {in_force:.1f} s, healing {healing:.1f} s)"
+
+
 def _campaign_show(args: argparse.Namespace) -> int:
     d = Path(args.run)
     if not d.is_dir():
@@ -318,7 +343,9 @@ def _campaign_show(args: argparse.Namespace) -> int:
     print(f"timings: {s.get('timings')}")
     print(f"drain: {s.get('drain')}")
     for f in s.get("faults", []):
-        print(f"fault {f['fault_id']} {f['variant']} on {f['targets']}: {f['detail']}")
+        print(
+            f"fault {f['fault_id']} {f['variant']} on {f['targets']}: {f['detail']}{fault_times(f)}"
+        )
     for note in s.get("notes", []):
         print(f"note: {note}")
     for name in (
@@ -334,10 +361,10 @@ def _campaign_show(args: argparse.Namespace) -> int:
 
 
 def _bench_history(args: argparse.Namespace) -> int:
-    from rmq_jepsen import bench
+    from rmq_jepsen.bench import history
 
     _logging()
-    out = bench.run(ops=args.ops, hosts=args.hosts, skip_hosts=args.no_hosts)
+    out = history.run(ops=args.ops, hosts=args.hosts, skip_hosts=args.no_hosts)
     if args.json:
         print(json.dumps(out))
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import shlex
-import subprocess
+import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from rmq_jepsen import checkout
 from rmq_jepsen.control import Control, Host, Remote
 from rmq_jepsen.state import StateDir
 
@@ -163,8 +164,10 @@ class Role:
 
 @dataclass
 class Install:
-    """How nodes run `rmq-ha`: the shared virtualenv on local hosts (same code, same path),
-    a wheel built from the checkout and installed into /opt/rmq-jepsen/venv elsewhere."""
+    """How nodes run `rmq-ha`: on local hosts (namespaces, loopback: this machine's filesystem)
+    the bench's own environment (same code, same path: a checkout's .venv, or a virtualenv
+    with the wheels installed); elsewhere the rmq-ha wheel (`wheel`, `--wheel PATH`; else
+    built from the checkout the bench runs from) installed into /opt/rmq-jepsen/venv."""
 
     rmq_ha_bin: str = ""
     python: str = ""
@@ -294,20 +297,38 @@ def render_properties(values: Mapping[str, Any]) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
-def build_wheel(checkout: Path, out: Path) -> Path:
-    """`maturin build --release` of the checkout (the same code the local venv runs)."""
-    out.mkdir(parents=True, exist_ok=True)
-    maturin = Path(sys.executable).with_name("maturin")
-    subprocess.run(
-        [str(maturin), "build", "--release", "-q", "-o", str(out)],
-        cwd=checkout,
-        check=True,
-        timeout=1800,
-    )
-    wheels = sorted(out.glob("rmq_ha-*.whl"), key=lambda p: p.stat().st_mtime)
-    if not wheels:
-        raise RuntimeError(f"maturin built no wheel into {out}")
-    return wheels[-1]
+class InstallError(RuntimeError):
+    """The nodes cannot be given rmq_ha (no wheel, nothing to build one from)."""
+
+
+def wheel_for_hosts(spec: Install, state_root: Path, source: Path | None) -> Path:
+    """The rmq-ha wheel remote hosts install: `spec.wheel` when given, else one built from the
+    checkout `source` (the same build as `make wheels`)."""
+    if spec.wheel:
+        wheel = Path(spec.wheel)
+        if not (wheel.is_file() and wheel.name.startswith("rmq_ha-") and wheel.suffix == ".whl"):
+            raise InstallError(f"--wheel {wheel}: not an rmq_ha wheel file (rmq_ha-*.whl)")
+        return wheel
+    if source is None:
+        raise InstallError(
+            "these hosts need the rmq-ha wheel and the bench is not running from a source "
+            "checkout it could build one from: pass --wheel PATH (`make wheels` in a checkout "
+            f"builds it into dist/), or set {checkout.ENV}=/path/to/checkout"
+        )
+    from rmq_jepsen.wheels import build_rmq_ha
+
+    return build_rmq_ha(source, state_root / "wheels")
+
+
+def local_rmq_ha_bin() -> str:
+    """The `rmq-ha` script of the environment the bench runs in (beside this interpreter)."""
+    beside = Path(sys.executable).with_name("rmq-ha")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("rmq-ha")
+    if found is None:
+        raise InstallError(f"no rmq-ha script beside {sys.executable} or on PATH")
+    return found
 
 
 class DB:
@@ -368,19 +389,18 @@ class DB:
 
     # ---- install and setup -------------------------------------------------------------------
 
-    async def install(self, checkout: Path | None = None) -> None:
+    async def install(self, source: Path | None = None) -> None:
         """Local hosts (namespaces, loopback) share this machine's filesystem: they run the
-        checkout's virtualenv. Other hosts get a wheel of the same checkout."""
+        bench's own environment. Other hosts get the rmq-ha wheel (`Install.wheel`, else one
+        built from the checkout `source`)."""
         spec = self.install_spec
         if not spec.rmq_ha_bin:
-            spec.rmq_ha_bin = str(Path(sys.executable).with_name("rmq-ha"))
+            spec.rmq_ha_bin = local_rmq_ha_bin()
             spec.python = sys.executable
         local = all(h.netns or h.ssh_host is None for h in self.control.hosts)
         if not local:
-            wheel = (
-                Path(spec.wheel)
-                if spec.wheel
-                else build_wheel(checkout or Path.cwd(), Path(self.state.root) / "wheels")
+            wheel = await trio.to_thread.run_sync(
+                wheel_for_hosts, spec, Path(self.state.root), source
             )
             spec.rmq_ha_bin = "/opt/rmq-jepsen/venv/bin/rmq-ha"
             spec.python = "/opt/rmq-jepsen/venv/bin/python"

@@ -344,7 +344,18 @@ def loopback_hosts(n: int, state: StateDir, *, port_base: int = 0) -> list[Host]
 
 # ---- vagrant ----------------------------------------------------------------------------------
 
-VAGRANT_DIR = Path(__file__).resolve().parents[2] / "vagrant"
+#: Where the Vagrantfile is when the bench does not run from a checkout.
+VAGRANT_DIR_ENV = "RMQ_JEPSEN_VAGRANT_DIR"
+
+
+def vagrant_dir() -> Path:
+    """$RMQ_JEPSEN_VAGRANT_DIR, else the checkout's vagrant/, else ./vagrant."""
+    from rmq_jepsen import checkout
+
+    if os.environ.get(VAGRANT_DIR_ENV):
+        return Path(os.environ[VAGRANT_DIR_ENV])
+    root = checkout.find(require="vagrant/Vagrantfile")
+    return root / "vagrant" if root is not None else Path.cwd() / "vagrant"
 
 
 def vagrant_subnet() -> str:
@@ -369,13 +380,20 @@ def parse_ssh_config(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def vagrant_hosts(vagrant_dir: Path = VAGRANT_DIR) -> list[Host]:
-    """The nodes from `vagrant ssh-config`; each node's service address is its private network
-    address (RMQ_JEPSEN_VAGRANT_SUBNET.1x, as the Vagrantfile assigns them)."""
+def vagrant_hosts(vdir: Path | None = None) -> list[Host]:
+    """The nodes from `vagrant ssh-config` in `vdir` (default `vagrant_dir()`); each node's
+    service address is its private network address (RMQ_JEPSEN_VAGRANT_SUBNET.1x, as the
+    Vagrantfile assigns them)."""
+    vd = vdir or vagrant_dir()
     if not shutil.which("vagrant"):
         raise HostsError("vagrant is not installed (https://developer.hashicorp.com/vagrant)")
+    if not (vd / "Vagrantfile").is_file():
+        raise HostsError(
+            f"no Vagrantfile in {vd}: run from the checkout, or set "
+            f"{VAGRANT_DIR_ENV} to the directory holding the checkout's vagrant/ files"
+        )
     p = subprocess.run(
-        ["vagrant", "ssh-config"], cwd=vagrant_dir, capture_output=True, text=True, timeout=120
+        ["vagrant", "ssh-config"], cwd=vd, capture_output=True, text=True, timeout=120
     )
     if p.returncode != 0:
         raise HostsError(
@@ -384,7 +402,7 @@ def vagrant_hosts(vagrant_dir: Path = VAGRANT_DIR) -> list[Host]:
         )
     cfg = parse_ssh_config(p.stdout)
     # One shared key on every node (the provisioner installs it), as Jepsen wants.
-    shared_key = vagrant_dir / ".ssh" / "id_ed25519"
+    shared_key = vd / ".ssh" / "id_ed25519"
     hosts: list[Host] = []
     for name in sorted(cfg, key=lambda s: (len(s), s)):
         c = cfg[name]

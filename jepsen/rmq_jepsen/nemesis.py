@@ -4,9 +4,17 @@ netem), and file corruption on a stopped broker.
 
 Every fault goes through the same three steps:
 
-1. resolve its targets, asking the cluster first ("the master", "the controller leader");
-2. write the journal entry with the exact undo actions (state.faults.json), then act;
-3. on stop, run the undo actions, and forget the entry only once they all succeeded.
+1. resolve its targets, asking the cluster first ("the master", "the controller leader"); a
+   fault aimed at the master or the leader when there is none (or at nothing that runs) is
+   skipped and recorded as skipped, never turned on some other node;
+2. write the journal entry with the exact undo actions (state.faults.json), then act, on all
+   targets at once;
+3. on stop, run the undo actions on all targets at once, and forget the entry only once they
+   all succeeded.
+
+The history gets `fault-start` as the first action begins and `fault-stop` once the last undo
+finished, with when the fault was wholly applied and when its healing began (`applied_ns`,
+`healing_ns`); nemesis.jsonl has every step with its time.
 
 `heal_journal` runs the undo actions of a crashed run from the journal alone, so `hosts down`
 or the next run heals whatever was left in force.
@@ -19,10 +27,10 @@ import logging
 import random
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -33,6 +41,7 @@ from rmq_jepsen.recorder import Recorder
 from rmq_jepsen.state import StateDir
 
 log = logging.getLogger("rmq_jepsen.nemesis")
+T = TypeVar("T")
 
 IPT = "iptables -w 5"
 CHAIN_PREFIX = "RMQJ"
@@ -140,6 +149,11 @@ def heal_journal(state: StateDir, *, log: Callable[[str], Any] = print) -> list[
 # ---- the nemesis ------------------------------------------------------------------------------
 
 
+class NoTarget(Exception):
+    """What the fault aims at does not exist right now (no master, no controller leader,
+    nothing running on the chosen node): the fault is skipped, and recorded as skipped."""
+
+
 @dataclass
 class Active:
     event: gen.FaultEvent
@@ -150,6 +164,16 @@ class Active:
     restart: list[str] = field(default_factory=list)
     resume: list[Role] = field(default_factory=list)
     strobe: trio.CancelScope | None = None
+    #: History times (Recorder.now_ns): the first action began; every action had finished.
+    start_ns: int = 0
+    applied_ns: int | None = None
+
+
+async def _each(items: Iterable[T], fn: Callable[[T], Awaitable[Any]]) -> None:
+    """`fn(item)` for every item at once (the first error cancels the others and propagates)."""
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(fn, item)
 
 
 class Timeline:
@@ -204,18 +228,26 @@ class Nemesis:
 
     # ---- targets ---------------------------------------------------------------------------
 
-    async def _master(self) -> tuple[Role | None, str]:
+    async def _master(self) -> tuple[Role, str]:
+        """A master registered at the name servers that the nemesis has not already taken
+        down; NoTarget if there is none."""
         masters = await self.view.masters()
-        live = [r for r in masters.values() if r is not None]
+        registered = [r for r in masters.values() if r is not None]
+        live = [r for r in registered if r.name not in self.db.down]
         if not live:
-            return None, f"no master registered ({self.view.last_error or 'none'})"
+            if registered:
+                down = ", ".join(sorted(r.name for r in registered))
+                raise NoTarget(f"no master: the registered master(s) {down} are down already")
+            raise NoTarget(f"no master registered ({self.view.last_error or 'none'})")
         r = self.rng.choice(live)
         return r, f"master of {r.group} is {r.name} on {r.node} (asked the name servers)"
 
-    async def _leader(self) -> tuple[Role | None, str]:
+    async def _leader(self) -> tuple[Role, str]:
         r = await self.view.controller_leader()
         if r is None:
-            return None, f"no controller leader found ({self.view.last_error or 'none'})"
+            raise NoTarget(f"no controller leader found ({self.view.last_error or 'none'})")
+        if r.name in self.db.down:
+            raise NoTarget(f"no controller leader: {r.name} is down already")
         return r, f"controller leader is {r.name} on {r.node} (asked the controllers)"
 
     def _some(self, k: int) -> list[str]:
@@ -231,8 +263,6 @@ class Nemesis:
         if spec == "majority":
             return self._some(gen.majority(n)), "a random majority"
         role, why = await (self._master() if spec == "master" else self._leader())
-        if role is None:
-            return self._some(1), why + "; fell back to one random node"
         return [role.node], why
 
     # ---- start / stop ----------------------------------------------------------------------
@@ -245,6 +275,9 @@ class Nemesis:
                 self, "_start_" + ev.family
             )
             act = await starter(ev, key)
+        except NoTarget as e:
+            self._skip(ev, str(e))
+            return None
         except Exception as e:
             log.exception("fault %s failed to start", ev.variant)
             self.timeline.write(event="start-failed", fault_id=ev.fault_id, error=repr(e))
@@ -259,6 +292,7 @@ class Nemesis:
             self.rec.nemesis("fault-stop", ev.family, ev.fault_id, [], ev.variant)
             await self._undo_all(key, None)
             return None
+        act.applied_ns = self.rec.now_ns()
         self.active[ev.fault_id] = act
         self.injected.append(
             {
@@ -266,12 +300,33 @@ class Nemesis:
                 "variant": ev.variant,
                 "targets": act.targets,
                 "detail": act.detail,
+                "start_ns": act.start_ns,
+                "applied_ns": act.applied_ns,
             }
         )
         self.timeline.write(
             event="started", fault_id=ev.fault_id, targets=act.targets, detail=act.detail
         )
         return act
+
+    def _skip(self, ev: gen.FaultEvent, why: str) -> None:
+        """Nothing to aim at: a start and an immediate stop with no targets, saying why."""
+        detail = f"skipped: {why}"
+        self.timeline.write(event="skipped", fault_id=ev.fault_id, variant=ev.variant, why=why)
+        start = self.rec.nemesis(
+            "fault-start", ev.family, ev.fault_id, [], f"{ev.variant}: {detail}"
+        )
+        self.rec.nemesis("fault-stop", ev.family, ev.fault_id, [], f"{ev.variant}: {detail}")
+        self.injected.append(
+            {
+                "fault_id": ev.fault_id,
+                "variant": ev.variant,
+                "targets": [],
+                "detail": detail,
+                "skipped": True,
+                "start_ns": start.time_ns,
+            }
+        )
 
     def _begin(
         self,
@@ -293,51 +348,79 @@ class Nemesis:
                 "time": time.time(),
             },
         )
-        self.rec.nemesis("fault-start", ev.family, ev.fault_id, targets, f"{ev.variant}: {detail}")
-        return Active(ev, key, targets, detail, undo)
+        op = self.rec.nemesis(
+            "fault-start", ev.family, ev.fault_id, targets, f"{ev.variant}: {detail}"
+        )
+        return Active(ev, key, targets, detail, undo, start_ns=op.time_ns)
 
     async def stop(self, fault_id: int) -> None:
         act = self.active.pop(fault_id, None)
         if act is None:
             return
         self.timeline.write(event="stop", fault_id=fault_id)
+        healing_ns = self.rec.now_ns()
         error = None
         try:
             await self._undo_all(act.key, act)
         except Exception as e:
             error = repr(e)
             log.exception("fault %s did not heal cleanly", act.event.variant)
-        self.rec.nemesis(
-            "fault-stop", act.event.family, fault_id, act.targets, act.event.variant, error=error
+        op = self.rec.nemesis(
+            "fault-stop",
+            act.event.family,
+            fault_id,
+            act.targets,
+            act.event.variant,
+            error=error,
+            applied_ns=act.applied_ns,
+            healing_ns=healing_ns,
         )
         self.timeline.write(event="stopped", fault_id=fault_id, error=error)
+        for f in self.injected:
+            if f["fault_id"] == fault_id:
+                f.update(healing_ns=healing_ns, stop_ns=op.time_ns)
 
     async def heal_all(self) -> None:
-        for fid in sorted(self.active, reverse=True):
-            await self.stop(fid)
+        """Stops every fault in force, all at once."""
+        await _each(sorted(self.active, reverse=True), self.stop)
 
     async def _undo_all(self, key: str, act: Active | None) -> None:
         if act is not None and act.strobe is not None:
             act.strobe.cancel()
         entry = self.state.faults().get(key)
         undo = entry.get("undo", []) if entry else (act.undo if act else [])
-        errors = []
-        for u in undo:
+        errors: list[str] = []
+
+        async def run_undo(u: dict[str, Any]) -> None:
             cmd = undo_cmd(u)
             if cmd is None:
-                continue
+                return
             node = Host.from_json(u["host"]).name
-            r = await self.control.run(node, cmd, check=False, timeout_s=30)
+            try:
+                r = await self.control.run(node, cmd, check=False, timeout_s=30)
+            except Exception as e:  # every other undo still runs
+                errors.append(f"{u['op']} on {node}: {e}")
+                return
             if r.rc != 0:
                 errors.append(f"{u['op']} on {node}: rc {r.rc} {r.err.strip()[-200:]}")
-        if act is not None:
-            for role in act.resume:
+
+        async def resume(role: Role) -> None:
+            try:
                 await self.db.resume(role)
-            for name in act.restart:
-                try:
-                    await self.db.restart(self.db.by_name[name])
-                except Exception as e:
-                    errors.append(f"restart {name}: {e}")
+            except Exception as e:
+                errors.append(f"resume {role.name}: {e}")
+
+        async def restart(name: str) -> None:
+            try:
+                await self.db.restart(self.db.by_name[name])
+            except Exception as e:
+                errors.append(f"restart {name}: {e}")
+
+        # Every node at once: a fault half-healed node by node is a different fault.
+        await _each(undo, run_undo)
+        if act is not None:
+            await _each(act.resume, resume)
+            await _each(act.restart, restart)
         if errors:
             raise RuntimeError("; ".join(errors))
         self.state.end_fault(key)
@@ -392,31 +475,30 @@ class Nemesis:
     # ---- kill / pause ------------------------------------------------------------------------
 
     async def _roles_for(self, spec: str) -> tuple[list[Role], str]:
+        """The running roles a kill / pause hits; NoTarget when none runs."""
         if spec in ("master", "leader"):
             role, why = await (self._master() if spec == "master" else self._leader())
-            if role is not None:
-                return [role], why
-            nodes = self._some(1)
-            why += "; fell back to one random node"
+            roles = [role]
         else:
             nodes, why = await self._target_nodes(spec)
-        roles = [r for n in nodes for r in self.db.roles_on(n)]
-        return roles, why
+            roles = [r for n in nodes for r in self.db.roles_on(n)]
+        live = [r for r in roles if r.pid is not None and r.name not in self.db.down]
+        if not live:
+            names = ", ".join(r.name for r in roles) or "no role"
+            raise NoTarget(f"nothing running to hit ({names} down): {why}")
+        return live, why
 
     async def _start_kill(self, ev: gen.FaultEvent, key: str) -> Active:
         roles, why = await self._roles_for(ev.variant.removeprefix("kill-"))
-        roles = [r for r in roles if r.name not in self.db.down]
         targets = sorted({r.node for r in roles})
         undo = [{"op": "restart", "host": self.db.host(r).to_json(), "role": r.name} for r in roles]
         act = self._begin(ev, key, targets, f"kill -9 {[r.name for r in roles]}: {why}", undo)
         act.restart = [r.name for r in roles]
-        for r in roles:
-            await self.db.kill(r)
+        await _each(roles, self.db.kill)
         return act
 
     async def _start_pause(self, ev: gen.FaultEvent, key: str) -> Active:
         roles, why = await self._roles_for(ev.variant.removeprefix("pause-"))
-        roles = [r for r in roles if r.pid is not None and r.name not in self.db.down]
         undo = [{"op": "cont", "host": self.db.host(r).to_json(), "pid": r.pid} for r in roles]
         act = self._begin(
             ev,
@@ -426,8 +508,7 @@ class Nemesis:
             undo,
         )
         act.resume = list(roles)
-        for r in roles:
-            await self.db.pause(r)
+        await _each(roles, self.db.pause)
         return act
 
     # ---- clock -------------------------------------------------------------------------------
@@ -458,8 +539,7 @@ class Nemesis:
                 for n in nodes
             }
             act = self._begin(ev, key, nodes, f"bump {offsets} s ({why})", undo)
-            for n, off in offsets.items():
-                await self._set_clock(n, off)
+            await _each(offsets, lambda n: self._set_clock(n, offsets[n]))
             return act
         period = self.rng.choice([1, 2, 3])
         amp = max(1, int(1.5 ** self.rng.uniform(0, 10)))
@@ -523,9 +603,12 @@ class Nemesis:
                     f"loss 20% via iptables statistic (no netem in this kernel) ({why})",
                     undo,
                 )
-                for n in nodes:
+
+                async def lossy(n: str) -> None:
                     peers = [self.addr(m) for m in self.nodes if m != n]
                     await self.control.run(n, chain_install_cmd(chain, peers, 0.2))
+
+                await _each(nodes, lossy)
                 return act
             return self._begin(
                 ev,
@@ -539,8 +622,10 @@ class Nemesis:
             for n in nodes
         ]
         act = self._begin(ev, key, nodes, f"{what} on {ifaces} ({why})", undo)
-        for n in nodes:
-            await self.control.run(n, f"tc qdisc replace dev {ifaces[n]} root netem {spec}")
+        await _each(
+            nodes,
+            lambda n: self.control.run(n, f"tc qdisc replace dev {ifaces[n]} root netem {spec}"),
+        )
         return act
 
     # ---- file faults -------------------------------------------------------------------------
@@ -559,7 +644,7 @@ class Nemesis:
                 return self._begin(ev, key, [], f"skipped: no running master ({why})", [])
             why = f" ({why})"
         if not brokers:
-            raise RuntimeError("no running broker to corrupt")
+            raise NoTarget("no running broker to corrupt")
         role = self.rng.choice(brokers)
         mode = "truncate" if ev.variant.startswith("file-truncate") else "bitflip"
         undo = [{"op": "restart", "host": self.db.host(role).to_json(), "role": role.name}]

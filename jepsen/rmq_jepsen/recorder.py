@@ -112,13 +112,23 @@ class Recorder:
         detail: str | None = None,
         *,
         error: str | None = None,
+        applied_ns: int | None = None,
+        healing_ns: int | None = None,
     ) -> Op:
-        """A `fault-start` / `fault-stop` line (type info, process -1)."""
+        """A `fault-start` / `fault-stop` line (type info, process -1); a fault-stop may carry
+        when the fault was wholly applied and when its healing began (`now_ns()` values)."""
         return self.record(
             NEMESIS_PROCESS,
             "info",
             f,
-            Value(fault=fault, fault_id=fault_id, targets=list(targets), detail=detail),
+            Value(
+                fault=fault,
+                fault_id=fault_id,
+                targets=list(targets),
+                detail=detail,
+                applied_ns=applied_ns,
+                healing_ns=healing_ns,
+            ),
             error=error,
         )
 

@@ -27,10 +27,11 @@ from typing import Any
 
 import trio
 
+from rmq_jepsen import checkout
 from rmq_jepsen import generator as gen
 from rmq_jepsen import hosts as hostmod
 from rmq_jepsen.control import ActionLog, Control, Host
-from rmq_jepsen.db import DB, TOPOLOGIES, ClusterView, Timing
+from rmq_jepsen.db import DB, TOPOLOGIES, ClusterView, Install, Timing
 from rmq_jepsen.nemesis import Nemesis, Timeline, heal_journal
 from rmq_jepsen.progress import Progress
 from rmq_jepsen.recorder import Recorder, export_parquet
@@ -70,6 +71,8 @@ class CampaignOptions:
     progress: bool = True
     teardown: bool = False
     port_base: int = 0
+    #: The rmq-ha wheel that SSH / Vagrant hosts install (None: build it from the checkout).
+    wheel: str | None = None
 
 
 @dataclass
@@ -159,18 +162,30 @@ def plan_variants(
     return keep
 
 
-def _git_rev() -> str | None:
+def _git_rev(source: Path | None) -> str | None:
+    """The checkout's commit, when the bench runs from one (from wheels: None)."""
+    if source is None:
+        return None
     try:
         p = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            cwd=Path(__file__).resolve().parents[2],
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=source
         )
         return p.stdout.strip() or None
     except OSError:
         return None
+
+
+def _versions() -> dict[str, str | None]:
+    """The installed versions of the three packages (the bench may run from wheels)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("rmq-ha", "rmq-jepsen", "rmq-check"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 async def run_campaign(opts: CampaignOptions) -> Outcome:
@@ -231,7 +246,15 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     )
 
     control = Control(hosts, ActionLog(run_dir / "control.log"))
-    db = DB(control, topo, state=state, timing=Timing(), clock_faults=clock_faults)
+    db = DB(
+        control,
+        topo,
+        state=state,
+        timing=Timing(),
+        clock_faults=clock_faults,
+        install=Install(wheel=opts.wheel),
+    )
+    source = checkout.find()
     client_ip = "127.0.0.1" if provider == "loopback" else _control_ip(state, hosts)
     view = ClusterView(db, client_ip=client_ip)
     recorder: Recorder | None = None
@@ -251,7 +274,8 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         "options": dataclasses.asdict(opts),
         "topology": dataclasses.asdict(topo),
         "timing": dataclasses.asdict(db.timing),
-        "git": _git_rev(),
+        "git": _git_rev(source),
+        "versions": _versions(),
         "hosts": [h.to_json() for h in hosts],
         "roles": [
             {
@@ -271,7 +295,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     try:
         progress.set_phase("install")
         t = time.monotonic()
-        await db.install(checkout=Path(__file__).resolve().parents[2])
+        await db.install(source)
         await db.setup()
         timings["install_s"] = time.monotonic() - t
         progress.set_phase("start")

@@ -1,4 +1,6 @@
-"""The one `rmq-ha` command. Subcommands are added by the roles as they land."""
+"""The one `rmq-ha` command: the roles, the client and the controller admin live here; the
+tools above rmq_ha (the bench and its benchmarks and demos in rmq-jepsen, the checker in
+rmq-check) add their subcommands as plugins."""
 
 from __future__ import annotations
 
@@ -20,32 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     controller_admin.add_parsers(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (figure, baseline and ratio in one run)")
-    bench_sub = bench.add_subparsers(dest="bench", required=True)
-    from rmq_ha.bench import store as bench_store
-
-    bench_store.add_parser(bench_sub)
-    from rmq_ha.bench import produce as bench_produce
-
-    bench_produce.add_parser(bench_sub)
-    from rmq_ha.bench import controller as bench_controller
-
-    bench_controller.add_parser(bench_sub)
-    from rmq_ha.bench import ha as bench_ha
-
-    bench_ha.add_parser(bench_sub)
-    from rmq_ha.bench import acting as bench_acting
-
-    bench_acting.add_parser(bench_sub)
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK")
 
     args_in = sys.argv[1:] if argv is None else argv
     if not args_in or args_in[0] not in _CORE_ROLES:
         _load_plugins(sub, bench_sub)
-
-    demo = sub.add_parser("demo", help="demonstrations a newcomer can watch")
-    demo_sub = demo.add_subparsers(dest="demo", required=True)
-    from rmq_ha import demo as demo_mod
-
-    demo_mod.add_parser(demo_sub)
+    if not bench_sub.choices:
+        bench.set_defaults(func=_no_bench)
+    else:
+        bench_sub.required = True
 
     args = parser.parse_args(argv)
     rc: int = args.func(args)
@@ -58,10 +43,19 @@ PLUGIN_GROUP = "rmq_ha.cli"
 _CORE_ROLES = frozenset({"namesrv", "broker", "controller"})
 
 
+def _no_bench(args: argparse.Namespace) -> int:
+    print(
+        "rmq-ha bench: the benchmarks are in the rmq-jepsen package, which is not installed "
+        "(`make dev` in a checkout, or pip install the rmq_jepsen wheel from `make wheels`)",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _load_plugins(sub: Any, bench_sub: Any) -> None:
-    """Tools that live above rmq_ha (the bench in jepsen/, the checker in spark/) add their
-    subcommands through the ``rmq_ha.cli`` entry point group, so rmq_ha never imports them:
-    each entry point names a function ``add_parsers(sub, bench_sub)``."""
+    """Tools that live above rmq_ha (the bench, its benchmarks and demos in jepsen/, the checker
+    in spark/) add their subcommands through the ``rmq_ha.cli`` entry point group, so rmq_ha
+    never imports them: each entry point names a function ``add_parsers(sub, bench_sub)``."""
     from importlib.metadata import entry_points
 
     for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):

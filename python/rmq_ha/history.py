@@ -29,7 +29,17 @@ Functions (``f``):
 * ``change-invisible``  CHANGE_MESSAGE_INVISIBLETIME of one popped message: as ``ack``, plus
                 invisible_ms (the new lease, counted from the request).
 * ``fault-start`` / ``fault-stop``  nemesis: value: fault (kind), fault_id (pairs start/stop),
-                targets (nodes), detail (free text).
+                targets (nodes), detail (free text). ``fault-start`` is written as the fault's
+                first action begins, ``fault-stop`` once its last undo action finished, so
+                [start, stop] holds every moment any part of the fault was in force. A fault
+                whose target did not exist (no master, no leader, nothing running) is recorded
+                as a start and an immediate stop with no targets and ``detail`` "skipped: ...".
+
+Fault timing (schema version 3): ``fault-stop`` also carries ``applied_ns``, when the start
+action had finished on every target (null if it never took effect), and ``healing_ns``, when
+the undo actions began (on every target at once); both on the ``time_ns`` clock. So a fault was
+being applied over [start, applied_ns], wholly in force over [applied_ns, healing_ns], and being
+healed over [healing_ns, stop].
 
 Special sends (schema version 2; every addition is a nullable field or a new ``f``, so a
 version-1 history reads unchanged):
@@ -51,8 +61,9 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 #: 1: the bench's first schema; 2 adds the pop / ack / change-invisible functions and the
-#: nullable value fields delay_ms, txn and invisible_ms (a version-1 history is valid in 2).
-SCHEMA_VERSION: Final = 2
+#: nullable value fields delay_ms, txn and invisible_ms (a version-1 history is valid in 2);
+#: 3 adds the nullable applied_ns and healing_ns of fault-stop (every older history is valid).
+SCHEMA_VERSION: Final = 3
 
 NEMESIS_PROCESS: Final = -1
 
@@ -120,6 +131,8 @@ class Value:
     delay_ms: int | None = None
     txn: str | None = None
     invisible_ms: int | None = None
+    applied_ns: int | None = None
+    healing_ns: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -163,6 +176,8 @@ _VALUE_FIELDS: Final = (
     "delay_ms",
     "txn",
     "invisible_ms",
+    "applied_ns",
+    "healing_ns",
 )
 #: The value's field names, in schema order (JSON keys, Spark and Arrow struct fields).
 VALUE_FIELDS: Final = _VALUE_FIELDS
@@ -225,7 +240,10 @@ def validate(op: Op) -> None:
             raise HistoryError(f"op {op.index}: fault {op.value.fault!r} not in {FAULT_KINDS}")
         if op.value.fault_id is None:
             raise HistoryError(f"op {op.index}: nemesis op without fault_id")
+        if op.f != "fault-stop":
+            _no_fault_times(op)
         return
+    _no_fault_times(op)
     if op.f not in CLIENT_FS:
         raise HistoryError(f"op {op.index}: f {op.f!r} is not one of {CLIENT_FS}")
     if op.type == "fail" and op.definite is False:
@@ -234,6 +252,11 @@ def validate(op: Op) -> None:
         raise HistoryError(f"op {op.index}: send without a value")
     if op.value.txn is not None and op.value.txn not in TXN_STATES:
         raise HistoryError(f"op {op.index}: txn {op.value.txn!r} is not one of {TXN_STATES}")
+
+
+def _no_fault_times(op: Op) -> None:
+    if op.value.applied_ns is not None or op.value.healing_ns is not None:
+        raise HistoryError(f"op {op.index}: only fault-stop carries applied_ns / healing_ns")
 
 
 def dumps(op: Op) -> str:
@@ -274,7 +297,7 @@ SPARK_DDL: Final = (
     f"messages:array<{_READ_DDL}>,"
     "offset:bigint,master:string,epoch:int,fault:string,fault_id:int,"
     "targets:array<string>,detail:string,"
-    "delay_ms:bigint,txn:string,invisible_ms:bigint>, "
+    "delay_ms:bigint,txn:string,invisible_ms:bigint,applied_ns:bigint,healing_ns:bigint>, "
     "error string, definite boolean"
 )
 
@@ -315,6 +338,8 @@ def arrow_schema() -> Any:
             ("delay_ms", pa.int64()),
             ("txn", pa.string()),
             ("invisible_ms", pa.int64()),
+            ("applied_ns", pa.int64()),
+            ("healing_ns", pa.int64()),
         ]
     )
     return pa.schema(

@@ -115,8 +115,8 @@ def live(cluster: harness.Cluster) -> Iterator[harness.Cluster]:
 
 def _check_alive(cluster: harness.Cluster) -> None:
     for p in cluster.procs:
-        if not p.alive():
-            pytest.fail(f"{p.name} died (exit {p.popen.returncode}):\n{p.tail()}")
+        if not p.alive:
+            pytest.fail(f"{p.name} died (exit {p.returncode}):\n{p.tail()}")
 
 
 @pytest.fixture

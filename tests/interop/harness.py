@@ -1,6 +1,7 @@
 """Shared pieces of the interop harness: building the Java jar / Go binary / real-RocketMQ classpath
-(cached under tests/interop/.build/), running the client CLIs, a tiny remoting probe, process
-management by pid, and the assertions every scenario shares.
+(cached under tests/interop/.build/), running the client CLIs, a tiny remoting probe, the rmq_ha
+pair (processes from the one launcher, `rmq_jepsen.launch`, stopped by pid), and the assertions
+every scenario shares.
 
 Nothing here talks to anything but 127.0.0.1.
 """
@@ -14,11 +15,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -28,16 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rmq_jepsen.launch import LOOPBACK, RMQ_HA, Proc, ReadyFile, wait_until
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 BUILD = HERE / ".build"
 JAVA_DIR = HERE / "java"
 GO_DIR = HERE / "go"
 REAL_DIR = HERE / "real"
 ROCKETMQ_VERSION = "5.5.0"  # tests/interop/real/pom.xml and java/pom.xml pin the same release
 GO_CLIENT_VERSION = "v2.1.2"  # tests/interop/go/go.mod
-
-LOOPBACK = "127.0.0.1"
 
 
 # --------------------------------------------------------------------------- builds
@@ -173,105 +171,6 @@ def build_times() -> dict[str, Any]:
         return {}
 
 
-# --------------------------------------------------------------------------- processes
-
-
-def free_port(span: Iterable[int] = (0,)) -> int:
-    """A port P such that P+d is free on 127.0.0.1 (and on all interfaces, for the real broker's
-    HA port) for every d in span."""
-    offsets = list(span)
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((LOOPBACK, 0))
-            base = s.getsockname()[1]
-        ports = [base + d for d in offsets]
-        if min(ports) < 1024 or max(ports) > 65535:
-            continue
-        if all(_bindable(p) for p in ports):
-            return base
-    raise RuntimeError(f"no free port block {offsets}")
-
-
-def _bindable(port: int) -> bool:
-    for host in (LOOPBACK, "0.0.0.0"):
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                return False
-    return True
-
-
-@dataclass
-class Proc:
-    """A child process started by the harness; stopped by pid."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, grace: float = 15.0) -> None:
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            self.popen.wait(timeout=10)
-
-    def tail(self, n: int = 40) -> str:
-        try:
-            lines = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(lines[-n:])
-
-
-def spawn(
-    name: str, cmd: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None
-) -> Proc:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as f:
-        popen = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-    return Proc(name, popen, log)
-
-
-def wait_for(what: str, predicate: Any, timeout: float, procs: Iterable[Proc] = ()) -> Any:
-    deadline = time.monotonic() + timeout
-    procs = list(procs)
-    while True:
-        value = predicate()
-        if value:
-            return value
-        for p in procs:
-            if not p.alive():
-                raise RuntimeError(
-                    f"{p.name} (pid {p.pid}) exited with {p.popen.returncode} while waiting for "
-                    f"{what}; log tail:\n{p.tail()}"
-                )
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {p.name}:\n{p.tail()}" for p in procs)
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}\n{tails}")
-        time.sleep(0.1)
-
-
 # --------------------------------------------------------------------------- remoting probe
 
 
@@ -354,41 +253,32 @@ class Cluster:
 
     def stop(self) -> None:
         for p in reversed(self.procs):
-            p.stop()
+            p.stop(grace_s=15.0)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name} (pid {p.pid}):\n{p.tail()}" for p in self.procs)
-
-
-def rmq_ha_bin() -> Path:
-    for cand in (REPO / ".venv" / "bin" / "rmq-ha", Path(sys.executable).parent / "rmq-ha"):
-        if cand.exists():
-            return cand
-    found = shutil.which("rmq-ha")
-    if found:
-        return Path(found)
-    raise FileNotFoundError("rmq-ha not installed (run `make dev`)")
+        return "\n".join(f"--- {p.describe()}:\n{p.tail()}" for p in self.procs)
 
 
 def start_rmq_ha(workdir: Path, timeout: float = 30.0) -> Cluster:
     """Starts `rmq-ha namesrv` and `rmq-ha broker -c broker.conf`; each writes host:port to its
     --ready-file once it listens. Ready when the namesrv lists the broker."""
     workdir.mkdir(parents=True, exist_ok=True)
-    exe = str(rmq_ha_bin())
     ns_ready = workdir / "namesrv.ready"
     br_ready = workdir / "broker.ready"
     procs: list[Proc] = []
     cluster = Cluster("rmq_ha", "", "", "broker-a", workdir, procs)
     try:
-        procs.append(
-            spawn(
-                "rmq-ha namesrv",
-                [exe, "namesrv", "--listen-port", "0", "--ready-file", str(ns_ready)],
-                workdir / "namesrv.log",
-                workdir,
-            )
+        ns = Proc(
+            "rmq-ha namesrv",
+            [*RMQ_HA, "namesrv", "--listen-port", "0", "--ready-file", str(ns_ready)],
+            workdir / "namesrv.log",
+            ReadyFile(ns_ready),
+            cwd=workdir,
+            stdout="log",
+            append_log=False,
         )
-        namesrv = wait_for("namesrv ready-file", lambda: _ready(ns_ready), timeout, procs)
+        procs.append(ns.start())
+        namesrv = ns.wait_ready_sync(timeout)
         conf = workdir / "broker.conf"
         conf.write_text(
             "\n".join(
@@ -405,16 +295,18 @@ def start_rmq_ha(workdir: Path, timeout: float = 30.0) -> Cluster:
                 ]
             )
         )
-        procs.append(
-            spawn(
-                "rmq-ha broker",
-                [exe, "broker", "-c", str(conf), "--ready-file", str(br_ready)],
-                workdir / "broker.log",
-                workdir,
-            )
+        br = Proc(
+            "rmq-ha broker",
+            [*RMQ_HA, "broker", "-c", str(conf), "--ready-file", str(br_ready)],
+            workdir / "broker.log",
+            ReadyFile(br_ready),
+            cwd=workdir,
+            stdout="log",
+            append_log=False,
         )
-        broker = wait_for("broker ready-file", lambda: _ready(br_ready), timeout, procs)
-        wait_for(
+        procs.append(br.start())
+        broker = br.wait_ready_sync(timeout)
+        wait_until(
             "broker registered with the namesrv",
             lambda: cluster_brokers(namesrv).get("broker-a", {}).get("0"),
             timeout,
@@ -425,14 +317,6 @@ def start_rmq_ha(workdir: Path, timeout: float = 30.0) -> Cluster:
     except BaseException:
         cluster.stop()
         raise
-
-
-def _ready(path: Path) -> str | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return text if re.fullmatch(r"[\w.\-]+:\d+", text) else None
 
 
 # --------------------------------------------------------------------------- client runs

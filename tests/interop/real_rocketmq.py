@@ -1,7 +1,8 @@
 """A real Apache RocketMQ 5.x namesrv + single-master broker on loopback, from Maven Central jars.
 
-Thin wrapper: the one launcher lives in the package, `rmq_ha.bench.realrmq` (also the baseline of
-`rmq-ha bench produce`). Standalone use:
+Thin wrapper: the real-RocketMQ launcher lives in the bench package, `rmq_jepsen.bench.realrmq`
+(also the baseline of `rmq-ha bench produce`), on the one process launcher `rmq_jepsen.launch`.
+Standalone use:
 
     python tests/interop/real_rocketmq.py [--workdir DIR]
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from rmq_ha.bench.realrmq import BROKER_NAME, CLUSTER_NAME, main, start_real
+from rmq_jepsen.bench.realrmq import BROKER_NAME, CLUSTER_NAME, main, start_real
 
 __all__ = ["BROKER_NAME", "CLUSTER_NAME", "main", "start_real"]
 

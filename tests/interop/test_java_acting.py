@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -25,8 +24,9 @@ from typing import Any
 import pytest
 import trio
 from harness import ClientRun, client_command, parse_client_output
+from rmq_jepsen.bench.cluster import ActingCluster
+from rmq_jepsen.launch import Proc
 
-from rmq_ha.bench.cluster import ActingCluster
 from rmq_ha.client import Admin, ClientConfig
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import RequestCode as RC
@@ -63,14 +63,14 @@ def progress(log: Path) -> dict[str, int]:
 
 
 async def wait_progress(
-    log: Path, java: subprocess.Popen[bytes], pred: Any, what: str, timeout_s: float
+    log: Path, java: Proc, pred: Any, what: str, timeout_s: float
 ) -> dict[str, int]:
     with trio.move_on_after(timeout_s):
         while True:
             p = progress(log)
             if pred(p):
                 return p
-            if java.poll() is not None:
+            if not java.alive:
                 raise AssertionError(f"the Java client exited while waiting for {what}: {p}")
             await trio.sleep(0.05)
     raise AssertionError(f"{what} not within {timeout_s} s: {progress(log)}")
@@ -118,7 +118,7 @@ async def test_java_orderly_push_consumer_through_a_master_loss(
 ) -> None:
     (tmp_path / "cluster").mkdir()
     c = ActingCluster(tmp_path / "cluster")
-    java: subprocess.Popen[bytes] | None = None
+    java: Proc | None = None
     try:
         await c.start()
         for group, bid in c.members:
@@ -154,11 +154,11 @@ async def test_java_orderly_push_consumer_through_a_master_loss(
         )
         cmd.insert(1, "-Drocketmq.client.rebalance.lockInterval=1000")
         log = work / "java-orderly-failover.stderr"
+        out_file = work / "java-result.json"
         t_start = time.monotonic()
-        with open(log, "wb") as err:
-            java = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env
-            )
+        java = Proc(
+            "java orderly-failover", cmd, log, env=env, stdout=out_file, append_log=False
+        ).start()
 
         # Consuming from both groups, with a backlog on broker-a: then kill its master.
         await wait_progress(log, java, lambda p: p["received_a"] >= 40, "consumption", 30)
@@ -180,18 +180,17 @@ async def test_java_orderly_push_consumer_through_a_master_loss(
         await wait_status(c, 0, lambda s: not s["isolated"], "the master's pre-online", 20)
         await wait_status(c, 1, lambda s: not s["actingMaster"], "hand-back", 20)
 
-        out, _ = await trio.to_thread.run_sync(lambda: java.communicate(timeout=60))
-        (work / "java-result.json").write_bytes(out)
+        jv = java
+        rc = await trio.to_thread.run_sync(lambda: jv.wait(60))
         run: ClientRun = parse_client_output(
-            "java", cmd, java.returncode, out, log, time.monotonic() - t_start, "JSON", True
+            "java", cmd, rc, out_file.read_bytes(), log, time.monotonic() - t_start, "JSON", True
         )
     except BaseException:
         print(c.logs())
         raise
     finally:
-        if java is not None and java.poll() is None:
-            java.kill()
-            java.wait(timeout=10)
+        if java is not None:
+            java.kill()  # by pid; a no-op once it exited
         c.stop()
 
     data = run.data

@@ -2,10 +2,12 @@
 injected, is removed only after healing, and a crashed run is healed from the journal alone
 (eloqsql #81, openraft #1976: faults left in force after a crash or a partial failure)."""
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import threading
 
 import pytest
 from rmq_jepsen import generator as gen
@@ -15,11 +17,16 @@ from rmq_jepsen.nemesis import Nemesis, Timeline, chain_install_cmd, chain_name,
 from rmq_jepsen.recorder import Recorder
 from rmq_jepsen.state import StateDir
 
+from rmq_ha import history as h
+
 pytestmark = pytest.mark.timeout(60)
 
 
 class FakeRemote(Remote):
-    """Runs nothing; remembers each command and what the journal held when it ran."""
+    """Runs nothing; remembers each command and what the journal held when it ran. `hook`, when
+    set, is called with each command first (in the worker thread the command runs in)."""
+
+    hook = None
 
     def __init__(self, host, state, seen):
         super().__init__(host)
@@ -27,6 +34,8 @@ class FakeRemote(Remote):
         self.seen = seen
 
     def _exec(self, cmd, timeout_s, stdin):
+        if self.hook is not None:
+            self.hook(self.host.name, cmd)
         self.seen.append((self.host.name, cmd, self.state.faults()))
         if cmd.startswith("ps -o stat="):
             return 0, b"S\n", b""
@@ -105,14 +114,9 @@ async def test_pause_records_the_pid_to_resume_before_stopping_it(rig):
 
 
 async def test_kill_journals_restarts_and_a_failed_start_heals_what_it_did(rig):
-    nem, state, seen, db, view = rig
-
-    async def no_leader():
-        return None
-
-    view.controller_leader = no_leader
-    act = await nem.start(_ev("kill-leader"))
-    assert "fell back to one random node" in act.detail
+    nem, state, seen, db, _ = rig
+    act = await nem.start(_ev("kill-one"))
+    assert act is not None and act.restart
     kills = [j for _, cmd, j in seen if cmd.startswith("kill -KILL")]
     assert kills and all(u["op"] == "restart" for u in kills[0]["RUN1:1"]["undo"])
 
@@ -130,6 +134,88 @@ async def test_kill_journals_restarts_and_a_failed_start_heals_what_it_did(rig):
     nem._start_pause = boom
     assert await nem.start(_ev("pause-one", 2)) is None
     assert "RUN1:2" not in state.faults()
+
+
+def _nemesis_ops(nem):
+    nem.rec.flush()
+    return [o for o in h.read(nem.rec.path) if o.process == h.NEMESIS_PROCESS]
+
+
+@pytest.mark.parametrize("variant", ["kill-leader", "pause-leader", "partition-leader"])
+async def test_no_controller_leader_skips_the_fault_instead_of_hitting_a_random_node(rig, variant):
+    """Issue 17: with no leader (or master) at that moment, a fault aimed at it once fell back
+    to a random node (a name server included); now it is skipped and recorded as skipped."""
+    nem, state, seen, _, view = rig
+
+    async def no_leader():
+        return None
+
+    view.controller_leader = no_leader
+    assert await nem.start(_ev(variant)) is None
+    assert not seen, "no command may run on any node"
+    assert nem.active == {} and state.faults() == {}
+    start, stop = _nemesis_ops(nem)
+    assert (start.f, stop.f) == ("fault-start", "fault-stop")
+    assert start.value.targets == [] and stop.value.targets == []
+    assert "skipped: no controller leader" in start.value.detail
+    assert nem.injected[-1]["skipped"] and nem.injected[-1]["targets"] == []
+    timeline = [json.loads(x) for x in nem.timeline.path.read_text().splitlines()]
+    assert [e["event"] for e in timeline] == ["start", "skipped"]
+
+
+async def test_kill_master_without_a_live_master_is_skipped(rig):
+    """No master registered: skipped. The registered master already killed by the nemesis
+    (its route not yet expired): skipped too, not a second kill of something dead."""
+    nem, state, seen, db, view = rig
+    masters = {"broker-a": None}
+
+    async def registered():
+        return masters
+
+    view.masters = registered
+    assert await nem.start(_ev("kill-master", 1)) is None
+    assert "skipped: no master registered" in _nemesis_ops(nem)[0].value.detail
+    masters["broker-a"] = db.by_name["broker-a-0"]
+    db.down.add("broker-a-0")
+    assert await nem.start(_ev("kill-master", 2)) is None
+    assert "broker-a-0 are down already" in _nemesis_ops(nem)[2].value.detail
+    assert not [cmd for _, cmd, _ in seen if cmd.startswith("kill")]
+    assert state.faults() == {}
+
+
+async def test_a_partition_heals_on_every_node_at_once_and_records_its_real_times(rig):
+    """Issue 17: healing went node by node (23 s under load). Every node's undo must be under
+    way at the same time: each heal command waits at a barrier for all the others, so a
+    sequential heal breaks the barrier and fails the stop. The fault-stop records when the
+    fault was wholly applied and when healing began, on the history's clock."""
+    nem, state, _, db, _ = rig
+    act = await nem.start(_ev("partition-halves"))
+    assert act is not None and len(act.targets) > 1
+    barrier = threading.Barrier(len(act.targets), timeout=20)
+    heal_times = []
+
+    def hook(node, cmd):
+        if "-X RMQJ" in cmd:
+            heal_times.append(nem.rec.now_ns())
+            barrier.wait()
+
+    for r in db.control.remotes.values():
+        r.hook = hook
+    await nem.stop(1)
+    start, stop = _nemesis_ops(nem)
+    assert stop.error is None, stop.error
+    assert len(heal_times) == len(act.targets)
+    v = stop.value
+    assert start.time_ns <= v.applied_ns <= v.healing_ns <= min(heal_times)
+    assert max(heal_times) <= stop.time_ns
+    assert state.faults() == {}
+    f = nem.injected[-1]
+    assert (f["start_ns"], f["applied_ns"], f["healing_ns"], f["stop_ns"]) == (
+        start.time_ns,
+        v.applied_ns,
+        v.healing_ns,
+        stop.time_ns,
+    )
 
 
 async def test_heal_journal_after_a_crash_resumes_a_stopped_process(tmp_path):

@@ -1,16 +1,11 @@
-"""A replicated cluster of real processes on loopback, for the broker-HA benchmark and tests:
-three name servers with embedded controllers and one broker group (controller mode, or classic
-master/slave). Every process is started with a ready file and stopped by its pid."""
+"""Replicated clusters of real processes on loopback, for the broker-HA and acting-master
+benchmarks and tests: name servers (with embedded controllers, or with supportActingMaster) and
+broker groups (controller mode, or classic master/slave). Every process comes from the one
+launcher (`rmq_jepsen.launch`): started with its config and ready file, stopped by its pid."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +16,7 @@ from rmq_ha.errors import RemotingError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.command import RemotingCommand
+from rmq_jepsen.launch import Proc, free_ports, kill_all, logs, role_proc
 
 #: Raft and scans fast enough for a failover in about a second (ms).
 FAST_CONTROLLER = {
@@ -32,36 +28,6 @@ FAST_CONTROLLER = {
     "scanInactiveMasterInterval": 300,
 }
 
-
-def free_ports(n: int) -> list[int]:
-    """Loopback ports free right now (peers must know each other's ports up front)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def write_properties(path: Path, values: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
-    return path
-
-
-async def wait_for(pred: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    with trio.move_on_after(timeout_s):
-        while True:
-            got = pred()
-            if got:
-                return got
-            await trio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-RMQ_HA = [sys.executable, "-m", "rmq_ha.cli"]
 
 #: Timings for tests: a dead master is noticed in about 1.5 s.
 FAST_BROKER = {
@@ -76,56 +42,6 @@ FAST_BROKER = {
     "registerNameServerPeriod": 2000,
     "flushIntervalCommitLog": 50,
 }
-
-
-@dataclass
-class Proc:
-    args: list[str]
-    log: Path
-    ready: Path
-    env: dict[str, str] | None = None
-    popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.ready.unlink(missing_ok=True)
-        with open(self.log, "ab") as log:
-            self.popen = subprocess.Popen(
-                [*self.args, "--ready-file", str(self.ready)],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, **(self.env or {})},
-            )
-
-    async def wait_ready(self, timeout_s: float = 30) -> str:
-        p = self.popen
-        assert p is not None
-        await wait_for(lambda: self.ready.exists() or p.poll() is not None, timeout_s, "ready")
-        if not self.ready.exists():
-            raise AssertionError(f"{self.args} exited:\n{self.log.read_text()[-4000:]}")
-        return self.ready.read_text().strip()
-
-    @property
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            os.kill(self.popen.pid, sig)
-
-    def kill(self) -> None:
-        if self.popen is not None:
-            if self.popen.poll() is None:
-                os.kill(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout=10)
-            self.popen = None
-
-
-def role_proc(
-    tmp: Path, role: str, name: str, values: dict[str, Any], env: dict[str, str] | None = None
-) -> Proc:
-    """An `rmq-ha <role> -c <tmp>/<name>.conf` process with its log and ready file in `tmp`."""
-    conf = write_properties(tmp / f"{name}.conf", values)
-    return Proc([*RMQ_HA, role, "-c", str(conf)], tmp / f"{name}.log", tmp / f"{name}.ready", env)
 
 
 @dataclass
@@ -147,15 +63,11 @@ class ProcessCluster:
             await p.wait_ready()
 
     def stop(self) -> None:
-        for p in [*self.brokers, *self.namesrvs]:
-            p.kill()
+        """SIGKILL, brokers first (each by its pid, with its process group)."""
+        kill_all([*self.brokers, *self.namesrvs])
 
     def logs(self) -> str:
-        out = []
-        for p in [*self.brokers, *self.namesrvs]:
-            if p.log.exists():
-                out.append(f"--- {p.log.name}\n{p.log.read_text()[-3000:]}")
-        return "\n".join(out)
+        return logs([*self.brokers, *self.namesrvs])
 
 
 @dataclass
@@ -169,7 +81,9 @@ class HaCluster(ProcessCluster):
     broker_ports: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        ports = free_ports(3)
+        # One call, so that no broker port repeats a name server's.
+        got = free_ports(3 + self.replicas)
+        ports, self.broker_ports = got[:3], got[3:]
         self.ns_addrs = [f"127.0.0.1:{p}" for p in ports]
         for i in range(3):
             values: dict[str, Any] = {
@@ -184,7 +98,6 @@ class HaCluster(ProcessCluster):
                 "enableControllerInNamesrv": "true",
             }
             self.namesrvs.append(role_proc(self.tmp, "namesrv", f"namesrv-{i}", values))
-        self.broker_ports = free_ports(self.replicas)
         for i in range(self.replicas):
             values = {
                 "brokerClusterName": "HaCluster",
@@ -306,7 +219,9 @@ class ActingCluster(ProcessCluster):
     broker_ports: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        ports = free_ports(self.namesrv_count)
+        self.members = [(g, i) for g, n in self.groups.items() for i in range(n + 1)]
+        got = free_ports(self.namesrv_count + len(self.members))
+        ports, self.broker_ports = got[: self.namesrv_count], got[self.namesrv_count :]
         self.ns_addrs = [f"127.0.0.1:{p}" for p in ports]
         for i, port in enumerate(ports):
             values: dict[str, Any] = {
@@ -319,8 +234,6 @@ class ActingCluster(ProcessCluster):
             self.namesrvs.append(
                 role_proc(self.tmp, "namesrv", f"namesrv-{i}", values, self.namesrv_env)
             )
-        self.members = [(g, i) for g, n in self.groups.items() for i in range(n + 1)]
-        self.broker_ports = free_ports(len(self.members))
         for (group, bid), port in zip(self.members, self.broker_ports, strict=True):
             values = {
                 "brokerClusterName": "ActingCluster",

@@ -33,10 +33,10 @@ import trio
 from rich.console import Console
 from rich.progress import Progress
 
-from rmq_ha.bench import LatencyHistogram, machine, produce, realrmq
-from rmq_ha.bench.cluster import HaCluster
 from rmq_ha.client import ClientConfig, Producer, ProducerConfig
 from rmq_ha.client.errors import ClientError
+from rmq_jepsen.bench import LatencyHistogram, machine, produce, realrmq
+from rmq_jepsen.bench.cluster import HaCluster
 
 TOPIC = "BenchHA"
 GOAL_RATIO = 0.7

@@ -28,7 +28,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rmq_ha._native import Message, Store, baseline_sequential_write
-from rmq_ha.bench import LatencyHistogram, machine, rss_kib
+from rmq_jepsen.bench import LatencyHistogram, machine, rss_kib
 
 HEADLINE = (1024, 64)  # the case whose ratios the targets speak of
 

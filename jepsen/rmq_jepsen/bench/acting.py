@@ -52,12 +52,12 @@ import trio
 from rich.console import Console
 from rich.progress import Progress
 
-from rmq_ha.bench import machine
-from rmq_ha.bench.cluster import ActingCluster
 from rmq_ha.client import Admin, ClientConfig, Producer, ProducerConfig, PullConsumer
 from rmq_ha.client.errors import ClientError
 from rmq_ha.errors import RmqHaError
 from rmq_ha.protocol.models import MASTER_ID, MessageQueue, TopicRouteData
+from rmq_jepsen.bench import machine
+from rmq_jepsen.bench.cluster import ActingCluster
 
 TOPIC = "BenchActing"
 GROUP_A, GROUP_B = "broker-a", "broker-b"

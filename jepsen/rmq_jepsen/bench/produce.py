@@ -26,7 +26,6 @@ tests/interop/.build/).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -42,7 +41,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from rmq_ha.bench import machine, realrmq
+from rmq_jepsen.bench import machine, realrmq
+from rmq_jepsen.launch import Proc
 
 IMPLS = ("rmq_ha", "rocketmq")
 HEADLINE = (1024, 1)  # 1 KiB single sends: the case the goal speaks of
@@ -91,28 +91,25 @@ def _loadgen(
         str(queues),
     ]
     err_log = workdir / f"loadgen-{topic}.stderr"
-    with open(err_log, "wb") as err:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env={**os.environ, "HOME": str(home)},
-        )
-        try:
-            out, _ = proc.communicate(timeout=seconds + warmup + 120)
-        finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+    out_file = workdir / f"loadgen-{topic}.stdout"
+    proc = Proc(
+        f"load generator {topic}",
+        cmd,
+        err_log,
+        env={"HOME": str(home)},
+        stdout=out_file,
+        append_log=False,
+    ).start()
+    try:
+        rc = proc.wait(seconds + warmup + 120)
+    finally:
+        proc.kill()  # no-op once it exited; else by pid, with its group
+    out = out_file.read_bytes()
     lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")]
     data: dict[str, Any] = json.loads(lines[-1]) if lines else {}
-    if proc.returncode != 0 or "msgsPerSec" not in data:
+    if rc != 0 or "msgsPerSec" not in data:
         tail = "\n".join(err_log.read_text(errors="replace").splitlines()[-15:])
-        raise RuntimeError(
-            f"load generator exit {proc.returncode}: {data.get('fatal') or 'no result'}\n{tail}"
-        )
+        raise RuntimeError(f"load generator exit {rc}: {data.get('fatal') or 'no result'}\n{tail}")
     return data
 
 
@@ -206,9 +203,9 @@ def _one_broker(
                 console.print(f"[yellow]{impl} warm-up: {e}")
         for size, batch in combos:
             progress.update(task, description=f"{impl}: {size} B x {batch}")
-            dead = [p for p in cluster.procs if not p.alive()]
+            dead = [p for p in cluster.procs if not p.alive]
             if dead:
-                out[(size, batch)] = _failed(f"{dead[0].name} exited ({dead[0].popen.returncode})")
+                out[(size, batch)] = _failed(f"{dead[0].name} exited ({dead[0].returncode})")
             else:
                 pids = [p.pid for p in cluster.procs]
                 cpu0, t0 = _cpu_seconds(pids), time.monotonic()

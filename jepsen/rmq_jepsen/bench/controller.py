@@ -17,14 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import re
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,23 +31,14 @@ import trio
 from rich.console import Console
 from rich.progress import Progress
 
-from rmq_ha.bench import machine
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient
 from rmq_ha.controller.testbroker import TestBroker
 from rmq_ha.errors import RemotingError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import ResponseCode as Code
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from rmq_jepsen.bench import machine
+from rmq_jepsen.launch import free_ports, role_proc, stop_all
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -75,74 +61,53 @@ _SERVING_RE = re.compile(rb"raft \S+: LEADER term (\d+) leader \S+ serving True"
 
 
 class Controllers:
-    """Three `rmq-ha controller` processes, each stopped by its pid."""
+    """Three `rmq-ha controller` processes (the one launcher's), each stopped by its pid."""
 
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
         self.root = root
         self.args = args
-        self.ports = _free_ports(3)
+        self.ports = free_ports(3)
         self.addrs = [f"127.0.0.1:{p}" for p in self.ports]
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-
-    def _conf(self, i: int) -> Path:
-        a = self.args
-        values = {
-            "controllerDLegerPeers": ";".join(f"n{j}-{x}" for j, x in enumerate(self.addrs)),
-            "controllerDLegerSelfId": f"n{i}",
-            "controllerStorePath": self.root / "store",
-            "heartBeatTimeIntervalMs": a.heartbeat_ms,
-            "maxHeartBeatLeak": a.leak,
-            "minVoteIntervalMs": a.min_vote_ms,
-            "maxVoteIntervalMs": a.max_vote_ms,
-        }
-        path = self.root / f"controller-{i}.conf"
-        path.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
-        return path
+        a = args
+        self.procs = [
+            role_proc(
+                root,
+                "controller",
+                f"controller-{i}",
+                {
+                    "controllerDLegerPeers": ";".join(
+                        f"n{j}-{x}" for j, x in enumerate(self.addrs)
+                    ),
+                    "controllerDLegerSelfId": f"n{i}",
+                    "controllerStorePath": root / "store",
+                    "heartBeatTimeIntervalMs": a.heartbeat_ms,
+                    "maxHeartBeatLeak": a.leak,
+                    "minVoteIntervalMs": a.min_vote_ms,
+                    "maxVoteIntervalMs": a.max_vote_ms,
+                },
+                args=["--log-level", "info"],
+            )
+            for i in range(3)
+        ]
 
     def start(self, i: int) -> None:
-        (self.root / f"ready-{i}").unlink(missing_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "rmq_ha.cli",
-            "controller",
-            "-c",
-            str(self._conf(i)),
-            "--ready-file",
-            str(self.root / f"ready-{i}"),
-            "--log-level",
-            "info",
-        ]
-        with open(self.root / f"controller-{i}.log", "ab") as log:
-            self.procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        self.procs[i].start()
 
     async def wait_ready(self, i: int, timeout_s: float = 30.0) -> None:
-        with trio.fail_after(timeout_s):
-            while not (self.root / f"ready-{i}").exists():
-                if self.procs[i].poll() is not None:
-                    log = (self.root / f"controller-{i}.log").read_text()
-                    raise RuntimeError(f"controller {i} exited:\n{log}")
-                await trio.sleep(0.02)
+        await self.procs[i].wait_ready(timeout_s)
 
     def leader_term(self) -> int:
         """The highest term in which any node served as leader, from the driver's logs."""
         terms = [0]
-        for i in range(3):
-            text = (self.root / f"controller-{i}.log").read_bytes()
-            terms += [int(t) for t in _SERVING_RE.findall(text)]
+        for p in self.procs:
+            terms += [int(t) for t in _SERVING_RE.findall(p.log.read_bytes())]
         return max(terms)
 
-    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.pop(i)
-        os.kill(proc.pid, sig)
-        proc.wait(timeout=10)
+    def kill(self, i: int) -> None:
+        self.procs[i].kill()
 
     def stop_all(self) -> None:
-        for i in list(self.procs):
-            try:
-                self.kill(i, signal.SIGTERM)
-            except subprocess.TimeoutExpired:
-                self.kill(i, signal.SIGKILL)
+        stop_all(self.procs)
 
 
 # --- commit latency ----------------------------------------------------------------------------

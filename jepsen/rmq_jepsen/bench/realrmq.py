@@ -1,18 +1,19 @@
 """A real Apache RocketMQ 5.x namesrv + single-master broker on loopback, from Maven Central jars.
 
-The one launcher of the real RocketMQ pair: `rmq-ha bench produce` uses it as its baseline and
-tests/interop/real_rocketmq.py (the interop tests) is a thin wrapper around it.
+The real RocketMQ pair: `rmq-ha bench produce` uses it as its baseline and
+tests/interop/real_rocketmq.py (the interop tests) is a thin wrapper around it. The JVMs are
+processes of the one launcher (`rmq_jepsen.launch.java_proc`): config file, log, ready once the
+log says so, stopped by pid with their process groups.
 
 It needs a source checkout of rmq_ha: the jars come from tests/interop/real/pom.xml
 (`mvn dependency:copy-dependencies`, cached under tests/interop/.build/real-rocketmq/lib), and
-the builds, process control and cluster type are those of the interop harness
-(tests/interop/harness.py, imported from the checkout by `interop_harness()`). Both JVMs run with
-small heaps, a sandboxed user.home (logs) and a store in the given work dir, bound to 127.0.0.1
-on ports picked at start-up, and are stopped by pid.
+the builds and cluster type are those of the interop harness (tests/interop/harness.py, imported
+from the checkout by `interop_harness()`). Both JVMs run with small heaps, a sandboxed user.home
+(logs) and a store in the given work dir, bound to 127.0.0.1 on ports picked at start-up.
 
 Standalone use:
 
-    python -m rmq_ha.bench.realrmq [--workdir DIR]    (or python tests/interop/real_rocketmq.py)
+    python -m rmq_jepsen.bench.realrmq [--workdir DIR]    (or python tests/interop/real_rocketmq.py)
 
 prints `namesrv=HOST:PORT broker=HOST:PORT` and runs until SIGINT/SIGTERM, then stops both JVMs.
 """
@@ -21,16 +22,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from rmq_jepsen import checkout
+from rmq_jepsen.launch import (
+    LOOPBACK,
+    Proc,
+    free_port,
+    java_proc,
+    wait_until,
+    write_properties,
+)
 
 BROKER_NAME = "broker-a"
 CLUSTER_NAME = "DefaultCluster"
@@ -47,20 +58,16 @@ class NeedsCheckout(RuntimeError):
 
 
 def source_checkout() -> Path:
-    """The rmq_ha source checkout: $RMQ_HA_SOURCE, else the one this package is installed from
-    (an editable install: python/rmq_ha/ inside the checkout), else the current directory."""
-    candidates = []
-    if os.environ.get("RMQ_HA_SOURCE"):
-        candidates.append(Path(os.environ["RMQ_HA_SOURCE"]))
-    candidates += [Path(__file__).resolve().parents[3], Path.cwd()]
-    for root in candidates:
-        if (root / "tests" / "interop" / "harness.py").is_file():
-            return root.resolve()
-    raise NeedsCheckout(
-        "this needs a source checkout of rmq_ha (tests/interop/: the Java harness and the real "
-        "RocketMQ pom); run it from the checkout, install rmq_ha editable from it (`make dev`), "
-        "or set RMQ_HA_SOURCE=/path/to/checkout"
-    )
+    """The rmq_ha source checkout with the interop harness (see `rmq_jepsen.checkout.find`,
+    also tried: the current directory)."""
+    root = checkout.find(require="tests/interop/harness.py", cwd=True)
+    if root is None:
+        raise NeedsCheckout(
+            "this needs a source checkout of rmq_ha (tests/interop/: the Java harness and the "
+            "real RocketMQ pom); run it from the checkout, install rmq_jepsen editable from it "
+            f"(`make dev`), or set {checkout.ENV}=/path/to/checkout"
+        )
+    return root
 
 
 def require_tools(*tools: str) -> None:
@@ -83,30 +90,9 @@ def interop_harness() -> ModuleType:
     return importlib.import_module("harness")
 
 
-def _java(lib: Path, home: Path, jvm: list[str], main: str, conf: Path) -> list[str]:
-    return [
-        "java",
-        *jvm,
-        f"-Drocketmq.home.dir={home}",
-        f"-Duser.home={home}",
-        "-Djava.net.preferIPv4Stack=true",
-        "-cp",
-        f"{lib}/*",
-        main,
-        "-c",
-        str(conf),
-    ]
-
-
-def _grep(proc: Any, pattern: re.Pattern[str]) -> str | None:
-    try:
-        m = pattern.search(proc.log.read_text(errors="replace"))
-    except OSError:
-        return None
-    return m.group(1) if m else None
-
-
-def start_real(workdir: Path, timeout: float = 90.0, extra_broker_conf: str = "") -> Any:
+def start_real(
+    workdir: Path, timeout: float = 90.0, extra_broker_conf: Mapping[str, Any] | None = None
+) -> Any:
     """Starts namesrv then broker; returns a harness.Cluster once the namesrv lists the broker's
     master. On any failure, whatever was started is stopped (by pid) before the error propagates."""
     h = interop_harness()
@@ -115,58 +101,62 @@ def start_real(workdir: Path, timeout: float = 90.0, extra_broker_conf: str = ""
     workdir.mkdir(parents=True, exist_ok=True)
     home = workdir / "home"
     home.mkdir(exist_ok=True)
-    procs: list[Any] = []
+    procs: list[Proc] = []
     cluster = h.Cluster("real", "", "", BROKER_NAME, workdir, procs)
     try:
-        ns_conf = workdir / "namesrv.conf"
-        ns_conf.write_text(f"listenPort=0\nbindAddress={h.LOOPBACK}\n")
-        ns = h.spawn(
+        ns = java_proc(
             "real namesrv",
-            _java(lib, home, JVM_NAMESRV, "org.apache.rocketmq.namesrv.NamesrvStartup", ns_conf),
-            workdir / "namesrv.out",
-            workdir,
+            "org.apache.rocketmq.namesrv.NamesrvStartup",
+            classpath=f"{lib}/*",
+            conf=write_properties(
+                workdir / "namesrv.conf", {"listenPort": 0, "bindAddress": LOOPBACK}
+            ),
+            log=workdir / "namesrv.out",
+            ready=_NS_BOOT,
+            jvm=JVM_NAMESRV,
+            home=home,
+            cwd=workdir,
         )
-        procs.append(ns)
-        namesrv = h.wait_for("real namesrv boot", lambda: _grep(ns, _NS_BOOT), timeout, procs)
+        procs.append(ns.start())
+        namesrv = ns.wait_ready_sync(timeout)
 
         # The broker listens on P, its fast (VIP) server on P-2 and its HA server on P+1.
-        port = h.free_port((-2, 0, 1))
+        port = free_port((-2, 0, 1))
         store = workdir / "store"
-        br_conf = workdir / "broker.conf"
-        br_conf.write_text(
-            "\n".join(
-                [
-                    f"brokerClusterName={CLUSTER_NAME}",
-                    f"brokerName={BROKER_NAME}",
-                    "brokerId=0",
-                    "brokerRole=ASYNC_MASTER",
-                    "flushDiskType=ASYNC_FLUSH",
-                    f"namesrvAddr={namesrv}",
-                    f"brokerIP1={h.LOOPBACK}",
-                    f"brokerIP2={h.LOOPBACK}",
-                    f"bindAddress={h.LOOPBACK}",
-                    f"listenPort={port}",
-                    f"haListenPort={port + 1}",
-                    f"storePathRootDir={store}",
-                    f"storePathCommitLog={store / 'commitlog'}",
-                    "autoCreateTopicEnable=true",
-                    "autoCreateSubscriptionGroup=true",
-                    "mappedFileSizeCommitLog=67108864",
-                    "diskMaxUsedSpaceRatio=95",
-                    extra_broker_conf,
-                    "",
-                ]
-            )
-        )
-        br = h.spawn(
+        values: dict[str, Any] = {
+            "brokerClusterName": CLUSTER_NAME,
+            "brokerName": BROKER_NAME,
+            "brokerId": 0,
+            "brokerRole": "ASYNC_MASTER",
+            "flushDiskType": "ASYNC_FLUSH",
+            "namesrvAddr": namesrv,
+            "brokerIP1": LOOPBACK,
+            "brokerIP2": LOOPBACK,
+            "bindAddress": LOOPBACK,
+            "listenPort": port,
+            "haListenPort": port + 1,
+            "storePathRootDir": store,
+            "storePathCommitLog": store / "commitlog",
+            "autoCreateTopicEnable": "true",
+            "autoCreateSubscriptionGroup": "true",
+            "mappedFileSizeCommitLog": 67108864,
+            "diskMaxUsedSpaceRatio": 95,
+            **(extra_broker_conf or {}),
+        }
+        br = java_proc(
             "real broker",
-            _java(lib, home, JVM_BROKER, "org.apache.rocketmq.broker.BrokerStartup", br_conf),
-            workdir / "broker.out",
-            workdir,
+            "org.apache.rocketmq.broker.BrokerStartup",
+            classpath=f"{lib}/*",
+            conf=write_properties(workdir / "broker.conf", values),
+            log=workdir / "broker.out",
+            ready=_BROKER_BOOT,
+            jvm=JVM_BROKER,
+            home=home,
+            cwd=workdir,
         )
-        procs.append(br)
-        broker = h.wait_for("real broker boot", lambda: _grep(br, _BROKER_BOOT), timeout, procs)
-        h.wait_for(
+        procs.append(br.start())
+        broker = br.wait_ready_sync(timeout)
+        wait_until(
             "real broker registered with the namesrv",
             lambda: h.cluster_brokers(namesrv).get(BROKER_NAME, {}).get("0") == broker,
             timeout,
@@ -195,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             f"started_in={time.monotonic() - t0:.1f}s pids={[p.pid for p in cluster.procs]}",
             flush=True,
         )
-        while all(p.alive() for p in cluster.procs):
+        while all(p.alive for p in cluster.procs):
             time.sleep(1)
     except KeyboardInterrupt:
         pass

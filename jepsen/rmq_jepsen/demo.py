@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rmq_ha._native import Message, Store, decode_stored_record
+from rmq_jepsen.launch import Proc
 
 TOPIC = "DemoTopic"
 QUEUES = 8
@@ -113,23 +112,23 @@ def write_and_read(
 
 def crash_and_recover(root: Path, seconds: float, console: Console) -> dict[str, Any]:
     seg = 1 << 20
-    child = subprocess.Popen(
+    child = Proc(
+        "demo writer",
         [sys.executable, "-c", CHILD, str(root), str(seg)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+        root.parent / f"{root.name}-writer.log",
+        stdout="pipe",
+    ).start()
     durable: list[int] = []
     try:
-        assert child.stdout is not None
+        assert child.popen is not None and child.popen.stdout is not None
         t0 = time.monotonic()
         with console.status("child process appending; SIGKILL coming..."):
-            for line in child.stdout:
+            for line in child.popen.stdout:
                 durable.append(int(line))
                 if time.monotonic() - t0 >= seconds:
                     break
     finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=10)
+        child.kill()
     last_durable = durable[-1] if durable else 0
 
     # What the log held at the kill (appends after the last report may be there too).

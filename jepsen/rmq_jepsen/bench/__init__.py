@@ -1,4 +1,11 @@
-"""Benchmarks: each prints its figure, a baseline measured in the same run, and their ratio."""
+"""Benchmarks (`rmq-ha bench ...`): each prints its figure, a baseline measured in the same run,
+and their ratio. They live in the bench package, not in the broker's wheel; `add_parsers` adds
+them to `rmq-ha bench` through the CLI plugin (`rmq_jepsen.cli`).
+
+`store` (the storage engine against a plain writer), `produce` (against a real RocketMQ),
+`controller` (commit latency, leader failover), `ha` (replication cost, master failover),
+`acting-master` (slave-acting-master takeover), `history` (the campaign recorder; registered
+by `rmq_jepsen.cli`). Processes come from `rmq_jepsen.launch`; clusters from `.cluster`."""
 
 from __future__ import annotations
 
@@ -7,6 +14,14 @@ import os
 import platform
 import time
 from typing import Any
+
+
+def add_parsers(bench_sub: Any) -> None:
+    """The benchmark subcommands of `rmq-ha bench` (each module's `add_parser`)."""
+    from rmq_jepsen.bench import acting, controller, ha, produce, store
+
+    for mod in (store, produce, controller, ha, acting):
+        mod.add_parser(bench_sub)
 
 
 def machine() -> dict[str, Any]:
