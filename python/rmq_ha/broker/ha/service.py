@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EPOCH_FILE = "epochFileCheckpoint"
 CLASSIC_EPOCH = 1
 
 
@@ -50,7 +49,8 @@ class HaService:
         self.cfg = cfg
         self.store = store
         self.controller_mode = cfg.enable_controller_mode
-        self.epochs = EpochFile(cfg.store_root / EPOCH_FILE)
+        cfg.epoch_file_path.parent.mkdir(parents=True, exist_ok=True)
+        self.epochs = EpochFile(cfg.epoch_file_path)
         self.self_id = self_id  # the controller-assigned id (controller mode) or brokerId
         self.master_epoch = self.epochs.last_epoch() or 0
         self.is_master = False
