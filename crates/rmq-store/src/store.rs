@@ -31,7 +31,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rmq_wire::message::{MessageIn, RecordView};
 
-use rmq_wire::message::{decode_record_checked, Decoded, MAGIC_V1, MAGIC_V2};
+use rmq_wire::message::{
+    decode_record_checked, decode_record_structure, Decoded, MAGIC_V1, MAGIC_V2,
+};
 
 use crate::checkpoint::{Checkpoint, CheckpointFile, CheckpointLoad};
 use crate::commitlog::{
@@ -1737,7 +1739,7 @@ fn read_queue_locked(
             let skip = match inner.quarantine.containing(u.phys_offset) {
                 Some(e) => Some(skipped_for(next, e)),
                 None => match inner.log.read_record(u.phys_offset) {
-                    Ok(r) => match record_mismatch(&inner.log, &key, next, &u, &r) {
+                    Ok(r) => match record_mismatch(&key, next, &u, &r) {
                         None => {
                             if !records.is_empty() && bytes + r.len() > max_bytes {
                                 break 'scan;
@@ -1797,13 +1799,7 @@ fn skipped_for(index: u64, e: &QuarantineEntry) -> SkippedUnit {
 }
 
 /// Why a valid record does not belong at queue position `index` (None: it does).
-fn record_mismatch(
-    log: &CommitLog,
-    key: &(String, i32),
-    index: u64,
-    u: &CqUnit,
-    r: &RecordBuf,
-) -> Option<String> {
+fn record_mismatch(key: &(String, i32), index: u64, u: &CqUnit, r: &RecordBuf) -> Option<String> {
     if r.len() != u.size as usize {
         return Some(format!(
             "consume queue says {} bytes, the record at {} has {}",
@@ -1812,11 +1808,11 @@ fn record_mismatch(
             r.len()
         ));
     }
-    let (topic_ok, qid, qo) = log
-        .with_record_structure(u.phys_offset, |v| {
-            (v.topic == key.0.as_bytes(), v.queue_id, v.queue_offset)
-        })
-        .ok()?;
+    // The bytes were validated by the read: only the fields are needed.
+    let (topic_ok, qid, qo) = match decode_record_structure(r.as_slice()) {
+        Ok(Decoded::Record(v)) => (v.topic == key.0.as_bytes(), v.queue_id, v.queue_offset),
+        _ => return None,
+    };
     (!(topic_ok && qid == key.1 && qo == index as i64)).then(|| {
         format!(
             "consume queue unit {index} points at a record of another queue (queue id {qid}, \
@@ -2032,7 +2028,7 @@ fn unit_mismatch(
         });
     }
     match log.read_record(u.phys_offset) {
-        Ok(r) => Ok(record_mismatch(log, key, index, u, &r)),
+        Ok(r) => Ok(record_mismatch(key, index, u, &r)),
         Err(StoreError::CorruptRecord { reason, .. }) => {
             found.extend(quarantine_for_unit(
                 log, quarantine, cqs, key, index, u, &reason,
