@@ -46,6 +46,9 @@ use crate::dispatch::{DispatchState, PendingUnit, QueueKey};
 use crate::error::{IoContext, Result, StoreError};
 use crate::quarantine::{Quarantine, QuarantineEntry, QuarantineLoad, QueueRef};
 
+/// How often the consume-queue manifest's counts are refreshed when only they changed.
+const MANIFEST_REFRESH: Duration = Duration::from_secs(10);
+
 /// Units a filtered read looks at per call at most (RocketMQ's maxFilterMessageCount).
 pub const MAX_FILTER_SCAN: usize = 16_000;
 
@@ -265,8 +268,8 @@ struct Core {
     /// Serialises checkpoint writers (the flush thread, `checkpoint()`, truncation, close).
     ckpt_lock: Mutex<()>,
     ckpt_file: CheckpointFile,
-    /// The consume-queue manifest bytes last written.
-    manifest_written: Mutex<Vec<u8>>,
+    /// The consume-queue manifest last written, and when.
+    manifest_written: Mutex<(Vec<ManifestEntry>, Option<Instant>)>,
     closed: AtomicBool,
 }
 
@@ -484,6 +487,12 @@ impl Core {
     /// checkpoint never claims more than is durable. After a failed sync checkpoints stop (the
     /// dirty marks are gone), which costs a longer replay on restart but never loses data.
     fn checkpoint_now(&self) -> Result<Checkpoint> {
+        self.checkpoint_with(false)
+    }
+
+    /// [`Core::checkpoint_now`]; `exact_manifest` rewrites the consume-queue manifest whenever
+    /// it changed (open, close, truncation), not only when the set of queues did.
+    fn checkpoint_with(&self, exact_manifest: bool) -> Result<Checkpoint> {
         if let Some(e) = lock(&self.ckpt_broken).clone() {
             return Err(StoreError::Io {
                 path: self.cfg.root.join("checkpoint"),
@@ -513,7 +522,7 @@ impl Core {
                 self.dispatched.load(Ordering::Acquire),
                 self.effective_confirm(),
                 inner.last_store_ts,
-                cq_manifest::encode(&manifest),
+                manifest,
             )
         };
         let synced = files
@@ -524,13 +533,28 @@ impl Core {
             *lock(&self.ckpt_broken) = Some(e.to_string());
             return Err(e);
         }
-        // Every count in the manifest is durable now; it is written before the checkpoint, so a
-        // checkpoint's dispatch point never runs ahead of the manifest.
+        // Every count in the manifest is durable now. It is written before the checkpoint
+        // whenever the set of queues changed or a count went down (truncation), so every queue
+        // with units below a checkpoint's dispatch point is listed and no count is too high;
+        // counts that only grew are refreshed at most every MANIFEST_REFRESH (a lower count is
+        // still a valid lower bound), which keeps its fsyncs off the busy path.
         {
             let mut written = lock(&self.manifest_written);
-            if *written != manifest {
-                cq_manifest::store(&self.cfg.root, &manifest)?;
-                *written = manifest;
+            let (old, at) = &*written;
+            let same_set = old.len() == manifest.len()
+                && old
+                    .iter()
+                    .zip(&manifest)
+                    .all(|(a, b)| a.topic == b.topic && a.queue_id == b.queue_id);
+            let lowered = same_set
+                && old
+                    .iter()
+                    .zip(&manifest)
+                    .any(|(a, b)| b.max_offset < a.max_offset);
+            let due = at.map_or(true, |t| t.elapsed() >= MANIFEST_REFRESH) && *old != manifest;
+            if !same_set || lowered || due || (exact_manifest && *old != manifest) {
+                cq_manifest::store(&self.cfg.root, &cq_manifest::encode(&manifest))?;
+                *written = (manifest, Some(Instant::now()));
             }
         }
         let flushed = self.shared.flushed_offset();
@@ -913,7 +937,7 @@ impl Store {
             ckpt_broken: Mutex::new(None),
             ckpt_lock: Mutex::new(()),
             ckpt_file,
-            manifest_written: Mutex::new(Vec::new()),
+            manifest_written: Mutex::new((Vec::new(), None)),
             closed: AtomicBool::new(false),
             cfg,
         });
@@ -921,7 +945,7 @@ impl Store {
             let mut inner = core.inner()?;
             core.dispatch(&mut inner)?;
         }
-        core.checkpoint_now()?;
+        core.checkpoint_with(true)?;
         let weak = Arc::downgrade(&core);
         let thread = std::thread::Builder::new()
             .name("rmq-store-flush".into())
@@ -1478,7 +1502,7 @@ impl Store {
             Core::note_queue_offsets(log, quarantine, state, dispatched, offset)?;
             self.core.dispatch(&mut inner)?;
         }
-        self.core.checkpoint_now()?;
+        self.core.checkpoint_with(true)?;
         Ok(())
     }
 
@@ -1533,7 +1557,7 @@ impl Store {
     }
 
     pub fn checkpoint(&self) -> Result<Checkpoint> {
-        self.core.checkpoint_now()
+        self.core.checkpoint_with(true)
     }
 
     /// Retention (RocketMQ's `deleteExpiredFile`): deletes, oldest first, commitlog segments
@@ -1629,7 +1653,7 @@ impl Store {
             self.core.dispatched.store(offset, Ordering::Release);
             self.core.confirm.store(offset, Ordering::Release);
         }
-        self.core.checkpoint_now()?;
+        self.core.checkpoint_with(true)?;
         Ok(())
     }
 
@@ -1659,7 +1683,7 @@ impl Store {
             let _ = t.join();
         }
         let flushed = self.core.shared.flush();
-        let ckpt = self.core.checkpoint_now();
+        let ckpt = self.core.checkpoint_with(true);
         lock(&self.core.inner).closed = true;
         self.core.notify();
         flushed?;
