@@ -17,6 +17,7 @@ from rmq_ha.controller import (
     rank_key,
     scan_need_reelect,
 )
+from rmq_ha.controller.elect import Election
 
 C, A = "cluster", "broker-a"
 Code = ResponseCode
@@ -32,11 +33,12 @@ def policy(
 ) -> int | None:
     return default_elect_policy(
         sync_state_set=sss,
-        all_replicas=everyone,
+        replicas=everyone if everyone is not None else sss,
+        unclean=everyone is not None,
         old_master=old,
         prefer_broker_id=prefer,
         live_info=live.get,
-    )
+    ).master
 
 
 def up(epoch: int = 0, offset: int = 0, priority: int = 2**31 - 1) -> BrokerLiveInfo:
@@ -311,3 +313,129 @@ def test_elect_events_from_a_stale_state_are_refused_at_apply() -> None:
     before = ctl.state.snapshot()
     assert not ctl.state.apply(second[0])  # both named epoch 1; only one master may hold it
     assert ctl.state.snapshot() == before
+
+
+# --- eligibility: a replica that lost data (issue 13) ----------------------------------------
+
+
+def torn(epoch: int, offset: int, *, need: int, need_epoch: int) -> BrokerLiveInfo:
+    """A live replica whose log ends at `offset` but once held everything below `need`."""
+    return BrokerLiveInfo(
+        alive=True,
+        epoch=epoch,
+        max_offset=offset,
+        catch_up_offset=need,
+        catch_up_epoch=need_epoch,
+    )
+
+
+def election(
+    live: dict[int, BrokerLiveInfo],
+    sss: set[int],
+    replicas: set[int],
+    *,
+    unclean: bool = False,
+    old: int | None = None,
+    prefer: int | None = None,
+) -> Election:
+    return default_elect_policy(
+        sync_state_set=sss,
+        replicas=replicas,
+        unclean=unclean,
+        old_master=old,
+        prefer_broker_id=prefer,
+        live_info=live.get,
+    )
+
+
+def test_issue_13_a_torn_master_is_never_reelected_and_a_covering_replica_recovers() -> None:
+    """The crash loop: replica 1 became master at epoch 5 (start 392889, set {1}); its tail
+    was torn below that. It is the only member, alive, and must not be elected again, not
+    even as the live old master; replica 2 (epoch 3 history past 392889) covers it and is
+    chosen by a recovery election; replica 3 does not cover it."""
+    live = {
+        1: torn(3, 348_953, need=392_889, need_epoch=3),
+        2: up(epoch=3, offset=400_000),
+        3: up(epoch=3, offset=300_000),
+    }
+    e = election(live, {1}, {1, 2, 3}, old=1)
+    assert (e.master, e.recovery) == (2, True)
+    # Without replica 2 nobody covers it: no master, and the answer says why.
+    del live[2]
+    e = election(live, {1}, {1, 2, 3}, old=1)
+    assert e.master is None
+    assert "must catch up to offset 392889" in e.why_none
+    assert "3 at 300000" in e.why_none
+
+
+def test_a_covering_replica_needs_the_history_not_only_the_length() -> None:
+    """A replica with a longer log of an older epoch (a tail that diverged before epoch 3)
+    does not cover a member that held epoch 3's bytes."""
+    live = {1: torn(3, 100, need=5_000, need_epoch=3), 2: up(epoch=2, offset=10**6)}
+    assert election(live, {1}, {1, 2}).master is None
+    live[2] = up(epoch=4, offset=5_000)
+    assert election(live, {1}, {1, 2}).master == 2
+
+
+def test_recovery_waits_for_a_member_that_is_down() -> None:
+    """Member 2 is down and may hold acknowledged writes nobody else has: wait for it rather
+    than recover from outside the set, as when the whole set is down."""
+    live = {1: torn(3, 100, need=500, need_epoch=3), 3: up(epoch=3, offset=900)}
+    e = election(live, {1, 2}, {1, 2, 3})
+    assert e.master is None and "member 2 is down" in e.why_none
+    live[2] = up(epoch=3, offset=700)
+    assert election(live, {1, 2}, {1, 2, 3}).master == 2
+
+
+def test_a_clean_member_beats_recovery_and_a_designation_cannot_bypass_it() -> None:
+    live = {1: torn(3, 100, need=500, need_epoch=3), 2: up(epoch=3, offset=600)}
+    live[3] = up(epoch=3, offset=900)
+    e = election(live, {1, 2}, {1, 2, 3})
+    assert (e.master, e.recovery) == (2, False)
+    # An admin naming a non-member while a clean member exists gets nobody (as before).
+    assert election(live, {1, 2}, {1, 2, 3}, prefer=3).master is None
+
+
+def test_unclean_election_never_picks_a_replica_that_lost_data() -> None:
+    live = {1: torn(3, 100, need=500, need_epoch=3), 2: torn(3, 50, need=900, need_epoch=3)}
+    assert election(live, {1}, {1, 2}, unclean=True).master is None
+
+
+def test_scan_reelects_a_live_master_that_lost_data() -> None:
+    ctl = group()
+    assert ctl.request(ElectMasterRequest.of_broker_trigger(C, A, 1)).ok
+    ctl.set_live(C, A, 1, epoch=1, max_offset=10)
+    assert scan_need_reelect(ctl.state, ctl.live) == []
+    ctl.set_live(C, A, 1, epoch=1, max_offset=10, catch_up_offset=50, catch_up_epoch=1)
+    assert scan_need_reelect(ctl.state, ctl.live) == [A]
+
+
+def test_recovery_election_end_to_end_marks_the_set_and_satisfies_the_invariants() -> None:
+    from rmq_ha.controller import InvariantChecker
+
+    checker = InvariantChecker()
+    ctl = group()
+    assert ctl.request(ElectMasterRequest.of_broker_trigger(C, A, 1)).ok
+    checker.observe(ctl.state)
+    ctl.set_live(C, A, 1, epoch=1, max_offset=10, catch_up_offset=50, catch_up_epoch=1)
+    ctl.set_live(C, A, 2, epoch=1, max_offset=60)
+    result = handle(ctl.state, ElectMasterRequest.of_controller_trigger(A), ctl.live)
+    assert result.events == (ElectMasterEvent(A, 2, 2, 2, recovery=True),)
+    assert ctl.state.apply(result.events[0])
+    assert ctl.state.broker_sets[A].master_by_recovery
+    checker.observe(ctl.state)  # outside the set, but a recovery election: allowed
+    # The same change without the recovery mark is what the invariant exists to catch.
+    bad = InvariantChecker()
+    ctl2 = group()
+    assert ctl2.request(ElectMasterRequest.of_broker_trigger(C, A, 1)).ok
+    bad.observe(ctl2.state)
+    assert ctl2.state.apply(ElectMasterEvent(A, 2, 2, 2))
+    with pytest.raises(AssertionError, match="outside the SyncStateSet"):
+        bad.observe(ctl2.state)
+
+
+def test_a_broker_that_lost_data_does_not_win_the_first_election() -> None:
+    ctl = group()
+    ctl.set_live(C, A, 2, catch_up_offset=10, catch_up_epoch=1)
+    result = handle(ctl.state, ElectMasterRequest.of_broker_trigger(C, A, 2), ctl.live)
+    assert result.response.code == Code.CONTROLLER_ELECT_MASTER_FAILED

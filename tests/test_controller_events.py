@@ -149,6 +149,17 @@ def test_restored_state_behaves_the_same() -> None:
     assert restored.snapshot() == state.snapshot()
 
 
+def test_version_1_snapshots_restore_without_the_recovery_flag() -> None:
+    """Snapshots written before issue 13 (v1) have no masterByRecovery: read as false."""
+    obj = json.loads(busy_controller().state.snapshot())
+    obj["version"] = 1
+    for bs in obj["brokerSets"]:
+        del bs["masterByRecovery"]
+    restored = ControllerState.restore(json.dumps(obj).encode())
+    assert not any(bs.master_by_recovery for bs in restored.broker_sets.values())
+    assert restored.snapshot() == busy_controller().state.snapshot()
+
+
 def test_empty_state_snapshot() -> None:
     assert ControllerState.restore(ControllerState().snapshot()) == ControllerState()
 
@@ -167,7 +178,9 @@ def snapshot_with(path: list[object], value: object) -> bytes:
     [
         b"{}",
         snapshot_with(["format"], "other"),
-        snapshot_with(["version"], 2),
+        snapshot_with(["version"], 3),
+        snapshot_with(["version"], 1),  # a v1 snapshot has no masterByRecovery key
+        snapshot_with(["version"], True),
         snapshot_with(["brokerSets"], {}),
         snapshot_with(["brokerSets", 0, "masterEpoch"], "1"),
         snapshot_with(["brokerSets", 0, "syncStateSet"], [2, 2]),

@@ -284,6 +284,35 @@ def test_heartbeat_table_keeps_the_best_progress_and_expires() -> None:
     assert table.drop_connection(conn) == [key]
 
 
+def test_heartbeat_table_a_restarted_broker_replaces_its_progress_issue_13() -> None:
+    """A heartbeat on a new connection (the broker restarted, maybe with a torn log) replaces
+    the old (epoch, maxOffset): the old values describe a log that may no longer exist, and
+    the controller must not rank the replica by them. The catch-up position is always the
+    latest heartbeat's."""
+    table = HeartbeatTable(lambda: 1000)
+
+    def beat(epoch: int, offset: int, conn: object, need: int | None = None) -> None:
+        h = BrokerHeartbeatRequestHeader(
+            cluster_name="c", broker_addr="a:1", broker_name="b", broker_id=1, epoch=epoch,
+            max_offset=offset, confirm_offset=offset, catch_up_offset=need,
+            catch_up_epoch=None if need is None else epoch,
+        )  # fmt: skip
+        table.on_heartbeat(h, conn)
+
+    first, second = object(), object()
+    beat(5, 392_889, first)
+    beat(3, 348_953, first, need=392_889)  # same connection: progress kept, catch-up taken
+    info = next(iter(table.view().values()))
+    assert (info.epoch, info.max_offset, info.catch_up_offset) == (5, 392_889, 392_889)
+    assert not info.electable
+    beat(3, 348_953, second, need=392_889)
+    info = next(iter(table.view().values()))
+    assert (info.epoch, info.max_offset) == (3, 348_953)
+    beat(3, 400_000, second)
+    info = next(iter(table.view().values()))
+    assert info.electable and info.catch_up_offset is None
+
+
 def test_controller_config_keys_and_checks(tmp_path: Path) -> None:
     text = (
         "controllerDLegerGroup = g1\n"

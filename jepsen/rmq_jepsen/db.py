@@ -67,6 +67,13 @@ TOPOLOGIES: dict[str, Topology] = {
             doc="a group of 2 replicas, allAckInSyncStateSet, minInSyncReplicas=2",
         ),
         Topology(
+            "controller-mis2",
+            "controller",
+            min_in_sync=2,
+            doc="3 replicas, allAckInSyncStateSet, minInSyncReplicas=2: no single-copy window "
+            "(a new master refuses writes until a slave has rejoined its SyncStateSet)",
+        ),
+        Topology(
             "controller-noack",
             "controller",
             all_ack=False,

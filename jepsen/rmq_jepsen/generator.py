@@ -32,7 +32,7 @@ FAULTS: dict[str, tuple[str, ...]] = {
     "pause": ("pause-one", "pause-minority", "pause-master", "pause-leader"),
     "clock": ("clock-bump", "clock-strobe"),
     "netem": ("netem-delay", "netem-loss"),
-    "file": ("file-truncate", "file-bitflip"),
+    "file": ("file-truncate", "file-bitflip", "file-truncate-master", "file-bitflip-master"),
 }
 
 VARIANT_FAMILY: dict[str, str] = {v: fam for fam, vs in FAULTS.items() for v in vs}

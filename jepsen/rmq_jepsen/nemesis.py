@@ -546,17 +546,28 @@ class Nemesis:
     # ---- file faults -------------------------------------------------------------------------
 
     async def _start_file(self, ev: gen.FaultEvent, key: str) -> Active:
+        """Kills a broker and damages its commitlog's tail as a power loss would (truncate:
+        zeroes; bitflip: flipped bits in the last MiB). `-master` variants hit the current
+        master (a newly elected one that loses its tail is issue 13's case); the others a
+        random running broker."""
         brokers = [r for r in self.db.brokers() if r.name not in self.db.down]
+        why = ""
+        if ev.variant.endswith("-master"):
+            master, why = await self._master()
+            brokers = [r for r in brokers if master is not None and r.name == master.name]
+            if not brokers:
+                return self._begin(ev, key, [], f"skipped: no running master ({why})", [])
+            why = f" ({why})"
         if not brokers:
             raise RuntimeError("no running broker to corrupt")
         role = self.rng.choice(brokers)
-        mode = "truncate" if ev.variant == "file-truncate" else "bitflip"
+        mode = "truncate" if ev.variant.startswith("file-truncate") else "bitflip"
         undo = [{"op": "restart", "host": self.db.host(role).to_json(), "role": role.name}]
         act = self._begin(
             ev,
             key,
             [role.node],
-            f"{mode} the commitlog tail of {role.name} while it is stopped (kill -9 first)",
+            f"{mode} the commitlog tail of {role.name} while it is stopped (kill -9 first){why}",
             undo,
         )
         act.restart = [role.name]

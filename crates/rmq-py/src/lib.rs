@@ -800,6 +800,18 @@ impl EpochFile {
     fn truncate_prefix_by_offset(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
         py.detach(|| self.with(|f| f.truncate_prefix_by_offset(offset)))
     }
+    /// Cuts entries starting past `max_offset` and entries wholly below `min_offset` (see
+    /// rmq_store::epoch::EpochFile::reconcile); returns (dropped_suffix, dropped_prefix).
+    #[allow(clippy::type_complexity)]
+    fn reconcile(
+        &self,
+        py: Python<'_>,
+        min_offset: u64,
+        max_offset: u64,
+    ) -> PyResult<(Vec<(u32, u64)>, Vec<(u32, u64)>)> {
+        let r = py.detach(|| self.with(|f| f.reconcile(min_offset, max_offset)))?;
+        Ok((r.dropped_suffix, r.dropped_prefix))
+    }
     fn find_by_epoch(&self, epoch: u32) -> PyResult<Option<(u32, u64, u64)>> {
         self.with(|f| {
             Ok(f.find_by_epoch(epoch)

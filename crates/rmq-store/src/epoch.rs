@@ -68,6 +68,15 @@ pub struct EpochEntry {
     pub end_offset: u64,
 }
 
+/// What [`EpochFile::reconcile`] dropped, as `(epoch, start_offset)` pairs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EpochReconcile {
+    /// Entries that started past the log's max offset.
+    pub dropped_suffix: Vec<(u32, u64)>,
+    /// Entries wholly below the log's min offset.
+    pub dropped_prefix: Vec<(u32, u64)>,
+}
+
 /// Where [`EpochFile::open`] found the entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EpochLoadSource {
@@ -232,6 +241,38 @@ impl EpochFile {
             return Ok(());
         }
         self.commit(self.entries[drop..].to_vec())
+    }
+
+    /// Makes the file agree with a log that holds `[min_offset, max_offset)`, as recovery
+    /// must before the broker takes any role (issue 13; RocketMQ's `changeToMaster` cuts the
+    /// same entries after `truncateInvalidMsg`):
+    ///
+    /// * entries starting past `max_offset` describe bytes this replica no longer has (a torn
+    ///   tail cut at recovery) and are dropped; an entry starting exactly at `max_offset` owns
+    ///   no bytes yet and stays. The first entry is never dropped this way: a log with bytes
+    ///   but no epoch would look like a new replica and skip truncation at its next handshake.
+    /// * entries wholly below `min_offset` (old segments deleted by retention) are dropped from
+    ///   the front, as [`EpochFile::truncate_prefix_by_offset`] does.
+    ///
+    /// Persists only if something changed; returns the dropped entries.
+    pub fn reconcile(&mut self, min_offset: u64, max_offset: u64) -> Result<EpochReconcile> {
+        let keep_end = self
+            .entries
+            .partition_point(|&(_, s)| s <= max_offset)
+            .max(self.entries.len().min(1));
+        let suffix = self.entries[keep_end..].to_vec();
+        let kept = &self.entries[..keep_end];
+        let drop_front = kept
+            .get(1..)
+            .map_or(0, |rest| rest.partition_point(|&(_, s)| s <= min_offset));
+        let prefix = kept[..drop_front].to_vec();
+        if !suffix.is_empty() || !prefix.is_empty() {
+            self.commit(kept[drop_front..].to_vec())?;
+        }
+        Ok(EpochReconcile {
+            dropped_suffix: suffix,
+            dropped_prefix: prefix,
+        })
     }
 
     fn entry_at(&self, i: usize) -> EpochEntry {
@@ -877,6 +918,53 @@ mod tests {
         assert_eq!(reopen(&path).0, vec![(5, 200)]);
         f.truncate_prefix_by_offset(u64::MAX).unwrap();
         assert_eq!(f.raw_entries(), &[(5, 200)]);
+    }
+
+    #[test]
+    fn reconcile_cuts_entries_past_the_log_end_and_before_its_start() {
+        // Issue 13: a master elected at epoch 5 (start 392889) lost its unflushed tail, and
+        // recovery cut its log to 348953: epochs 5 must go, or appending epoch 6 at the log's
+        // end is refused and the broker can never become master again.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("epochFileCheckpoint");
+        let (mut f, _) = EpochFile::open(&path).unwrap();
+        for (e, s) in [(1, 0), (3, 100_000), (5, 392_889)] {
+            f.append(e, s).unwrap();
+        }
+        let r = f.reconcile(0, 348_953).unwrap();
+        assert_eq!(r.dropped_suffix, vec![(5, 392_889)]);
+        assert!(r.dropped_prefix.is_empty());
+        assert_eq!(f.raw_entries(), &[(1, 0), (3, 100_000)]);
+        f.append(6, 348_953).unwrap();
+        let (again, _) = EpochFile::open(&path).unwrap();
+        assert_eq!(again.raw_entries(), &[(1, 0), (3, 100_000), (6, 348_953)]);
+
+        // An epoch starting exactly at the end owns no bytes yet: kept. Entries that end at or
+        // below the min offset go from the front (retention), never the last one.
+        let r = f.reconcile(100_000, 348_953).unwrap();
+        assert_eq!(r.dropped_prefix, vec![(1, 0)]);
+        assert!(r.dropped_suffix.is_empty());
+        assert_eq!(f.raw_entries(), &[(3, 100_000), (6, 348_953)]);
+        let r = f.reconcile(400_000, 400_000).unwrap();
+        assert_eq!(r.dropped_prefix, vec![(3, 100_000)]);
+        assert_eq!(f.raw_entries(), &[(6, 348_953)]);
+        // Nothing to change: nothing written, nothing reported.
+        assert_eq!(
+            f.reconcile(400_000, 400_000).unwrap(),
+            EpochReconcile::default()
+        );
+    }
+
+    #[test]
+    fn reconcile_keeps_the_first_entry_of_a_log_cut_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("epochFileCheckpoint");
+        let (mut f, _) = EpochFile::open(&path).unwrap();
+        f.append(2, 5_000).unwrap();
+        f.append(4, 9_000).unwrap();
+        let r = f.reconcile(0, 1_000).unwrap();
+        assert_eq!(r.dropped_suffix, vec![(4, 9_000)]);
+        assert_eq!(f.raw_entries(), &[(2, 5_000)]);
     }
 
     #[test]

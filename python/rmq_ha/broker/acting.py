@@ -258,7 +258,7 @@ class ActingMaster:
             if min_id == MASTER_ID and min_addr:
                 b.master_addr = min_addr
                 if not ha_addr:
-                    ha_addr = await self._ask_master_ha(min_addr)
+                    ha_addr = await self.ask_master_ha(min_addr)
                 if ha_addr:
                     b.ha.slave.set_master(ha_addr)
                 b.wake_parked_pulls()
@@ -283,14 +283,14 @@ class ActingMaster:
             log.info("%s id %d stops acting as master", b.cfg.broker_name, self.self_id)
         await b.special.change_status(acting, b.nursery)
 
-    async def _ask_master_ha(self, master_addr: str) -> str | None:
+    async def ask_master_ha(self, master_addr: str) -> str | None:
         """EXCHANGE_BROKER_HA_INFO with no HA address: the master answers with its own."""
         cmd = RemotingCommand.request(
             RC.EXCHANGE_BROKER_HA_INFO, ExchangeHAInfoRequestHeader().to_ext()
         )
         try:
             r = await self.broker.outbound.invoke(master_addr, cmd, 3.0)
-        except RemotingError as e:
+        except (RemotingError, OSError) as e:
             log.debug("HA info from %s: %s", master_addr, e)
             return None
         if r.code != Resp.SUCCESS:
@@ -346,7 +346,7 @@ class ActingMaster:
             return True
         master = members.get(MASTER_ID)
         if master is not None:
-            ha = await self._ask_master_ha(master)
+            ha = await self.ask_master_ha(master)
             if ha is None:
                 return False
             b.master_addr = master

@@ -6,6 +6,7 @@ change, plus a light heartbeat every brokerHeartbeatInterval."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -335,9 +336,20 @@ class Broker:
         self._nursery.start_soon(self._find_master_ha, epoch)
 
     async def _find_master_ha(self, epoch: int) -> None:
-        """Registers until a name server names the controller's master (it may still list the
-        old one for a moment) and hands its HA address to the HA client."""
+        """Finds the HA address of the controller's master and hands it to the HA client:
+        asked of the master itself (EXCHANGE_BROKER_HA_INFO, 906), so a slave follows as soon
+        as the master has taken its role, however slow or cut off the name servers are (the
+        new master acknowledges writes alone until a slave rejoins, issue 13); otherwise from
+        a name server's answer to our registration (it may still list the old master for a
+        moment)."""
         while not self.ha.is_master and self.ha.master_epoch == epoch:
+            master = self.master_addr
+            if master is not None and master != self.address:
+                ha_addr = await self.acting.ask_master_ha(master)
+                if ha_addr and not self.ha.is_master and self.ha.master_epoch == epoch:
+                    self.ha.slave.set_master(ha_addr)
+                    await self.register_all()
+                    return
             if self._follow_master(await self.register_all()):
                 return
             await trio.sleep(0.3)
@@ -365,6 +377,7 @@ class Broker:
     async def epoch_cache(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_EPOCH_CACHE (1007): this replica's epochs and offsets, as JSON."""
         native = self.store.native
+        debt = self.ha.catch_up()
         cache = EpochEntryCache(
             cluster_name=self.cfg.cluster_name,
             broker_name=self.cfg.broker_name,
@@ -385,6 +398,8 @@ class Broker:
             "slaveState": self.ha.slave.status.state,
             "refused": self.ha.slave.status.refused,
             "truncatedTo": self.ha.slave.status.truncated_to,
+            # Issue 13: what this replica lost and must catch up to before it may be master.
+            "catchUp": None if debt is None else dataclasses.asdict(debt),
             # Slave acting master (classic mode) and FMQ fencing.
             "actingMaster": self.acting_master,
             "isolated": self.acting.isolated,

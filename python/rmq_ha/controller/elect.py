@@ -9,6 +9,16 @@ higher epoch, then higher maxOffset, then LOWER electionPriority (brokerElection
 default Integer.MAX_VALUE; lower is preferred), then, our addition, lower broker id, so the
 choice never depends on set iteration order. The values are compared as Python ints, never as
 a difference cast to int, which is RocketMQ #10578 (a replica 2**31 bytes behind could win).
+
+Eligibility (ours, issue 13; the argument is in docs/ha.md): a replica whose log ends below
+what it is known to have held (it lost its unflushed tail, or recovery cut a damaged record)
+reports `catchUpOffset`/`catchUpEpoch` in its heartbeat and is never elected, not even as the
+live old master, until it has caught up from a replica that has the data. When every member
+of the SyncStateSet is alive but must catch up, the group is not left masterless for ever: a
+*recovery election* picks, from all replicas, the best one whose log covers what every member
+is known to have held (its last epoch at least the member's catch-up epoch, its max offset at
+least the member's catch-up offset). If a member is down, the group waits for it (it may hold
+acknowledged writes nobody else has), as it does when the whole set is down.
 """
 
 from __future__ import annotations
@@ -32,6 +42,22 @@ class BrokerLiveInfo:
     confirm_offset: int = 0
     election_priority: int = DEFAULT_ELECTION_PRIORITY
     last_heartbeat_ms: int = 0
+    #: The replica once held every byte below this offset and lost some of them: not
+    #: electable until its max offset is back at it (None: nothing lost).
+    catch_up_offset: int | None = None
+    #: The epoch of the last byte below `catch_up_offset` in the replica's epoch history.
+    catch_up_epoch: int = 0
+
+    @property
+    def electable(self) -> bool:
+        return self.alive and self.catch_up_offset is None
+
+    def covers(self, other: BrokerLiveInfo) -> bool:
+        """Whether this replica's log holds what `other` must catch up to: the same history
+        up to `other.catch_up_offset` (see the module doc)."""
+        if other.catch_up_offset is None:
+            return True
+        return self.epoch >= other.catch_up_epoch and self.max_offset >= other.catch_up_offset
 
 
 class BrokerKey(NamedTuple):
@@ -53,6 +79,19 @@ def is_alive(info: BrokerLiveInfo | None) -> bool:
     return info is not None and info.alive
 
 
+def is_electable(info: BrokerLiveInfo | None) -> bool:
+    return info is not None and info.electable
+
+
+class Election(NamedTuple):
+    """The policy's answer: the new master (None: nobody), how it was chosen, and why not
+    when nobody was."""
+
+    master: int | None
+    recovery: bool = False
+    why_none: str = ""
+
+
 def rank_key(broker_id: int, info: BrokerLiveInfo) -> tuple[int, int, int, int]:
     """Sort key, smallest = best candidate."""
     return (-info.epoch, -info.max_offset, info.election_priority, broker_id)
@@ -61,17 +100,79 @@ def rank_key(broker_id: int, info: BrokerLiveInfo) -> tuple[int, int, int, int]:
 def default_elect_policy(
     *,
     sync_state_set: Collection[int],
-    all_replicas: Collection[int] | None,
+    replicas: Collection[int],
+    unclean: bool,
     old_master: int | None,
     prefer_broker_id: int | None,
     live_info: LiveInfoFn,
-) -> int | None:
-    """DefaultElectPolicy.elect: try the SyncStateSet, then (only when unclean election is on,
-    signalled by `all_replicas` not None) every replica. None means no candidate."""
+) -> Election:
+    """DefaultElectPolicy.elect plus the eligibility rule of the module doc: try the
+    SyncStateSet; then, when every member is alive but must catch up, a recovery election
+    among all `replicas` that cover them; then (only with `unclean`, RocketMQ's
+    enableElectUncleanMaster) every electable replica."""
     chosen = _try_elect(sync_state_set, old_master, prefer_broker_id, live_info)
-    if chosen is None and all_replicas is not None:
-        chosen = _try_elect(all_replicas, old_master, prefer_broker_id, live_info)
-    return chosen
+    if chosen is not None:
+        return Election(chosen)
+    recovered = _recovery_elect(sync_state_set, replicas, prefer_broker_id, live_info)
+    if recovered is not None:
+        return Election(recovered, recovery=True)
+    if unclean:
+        chosen = _try_elect(replicas, old_master, prefer_broker_id, live_info)
+        if chosen is not None:
+            return Election(chosen)
+    return Election(None, why_none=_why_none(sync_state_set, replicas, live_info))
+
+
+def _recovery_elect(
+    sync_state_set: Collection[int],
+    replicas: Collection[int],
+    prefer: int | None,
+    live_info: LiveInfoFn,
+) -> int | None:
+    """Every member alive and none electable (they all lost data): the best replica that
+    covers what each of them is known to have held."""
+    members = [m for i in sync_state_set if (m := live_info(i)) is not None and m.alive]
+    if not members or len(members) < len(sync_state_set):
+        return None  # a member that is down may hold writes nobody else has: wait for it
+    if any(m.electable for m in members):
+        return None  # a clean candidate exists (a designation that named another failed)
+    pool = {
+        i: info
+        for i in replicas
+        if (info := live_info(i)) is not None
+        and info.electable
+        and all(info.covers(m) for m in members)
+    }
+    if not pool:
+        return None
+    if prefer is not None:
+        return prefer if prefer in pool else None
+    return min(pool, key=lambda i: rank_key(i, pool[i]))
+
+
+def _why_none(
+    sync_state_set: Collection[int], replicas: Collection[int], live_info: LiveInfoFn
+) -> str:
+    """Why no replica can be master, for the answer's remark and the logs."""
+    parts = []
+    for i in sorted(sync_state_set):
+        info = live_info(i)
+        if info is None or not info.alive:
+            parts.append(f"SyncStateSet member {i} is down")
+        elif info.catch_up_offset is not None:
+            parts.append(
+                f"SyncStateSet member {i} lost data and must catch up to offset "
+                f"{info.catch_up_offset} (epoch {info.catch_up_epoch}); it is at "
+                f"{info.max_offset} (epoch {info.epoch})"
+            )
+    others = []
+    for i in sorted(set(replicas) - set(sync_state_set)):
+        info = live_info(i)
+        if info is not None and info.alive:
+            others.append(f"{i} at {info.max_offset} (epoch {info.epoch})")
+    if others:
+        parts.append("no other live replica holds that: " + ", ".join(others))
+    return "; ".join(parts) or "the SyncStateSet is empty"
 
 
 def _try_elect(
@@ -80,7 +181,7 @@ def _try_elect(
     prefer: int | None,
     live_info: LiveInfoFn,
 ) -> int | None:
-    alive = {i: info for i in pool if (info := live_info(i)) is not None and info.alive}
+    alive = {i: info for i in pool if (info := live_info(i)) is not None and info.electable}
     if not alive:
         return None
     # A live old master stays unless an admin designated someone else: no needless failover.
@@ -93,7 +194,8 @@ def _try_elect(
 
 
 def scan_need_reelect(state: ControllerState, live: LiveView) -> list[str]:
-    """Broker sets whose master is dead while some replica lives (scanNeedReelectBrokerSets).
+    """Broker sets whose master is dead, or alive but lost data it must catch up (issue 13),
+    while some replica lives (scanNeedReelectBrokerSets).
 
     The leader runs this every scanInactiveMasterInterval and fires a controller-triggered
     election for each. A dead slave never lists a set (the RocketMQ #8380 scenario).
@@ -101,7 +203,7 @@ def scan_need_reelect(state: ControllerState, live: LiveView) -> list[str]:
     names = []
     for name, bs in sorted(state.broker_sets.items()):
         info = live_info_fn(live, bs)
-        if bs.master_broker_id is None or is_alive(info(bs.master_broker_id)):
+        if bs.master_broker_id is None or is_electable(info(bs.master_broker_id)):
             continue
         if any(is_alive(info(i)) for i in bs.replicas):
             names.append(name)

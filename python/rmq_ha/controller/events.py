@@ -64,12 +64,15 @@ class ElectMasterEvent:
 
     `master_epoch` / `sync_state_set_epoch` are the values after the event: masterEpoch+1, and
     syncStateSetEpoch+1 when elected (the set becomes {new master}) or unchanged when not.
+    `recovery`: the master comes from outside the SyncStateSet because every member lost data
+    (issue 13, `elect.py`); encoded only when true, so older logs decode unchanged.
     """
 
     broker_name: str
     new_master_broker_id: int | None
     master_epoch: int
     sync_state_set_epoch: int
+    recovery: bool = False
 
     @property
     def elected(self) -> bool:
@@ -129,13 +132,16 @@ def event_to_json(event: Event) -> dict[str, Any]:
                 "registerCheckCode": event.register_check_code,
             }
         case ElectMasterEvent():
-            return {
+            out: dict[str, Any] = {
                 "type": int(EventType.ELECT_MASTER),
                 "brokerName": event.broker_name,
                 "newMasterBrokerId": event.new_master_broker_id,
                 "masterEpoch": event.master_epoch,
                 "syncStateSetEpoch": event.sync_state_set_epoch,
             }
+            if event.recovery:
+                out["recovery"] = True
+            return out
         case AlterSyncStateSetEvent():
             return {
                 "type": int(EventType.ALTER_SYNC_STATE_SET),
@@ -177,6 +183,7 @@ def _elect(o: Mapping[str, Any]) -> Event:
         new_master_broker_id=_json.get_opt_int(o, "newMasterBrokerId"),
         master_epoch=_json.get_int(o, "masterEpoch"),
         sync_state_set_epoch=_json.get_int(o, "syncStateSetEpoch"),
+        recovery=_json.get_bool(o, "recovery") if "recovery" in o else False,
     )
 
 

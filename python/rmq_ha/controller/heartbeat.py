@@ -4,8 +4,11 @@ Brokers send BROKER_HEARTBEAT (904) to every controller, so every node, and henc
 elected leader, already knows who is alive. An entry is alive while `now - last <= timeout`
 (the timeout comes with each heartbeat, default 10 s). The (epoch, maxOffset, confirmOffset)
 triple only moves forward: it is replaced when the heartbeat's epoch is larger, or equal with a
-larger maxOffset. Not-alive entries are dropped by `expire` (the periodic scan) and when the
-broker's connection closes (`drop_connection`, RocketMQ's BrokerHousekeepingService).
+larger maxOffset, on one connection; a heartbeat on a new connection (a restarted broker, whose
+log may now be shorter) replaces it, since the old values describe a log that may no longer
+exist. The catch-up position (issue 13) always comes from the latest heartbeat. Not-alive
+entries are dropped by `expire` (the periodic scan) and when the broker's connection closes
+(`drop_connection`, RocketMQ's BrokerHousekeepingService).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class LiveEntry:
     election_priority: int
     #: The connection the last heartbeat came on (any object with identity), or None.
     conn: object | None = None
+    catch_up_offset: int | None = None
+    catch_up_epoch: int = 0
 
     def alive(self, now_ms: int) -> bool:
         return now_ms - self.last_update_ms <= self.timeout_ms
@@ -48,6 +53,8 @@ class LiveEntry:
             confirm_offset=self.confirm_offset,
             election_priority=self.election_priority,
             last_heartbeat_ms=self.last_update_ms,
+            catch_up_offset=self.catch_up_offset,
+            catch_up_epoch=self.catch_up_epoch,
         )
 
 
@@ -79,11 +86,16 @@ class HeartbeatTable:
                 _or(h.confirm_offset, -1),
                 priority,
                 conn,
+                h.catch_up_offset,
+                _or(h.catch_up_epoch, 0),
             )
             return True
+        same_conn = conn is None or prev.conn is conn
         prev.broker_addr, prev.last_update_ms, prev.timeout_ms = h.broker_addr, now, timeout
         prev.election_priority, prev.conn = priority, conn
-        if epoch > prev.epoch or (epoch == prev.epoch and max_offset > prev.max_offset):
+        prev.catch_up_offset, prev.catch_up_epoch = h.catch_up_offset, _or(h.catch_up_epoch, 0)
+        forward = epoch > prev.epoch or (epoch == prev.epoch and max_offset > prev.max_offset)
+        if forward or not same_conn:
             prev.epoch, prev.max_offset = epoch, max_offset
             prev.confirm_offset = _or(h.confirm_offset, -1)
         return False

@@ -5,8 +5,9 @@ after every `apply` on every node (one checker shared by all nodes of a simulati
 * masterEpoch and syncStateSetEpoch never decrease on a node (also across a set's removal and
   re-creation, thanks to the tombstones in `state.py`);
 * at most one master per (brokerName, masterEpoch), across all nodes and the whole history;
-* a newly elected master was in the previous SyncStateSet, unless unclean election is on or it
-  is the set's first election (where RocketMQ lets the requesting broker win outright).
+* a newly elected master was in the previous SyncStateSet, unless unclean election is on, it
+  is the set's first election (where RocketMQ lets the requesting broker win outright), or it
+  was a recovery election (every member had lost data, issue 13: `elect.py`).
 After a node restores a snapshot (restart), call `forget_node` first: its state legitimately
 jumps back to the snapshot and then replays forward.
 """
@@ -107,7 +108,9 @@ class InvariantChecker:
             problems.append(f"{name}: master changed within epoch {bs.master_epoch}")
         new_master = bs.master_broker_id
         elected_now = new_master is not None and bs.master_epoch == prev.master_epoch + 1
-        clean_required = not (self.enable_elect_unclean_master or prev.first_time)
+        clean_required = not (
+            self.enable_elect_unclean_master or prev.first_time or bs.master_by_recovery
+        )
         if elected_now and prev.present and clean_required:
             if new_master not in prev.sync_state_set:
                 problems.append(

@@ -216,28 +216,33 @@ def elect_master(
     """ReplicasInfoManager.electMaster.
 
     First election of a set (no ElectMaster event yet): the requesting broker wins outright
-    (RocketMQ); we additionally require it to be a registered replica. Otherwise the policy
+    (RocketMQ); we additionally require it to be a registered replica that lost no data.
+    Otherwise the policy
     (`elect.default_elect_policy`). Keeping the live old master answers 2011 with no event. With no
     candidate, a controller-triggered request records "no master" (masterEpoch+1, set kept,
     2004) and a broker/admin one fails (2012); we skip the "no master" event when there
-    already is no master, since it would only bump the epoch again.
+    already is no master, since it would only bump the epoch again. The remark says why no
+    replica qualifies (down, or lost data that no live replica holds).
     """
     bs = state.get(req.broker_name)
     if bs is None:
         code = Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
         return _result(ElectMasterResponse(code=code, remark="broker set not registered"))
-    new_master = _choose_master(bs, req, live, config)
+    choice = _choose_master(bs, req, live, config)
+    new_master = choice.master
     if new_master is not None and new_master == bs.master_broker_id:
         return _result(_master_still_exists(bs))
     if new_master is not None:
-        return _elected(bs, new_master)
+        return _elected(bs, new_master, choice.recovery)
     if req.requester is not None:
         code = Code.CONTROLLER_ELECT_MASTER_FAILED
-        return _result(ElectMasterResponse(code=code, remark="no candidate can be master"))
+        return _result(
+            ElectMasterResponse(code=code, remark=f"no candidate can be master: {choice.why_none}")
+        )
     has_master = bs.master_broker_id is not None
     resp = ElectMasterResponse(
         code=Code.CONTROLLER_MASTER_NOT_AVAILABLE,
-        remark="the master is down and no candidate can replace it",
+        remark=f"no candidate can be master: {choice.why_none}",
         master_epoch=bs.master_epoch + 1 if has_master else bs.master_epoch,
         sync_state_set_epoch=bs.sync_state_set_epoch,
         sync_state_set=frozenset(bs.sync_state_set),
@@ -250,16 +255,22 @@ def elect_master(
 
 def _choose_master(
     bs: BrokerSet, req: ElectMasterRequest, live: LiveView, config: ControllerConfig
-) -> int | None:
+) -> elect.Election:
     requester = req.requester
+    info = live_info_fn(live, bs)
     if bs.is_first_time_for_elect and requester in bs.replicas:
-        return requester
+        # RocketMQ: the first requester wins outright (it may not have heartbeated yet); but
+        # never one that says it lost data (issue 13).
+        first = info(requester)
+        if first is None or first.catch_up_offset is None:
+            return elect.Election(requester)
     return elect.default_elect_policy(
         sync_state_set=bs.sync_state_set,
-        all_replicas=set(bs.replicas) if config.enable_elect_unclean_master else None,
+        replicas=set(bs.replicas),
+        unclean=config.enable_elect_unclean_master,
         old_master=bs.master_broker_id,
         prefer_broker_id=requester if req.designate_elect else None,
-        live_info=live_info_fn(live, bs),
+        live_info=info,
     )
 
 
@@ -276,9 +287,15 @@ def _master_still_exists(bs: BrokerSet) -> ElectMasterResponse:
     )
 
 
-def _elected(bs: BrokerSet, new_master: int) -> ControllerResult[ElectMasterResponse]:
+def _elected(
+    bs: BrokerSet, new_master: int, recovery: bool = False
+) -> ControllerResult[ElectMasterResponse]:
     event = ElectMasterEvent(
-        bs.broker_name, new_master, bs.master_epoch + 1, bs.sync_state_set_epoch + 1
+        bs.broker_name,
+        new_master,
+        bs.master_epoch + 1,
+        bs.sync_state_set_epoch + 1,
+        recovery=recovery,
     )
     resp = ElectMasterResponse(
         master_broker_id=new_master,

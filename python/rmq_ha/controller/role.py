@@ -276,6 +276,10 @@ class ControllerNode:
                 h.broker_id,
                 h.broker_addr,
             )
+        if h.catch_up_offset is not None:
+            # A replica that lost data (issue 13): if it is the master, replace it now rather
+            # than at the next inactive-master scan.
+            self._on_broker_inactive(BrokerKey(h.cluster_name, h.broker_name, h.broker_id))
         self._watch(conn)
         return cmd.response(Code.SUCCESS, "Heart beat success")
 
@@ -328,12 +332,13 @@ class ControllerNode:
     # -- elections and notices -----------------------------------------------------------------
 
     def _on_broker_inactive(self, key: BrokerKey) -> None:
-        """onBrokerInactive: the leader re-elects when the dead broker was the master."""
+        """onBrokerInactive: the leader re-elects when the dead broker (or one that lost data
+        and may not stay master) was the master."""
         if not self.driver.serving:
             return
         bs = self.state.get(key.broker_name)
         if bs is not None and bs.master_broker_id == key.broker_id:
-            log.warning("master %s is inactive: electing a new one", key)
+            log.warning("master %s is inactive or lost data: electing a new one", key)
             self.trigger_elect(key.broker_name)
 
     def trigger_elect(self, broker_name: str) -> None:
@@ -365,6 +370,16 @@ class ControllerNode:
         cluster name (for the answer's member group)."""
         bs = self.state.get(broker_name)
         cluster = bs.cluster_name if bs is not None else None
+        if resp.code == Code.SUCCESS and bs is not None and bs.master_by_recovery:
+            log.warning(
+                "%s: recovery election: master %s (epoch %s) from outside the SyncStateSet, "
+                "whose members all lost data it holds",
+                broker_name,
+                resp.master_broker_id,
+                resp.master_epoch,
+            )
+        elif resp.code == Code.CONTROLLER_MASTER_NOT_AVAILABLE:
+            log.warning("%s: no master: %s", broker_name, resp.remark)
         if resp.code == Code.SUCCESS and self.cfg.notify_broker_role_changed:
             self._notify_role_changed(cluster or "", broker_name, resp)
         return cluster

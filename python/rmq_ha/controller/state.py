@@ -34,7 +34,9 @@ from rmq_ha.controller.events import (
 
 FIRST_BROKER_CONTROLLER_ID = 1  # MixAll.FIRST_BROKER_CONTROLLER_ID
 SNAPSHOT_FORMAT = "rmq_ha.controller.state"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+#: Snapshot versions `restore` reads: 1 lacks `masterByRecovery` (false).
+READABLE_SNAPSHOT_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -57,6 +59,9 @@ class BrokerSet:
     sync_state_set_epoch: int = 0
     # masterEpoch when the set was created: 0, or a tombstone's epoch for a re-created set.
     initial_master_epoch: int = 0
+    #: The master was chosen from outside the SyncStateSet because every member had lost data
+    #: (a recovery election, issue 13); shown to operators, allowed by the invariants.
+    master_by_recovery: bool = False
 
     @property
     def master_address(self) -> str | None:
@@ -144,6 +149,7 @@ class ControllerState:
             bs.sync_state_set_epoch = event.sync_state_set_epoch
         bs.master_broker_id = new_master
         bs.master_epoch = event.master_epoch
+        bs.master_by_recovery = new_master is not None and event.recovery
         return True
 
     def _alter_sync_state_set(self, event: AlterSyncStateSetEvent) -> bool:
@@ -211,11 +217,12 @@ class ControllerState:
         """Inverse of `snapshot`; raises `DecodeError` on anything it did not write."""
         obj = _json.as_object(_json.loads(data), "snapshot")
         _json.exact_keys(obj, ("format", "version", "brokerSets", "retiredEpochs"), "snapshot")
-        if obj["format"] != SNAPSHOT_FORMAT or obj["version"] != SNAPSHOT_VERSION:
-            raise _json.DecodeError(f"unsupported snapshot {obj['format']!r} v{obj['version']!r}")
+        version = _json.get_int(obj, "version")
+        if obj["format"] != SNAPSHOT_FORMAT or version not in READABLE_SNAPSHOT_VERSIONS:
+            raise _json.DecodeError(f"unsupported snapshot {obj['format']!r} v{version!r}")
         state = cls()
         for item in _list(obj, "brokerSets"):
-            bs = _set_from_json(item)
+            bs = _set_from_json(item, version)
             if bs.broker_name in state.broker_sets:
                 raise _json.DecodeError(f"duplicate broker set {bs.broker_name!r}")
             state.broker_sets[bs.broker_name] = bs
@@ -237,6 +244,7 @@ _SET_KEYS = (
     "syncStateSet",
     "syncStateSetEpoch",
     "initialMasterEpoch",
+    "masterByRecovery",
 )
 
 
@@ -254,12 +262,14 @@ def _set_to_json(bs: BrokerSet) -> dict[str, Any]:
         "syncStateSet": sorted(bs.sync_state_set),
         "syncStateSetEpoch": bs.sync_state_set_epoch,
         "initialMasterEpoch": bs.initial_master_epoch,
+        "masterByRecovery": bs.master_by_recovery,
     }
 
 
-def _set_from_json(value: Any) -> BrokerSet:
+def _set_from_json(value: Any, version: int) -> BrokerSet:
     o = _json.as_object(value, "brokerSet")
-    _json.exact_keys(o, _SET_KEYS, "brokerSet")
+    keys = _SET_KEYS if version >= 2 else tuple(k for k in _SET_KEYS if k != "masterByRecovery")
+    _json.exact_keys(o, keys, "brokerSet")
     replicas: dict[int, Replica] = {}
     for item in _list(o, "replicas"):
         r = _json.as_object(item, "replica")
@@ -276,6 +286,7 @@ def _set_from_json(value: Any) -> BrokerSet:
         sync_state_set=set(_json.get_int_set(o, "syncStateSet")),
         sync_state_set_epoch=_json.get_int(o, "syncStateSetEpoch"),
         initial_master_epoch=_json.get_int(o, "initialMasterEpoch"),
+        master_by_recovery=_json.get_bool(o, "masterByRecovery") if version >= 2 else False,
     )
 
 

@@ -667,6 +667,10 @@ class BrokerHeartbeatRequestHeader(CommandHeader):
     confirm_offset: int | None = None
     heartbeat_timeout_mills: int | None = None
     election_priority: I32 | None = None
+    #: Ours (issue 13): the replica lost bytes below this offset (epoch of the last one) and is
+    #: not electable until it holds them again. Absent from RocketMQ's brokers: electable.
+    catch_up_offset: int | None = None
+    catch_up_epoch: I32 | None = None
 
 
 @dataclass(kw_only=True, slots=True)

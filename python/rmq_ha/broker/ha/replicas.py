@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from rmq_ha import faults
+from rmq_ha.broker.ha.service import RoleRefused
 from rmq_ha.clock import monotonic_ms
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient
@@ -197,7 +198,15 @@ class ReplicasManager:
         async with self._lock:
             ha = self.broker.ha
             if master_id == self.broker_id:
-                if ha.change_to_master(epoch, members, ss_epoch):
+                try:
+                    changed = ha.change_to_master(epoch, members, ss_epoch)
+                except RoleRefused as e:
+                    # Stay up and fenced; the heartbeat tells the controller why, and asking
+                    # for an election lets it pick a replica that can serve (issue 13).
+                    log.error("refusing to become master: %s", e)
+                    self.masterless = True
+                    return
+                if changed:
                     await self.broker.became_master(epoch)
                     await self._refresh_replica_addrs()
             elif epoch >= ha.master_epoch:
@@ -223,6 +232,7 @@ class ReplicasManager:
     def heartbeat_header(self) -> BrokerHeartbeatRequestHeader:
         native = self.broker.store.native
         ha = self.broker.ha
+        debt = ha.catch_up()
         return BrokerHeartbeatRequestHeader(
             cluster_name=self.cfg.cluster_name,
             broker_addr=self.broker.address,
@@ -233,6 +243,8 @@ class ReplicasManager:
             confirm_offset=native.confirm_offset,
             heartbeat_timeout_mills=self.cfg.controller_heartbeat_timeout_ms,
             election_priority=self.cfg.broker_election_priority,
+            catch_up_offset=None if debt is None else debt.offset,
+            catch_up_epoch=None if debt is None else debt.epoch,
         )
 
     async def heartbeat_once(self) -> None:

@@ -11,6 +11,12 @@ producer is on every SyncStateSet member, but a slave learns the master's confir
 with the next transfer, so acknowledged messages can lie above a new master's confirm offset.
 The new master keeps its whole (valid) log, appends the new epoch at its max offset, and the
 other replicas cut back to it on their handshake.
+
+Recovery (issue 13): before the broker takes any role, the epoch file is cut back to the
+recovered log (`EpochFile.reconcile`), and a replica whose log now ends below what it is known
+to have held owes a catch-up (`catchup.py`): it reports it to the controller with every
+heartbeat, refuses to become master (`RoleRefused`: it stays up, fenced, and says why) and
+clears the debt once replication brought its log back to that offset.
 """
 
 from __future__ import annotations
@@ -23,17 +29,25 @@ from typing import TYPE_CHECKING
 import trio
 
 from rmq_ha._native import EpochFile
+from rmq_ha.broker.ha import catchup
+from rmq_ha.broker.ha.catchup import CatchUp
 from rmq_ha.broker.ha.core import HaCore
 from rmq_ha.broker.ha.master import HaMaster
 from rmq_ha.broker.ha.slave import HaSlave
-from rmq_ha.config import BrokerConfig, BrokerRole
+from rmq_ha.config import EPOCH_FILE_NAME, BrokerConfig, BrokerRole
+from rmq_ha.errors import EpochConflictError
 
 if TYPE_CHECKING:
     from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
 
+EPOCH_FILE = EPOCH_FILE_NAME  # the default name; storePathEpochFile moves it
 CLASSIC_EPOCH = 1
+
+
+class RoleRefused(Exception):
+    """This replica cannot become master now; the message says why (it stays fenced)."""
 
 
 @dataclass
@@ -51,6 +65,7 @@ class HaService:
         self.controller_mode = cfg.enable_controller_mode
         cfg.epoch_file_path.parent.mkdir(parents=True, exist_ok=True)
         self.epochs = EpochFile(cfg.epoch_file_path)
+        self._catch_up = self._recover()
         self.self_id = self_id  # the controller-assigned id (controller mode) or brokerId
         self.master_epoch = self.epochs.last_epoch() or 0
         self.is_master = False
@@ -78,6 +93,55 @@ class HaService:
         )
         self.listeners: list[trio.SocketListener] = []
         self.port = 0
+
+    def _recover(self) -> CatchUp | None:
+        """Reconciles the epoch file with the recovered log, after persisting what the log
+        lost (if anything) so that a second crash cannot forget it."""
+        native = self.store.native
+        root = self.cfg.store_root
+        before = [(e, s) for e, s, _ in self.epochs.entries()]
+        report = native.open_report
+        clamped = report.get("confirm_clamped_from")
+        debt = catchup.catch_up_after_recovery(
+            before,
+            native.max_offset,
+            clamped if isinstance(clamped, int) else None,
+            catchup.load(root),
+        )
+        if debt is not None:
+            catchup.save(root, debt)
+            log.error(
+                "recovered log ends at %d, below what this replica held (%s): it must catch up "
+                "to %d (epoch %d) from a replica that has the data before it may be master",
+                native.max_offset,
+                debt.reason,
+                debt.offset,
+                debt.epoch,
+            )
+        else:
+            catchup.clear(root)
+        cut, dropped = self.epochs.reconcile(native.min_offset, native.max_offset)
+        if cut:
+            log.warning(
+                "epoch file: dropped %s, which start past the recovered log's end %d",
+                cut,
+                native.max_offset,
+            )
+        if dropped:
+            log.info("epoch file: dropped %s, wholly below the log's start", dropped)
+        return debt
+
+    def catch_up(self) -> CatchUp | None:
+        """The catch-up this replica still owes (None: none); cleared once the log reached it."""
+        debt = self._catch_up
+        if debt is not None and self.store.native.max_offset >= debt.offset:
+            catchup.clear(self.cfg.store_root)
+            self._catch_up = None
+            log.warning(
+                "caught up to %d (%s): this replica may be elected again", debt.offset, debt.reason
+            )
+            return None
+        return debt
 
     def _new_core(self, members: frozenset[int], ss_epoch: int) -> HaCore:
         core = HaCore(
@@ -160,7 +224,8 @@ class HaService:
     # ---- role changes (controller mode) -------------------------------------------------
 
     def change_to_master(self, epoch: int, members: frozenset[int], ss_epoch: int) -> bool:
-        """Becomes (or stays) master in `epoch`; False when the notice is stale."""
+        """Becomes (or stays) master in `epoch`; False when the notice is stale. Raises
+        `RoleRefused` (changing nothing) when this replica may not be master now."""
         native = self.store.native
         if epoch <= self.master_epoch and self.is_master:
             if ss_epoch > self.core.sync_state_set_epoch:
@@ -171,11 +236,21 @@ class HaService:
         if last is not None and epoch < last:
             log.warning("ignoring master epoch %d below our last epoch %d", epoch, last)
             return False
-        self.slave.set_master(None)
+        debt = self.catch_up()
+        if debt is not None:
+            raise RoleRefused(
+                f"elected master in epoch {epoch}, but this replica's log ends at "
+                f"{native.max_offset}, below what it held ({debt.reason}); it must catch up to "
+                f"{debt.offset} from a replica that has the data first"
+            )
         self.epochs.truncate_suffix_by_epoch(epoch)
         # #9689: with no write since the previous epoch, the new entry has the same start and
         # replaces the last one, so the file never holds two epochs at one offset.
-        self.epochs.append(epoch, native.max_offset)
+        try:
+            self.epochs.append(epoch, native.max_offset)
+        except EpochConflictError as e:
+            raise RoleRefused(f"cannot start epoch {epoch}: {e}") from e
+        self.slave.set_master(None)
         self.master_epoch = epoch
         if self.is_master:
             # Master again in a new epoch (changeToMasterWhenLastRoleIsMaster): the slaves'

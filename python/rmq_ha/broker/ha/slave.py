@@ -109,6 +109,8 @@ class HaSlave:
                     log.warning("HA: session with %s failed: %s", addr, e)
             self._session_scope = None
             self.status.state = "READY"
+            if self._master != addr:
+                continue  # pointed at another master: connect to it now, not after RETRY_S
             with trio.move_on_after(RETRY_S):
                 await self._changed.wait()
 
