@@ -23,7 +23,8 @@ RocketMQ's rules, as implemented here:
   the bytes (the space is freed when the last buffer is dropped).
 
 The store itself never deletes past min(flushed, dispatched) offsets. After a deletion the
-epoch file's prefix must follow the new min offset: `apply` calls `on_min_offset` for that.
+epoch file's prefix must follow the new min offset: `apply` calls `on_min_offset(new_min)` for
+that (for example `lambda m: epochs.reconcile(m, store.max_offset)`).
 """
 
 from __future__ import annotations
