@@ -46,7 +46,8 @@ def test_rocketmq_conf_file_is_read_with_rocketmq_key_names(tmp_path: Path) -> N
     assert cfg.listen_port == 10911
     assert cfg.store_root == Path("/tmp/rmq-store")
     assert cfg.auto_create_topic_enable is False
-    assert sorted(unknown) == ["deleteWhen", "fileReservedTime"]
+    assert unknown == []
+    assert (cfg.delete_when, cfg.file_reserved_time_h) == ("04", 48)
 
 
 def test_toml_accepts_field_names_and_rocketmq_names(tmp_path: Path) -> None:

@@ -199,3 +199,59 @@ async def test_without_a_controller_the_broker_serves_fenced_and_refuses_writes(
         assert p.alive, p.log.read_text()
     finally:
         p.kill()
+
+
+async def test_empty_slave_with_sync_from_last_file_starts_at_the_masters_last_segment(
+    tmp_path: Path,
+) -> None:
+    """syncFromLastFile (issue 15): an empty classic slave joining a master that already
+    wrote several commitlog segments gets the master's last segment first; its own log starts
+    there (non-zero min offset) and then replicates normally. Before, the slave's store refused
+    the first transfer (offset above its max offset 0) and never synced."""
+    seg = 64 * 1024
+    c = HaCluster(
+        tmp_path,
+        replicas=2,
+        controller_mode=False,
+        broker={"mappedFileSizeCommitLog": seg, "syncFromLastFile": "true"},
+    )
+    slave_log = tmp_path / "broker-1" / "commitlog"
+    try:
+        for p in c.namesrvs:
+            p.start()
+        for p in c.namesrvs:
+            await p.wait_ready()
+        c.brokers[0].start()
+        await c.brokers[0].wait_ready()
+        body = "x" * 1000
+        # A SYNC_MASTER without its slave stores each message and answers SLAVE_NOT_AVAILABLE.
+        codes = await send_codes_direct(c.broker_addr(0), [f"{i}:{body}" for i in range(300)])
+        assert all(code is not None for code in codes)
+        master_log = tmp_path / "broker-0" / "commitlog"
+        segments = sorted(int(f.name) for f in master_log.iterdir())
+        assert len(segments) >= 4, segments
+        last = segments[-1]
+        c.brokers[1].start()
+        await c.brokers[1].wait_ready()
+
+        async def synced() -> bool:
+            m, s = await c.status(0), await c.status(1)
+            return bool(
+                m and s and s["slaveState"] == "TRANSFER" and s["maxOffset"] == m["maxOffset"]
+            )
+
+        with trio.fail_after(30):
+            while not await synced():
+                await trio.sleep(0.1)
+        assert sorted(int(f.name) for f in slave_log.iterdir()) == [last]
+        # Then it replicates normally: new writes are acknowledged by the slave (SEND_OK) and
+        # the logs stay equal.
+        codes = await send_codes_direct(c.broker_addr(0), [f"more-{i}:{body}" for i in range(80)])
+        assert codes == [Resp.SUCCESS] * 80
+        with trio.fail_after(30):
+            while not await synced():
+                await trio.sleep(0.1)
+        files = sorted(int(f.name) for f in slave_log.iterdir())
+        assert files[0] == last and len(files) >= 2
+    finally:
+        c.stop()

@@ -1,5 +1,8 @@
-"""Recovery from damaged commitlog files: the valid prefix survives byte-for-byte, everything
-from the first damaged record on is cut (and never served), and the store keeps working.
+"""Recovery from a torn tail: damage past the durable point (the flushed offset of the last
+checkpoint; with the checkpoint gone nothing is known durable) keeps the valid prefix byte for
+byte, everything from the first damaged record on is cut (and never served), and the store
+keeps working. Damage *below* the durable point is quarantined instead (tests/
+test_store_damage.py).
 
 Recovery validates records from the segment holding the checkpoint's flushed/dispatched offset
 (the last one after a clean close); with the checkpoint gone it validates from offset 0. Damage
@@ -18,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmq_ha._native import Message, Store
-from rmq_ha.errors import CorruptRecordError, OffsetOutOfRangeError
+from rmq_ha.errors import CorruptRecordError, OffsetOutOfRangeError, QuarantinedRecordError
 from storeutil import (
     SEG,
     StoreFactory,
@@ -49,14 +52,26 @@ def body_of(index: int, rng: random.Random, size: int) -> bytes:
     return b"%05d|" % index + rng.randbytes(size)
 
 
-def write_store(root: Path, n: int, seed: int, max_body: int = 3000) -> list[Rec]:
+def write_store(
+    root: Path, n: int, seed: int, max_body: int = 3000, durable_after: int | None = None
+) -> list[Rec]:
+    """Writes `n` records. With `durable_after`, the checkpoint taken after that many records
+    is put back at the end, as if the process had died before any later checkpoint: the
+    records after it are past the durable point."""
     rng = random.Random(seed)
     s = Store(root, segment_size=SEG)
+    stale: bytes | None = None
     try:
         recs: list[Rec] = []
         i = 0
         while i < n:
+            if durable_after is not None and stale is None and i >= durable_after:
+                s.flush()
+                s.checkpoint()
+                stale = read_file(root / "checkpoint")
             k = min(n - i, rng.randrange(1, 12))
+            if durable_after is not None and i < durable_after:
+                k = min(k, durable_after - i)
             batch = [
                 Message("Dmg", j % 3, body_of(j, rng, rng.randrange(0, max_body)), b"TAGS\x01t\x02")
                 for j in range(i, i + k)
@@ -67,6 +82,8 @@ def write_store(root: Path, n: int, seed: int, max_body: int = 3000) -> list[Rec
             i += k
     finally:
         s.close()
+    if stale is not None:
+        (root / "checkpoint").write_bytes(stale)
     return recs
 
 
@@ -165,13 +182,18 @@ DAMAGE = ["flip", "truncate", "garbage", "zero"]
 def test_recovery_after_tail_damage_keeps_exactly_the_valid_prefix(
     tmp_path: Path, n: int, seed: int, kind: str, full_scan: bool, last_k: int, where: float
 ) -> None:
+    """A torn tail: the damage is in the last K records, written after the last checkpoint
+    (or the checkpoint is gone)."""
     with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         root = Path(d)
-        recs = write_store(root, n, seed)
+        recs = write_store(root, n, seed, durable_after=max(0, n - last_k))
         last_seg = max(log_files(root))
-        # Damage starts inside one of the last K records; without a full scan it must be in the
-        # last segment, the one recovery validates.
-        candidates = [r for r in recs[-last_k:] if full_scan or r.offset >= last_seg]
+        # Damage starts inside one of the last K records (written after the stale checkpoint,
+        # which may be in an earlier segment: recovery validates from there).
+        durable_from = max(0, n - last_k)
+        candidates = [r for r in recs[durable_from:] if full_scan or r.offset >= last_seg]
+        if not candidates:
+            candidates = recs[durable_from:]
         target = candidates[int(where * len(candidates))]
         rng = random.Random(seed ^ 0x5EED)
         pos = target.offset + rng.randrange(target.size)
@@ -228,15 +250,20 @@ def test_bit_flip_in_the_middle_of_the_log_is_detected_on_read_when_recovery_ski
     if prev.offset >= SEG:
         buf = s.read_range(SEG, 1 << 20, limit=target.offset)
         assert buf.end_offset == target.offset
-    s.close()
 
-    os.remove(root / "checkpoint")  # recovery now validates from offset 0 and cuts there
+    # The read quarantined it: known damage, never mistaken for a torn tail, even when the
+    # checkpoint is gone and recovery validates from offset 0 with no durable point.
+    assert [e["offset"] for e in s.quarantined()] == [target.offset]
+    s.close()
+    os.remove(root / "checkpoint")
     s = open_native(root)
-    assert s.open_report["cut_offset"] == target.offset
-    assert s.max_offset == target.offset
-    assert [x["physical_offset"] for x in scan_log(s)] == [
-        r.offset for r in recs if r.offset < target.offset
-    ]
+    assert s.open_report["cut_offset"] is None
+    assert s.max_offset == recs[-1].end
+    for r in recs:
+        if r is not target:
+            assert s.read_record(r.offset).tobytes() == r.raw
+    with pytest.raises(QuarantinedRecordError):
+        s.read_record(target.offset)
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,28 @@ class Store:
         max_bytes: int = 4194304,
         tag_codes: Sequence[int] | None = None,
     ) -> tuple[list[StoreBuffer], int, int, int]: ...
+    def read_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4194304,
+        tag_codes: Sequence[int] | None = None,
+    ) -> tuple[list[StoreBuffer], int, int, int, list[tuple[int, int, int, str]]]:
+        """(buffers, next_offset, min_offset, max_offset, skipped); skipped lists
+        (queue_offset, physical_offset, size, reason) of units not served (quarantined)."""
+    def quarantined(self) -> list[dict[str, object]]:
+        """Quarantined ranges: offset, size, reason, detected_ms, topic, queue_id,
+        queue_offset (the last three None when not known)."""
+    def repair_record(self, offset: int, data: bytes) -> list[tuple[str, int, int]]:
+        """Writes good bytes over the quarantined range at `offset` after checking them;
+        returns the (topic, queue_id, queue_offset) made readable again."""
+    def scrub(self, offset: int) -> tuple[int, list[dict[str, object]]]:
+        """Validates the segment holding `offset` from there on; (next offset, new ranges)."""
+    def status(self) -> dict[str, object]: ...
+    def start_at(self, offset: int) -> None:
+        """Starts an EMPTY store at `offset` (a segment boundary)."""
     def queue_min_offset(self, topic: str, queue_id: int) -> int: ...
     def queue_max_offset(self, topic: str, queue_id: int) -> int: ...
     def queue_unit(self, topic: str, queue_id: int, index: int) -> tuple[int, int, int]: ...
@@ -103,7 +125,9 @@ class Store:
     def flush_notify_fd(self) -> int: ...
     def flush_error(self) -> str | None: ...
     def checkpoint(self) -> dict[str, int]: ...
-    def delete_expired(self, reserved_ms: int) -> list[str]: ...
+    def delete_expired(
+        self, reserved_ms: int, *, clean_immediately: bool = False, max_files: int = 10
+    ) -> list[str]: ...
     def delete_segments_before(self, offset: int) -> list[str]: ...
     def segment_files(self) -> list[tuple[int, str]]: ...
     @property

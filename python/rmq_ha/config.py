@@ -20,6 +20,9 @@ from typing import Any, TypeVar, get_type_hints
 
 from rmq_ha.errors import ConfigError
 
+#: RocketMQ's epoch file name inside storePathRootDir.
+EPOCH_FILE_NAME = "epochFileCheckpoint"
+
 
 def rmq(key: str, default: Any, doc: str = "") -> Any:
     """A config field with its RocketMQ key."""
@@ -124,13 +127,37 @@ class BrokerConfig:
     namesrv_addr: str = rmq("namesrvAddr", "", "host:port;host:port")
     store_path_root_dir: str = rmq("storePathRootDir", "store")
     store_path_epoch_file: str = rmq(
-        "storePathEpochFile", "", "default <storePathRootDir>/epochFileCheckpoint"
+        "storePathEpochFile", "", "the epoch file; empty: <storePathRootDir>/epochFileCheckpoint"
     )
     commitlog_segment_bytes: int = rmq("mappedFileSizeCommitLog", 1 << 30)
     consume_queue_file_bytes: int = rmq("mappedFileSizeConsumeQueue", 300_000 * 20)
     flush_disk_type: FlushDiskType = rmq("flushDiskType", FlushDiskType.ASYNC_FLUSH)
     flush_interval_ms: int = rmq("flushIntervalCommitLog", 500)
     sync_flush_timeout_ms: int = rmq("syncFlushTimeout", 5000)
+    # -- retention and disk protection (rmq_ha.store_retention, RocketMQ's CleanCommitLogService)
+    file_reserved_time_h: int = rmq("fileReservedTime", 72, "hours a commitlog file is kept")
+    delete_when: str = rmq("deleteWhen", "04", "hours (00-23, ';'-separated) expired files go")
+    disk_max_used_space_ratio: int = rmq(
+        "diskMaxUsedSpaceRatio", 75, "percent: above it expired files go at any hour"
+    )
+    disk_space_clean_forcibly_ratio: int = rmq(
+        "diskSpaceCleanForciblyRatio", 85, "percent: above it files go before they expire"
+    )
+    disk_space_warning_level_ratio: int = rmq(
+        "diskSpaceWarningLevelRatio", 90, "percent: above it writes are refused"
+    )
+    destroy_mapped_file_interval_forcibly_ms: int = rmq(
+        "destroyMapedFileIntervalForcibly",
+        120_000,
+        "RocketMQ waits this long for readers of a deleted file; rmq_ha never waits",
+    )
+    delete_commit_log_files_interval_ms: int = rmq(
+        "deleteCommitLogFilesInterval", 100, "pause between two deleted commitlog files"
+    )
+    delete_file_batch_max: int = rmq("deleteFileBatchMax", 10, "files deleted per round")
+    clean_file_forcibly_enable: bool = rmq(
+        "cleanFileForciblyEnable", True, "delete unexpired files when the disk is too full"
+    )
     broker_role: BrokerRole = rmq("brokerRole", BrokerRole.ASYNC_MASTER)
     # -- replication (broker/ha): classic master/slave and controller mode ------------------
     broker_ip2: str = rmq("brokerIP2", "", "HA address host announced (default brokerIP1)")
@@ -253,10 +280,10 @@ class BrokerConfig:
 
     @property
     def epoch_file_path(self) -> Path:
-        """The epoch file (storePathEpochFile; its backup is the same path + ".bak")."""
-        if self.store_path_epoch_file:
-            return Path(self.store_path_epoch_file).expanduser()
-        return self.store_root / "epochFileCheckpoint"
+        """storePathEpochFile, by default `<storePathRootDir>/epochFileCheckpoint` (RocketMQ)."""
+        if self.store_path_epoch_file.strip():
+            return Path(self.store_path_epoch_file.strip()).expanduser()
+        return self.store_root / EPOCH_FILE_NAME
 
 
 C = TypeVar("C")
@@ -354,11 +381,45 @@ def _validate(record: Any) -> None:
                 f"bad config brokerPermission: {record.broker_permission} has bits beyond 1|2|4|8",
                 "brokerPermission",
             )
+        _validate_retention(record)
         if record.consume_queue_file_bytes % 20:
             raise ConfigError(
                 "bad config mappedFileSizeConsumeQueue: must be a multiple of 20 (unit size)",
                 "mappedFileSizeConsumeQueue",
             )
+
+
+def _validate_retention(record: BrokerConfig) -> None:
+    if record.file_reserved_time_h < 0:
+        raise ConfigError("bad config fileReservedTime: must be >= 0 (hours)", "fileReservedTime")
+    if record.delete_file_batch_max <= 0:
+        raise ConfigError("bad config deleteFileBatchMax: must be >= 1", "deleteFileBatchMax")
+    for key, v in (
+        ("diskMaxUsedSpaceRatio", record.disk_max_used_space_ratio),
+        ("diskSpaceCleanForciblyRatio", record.disk_space_clean_forcibly_ratio),
+        ("diskSpaceWarningLevelRatio", record.disk_space_warning_level_ratio),
+    ):
+        if not 1 <= v <= 100:
+            raise ConfigError(f"bad config {key}: {v} is not a percentage in 1..100", key)
+    parse_delete_when(record.delete_when)
+
+
+def parse_delete_when(raw: str) -> tuple[int, ...]:
+    """deleteWhen: hours of the day, `;`-separated ("04", "04;16"); ConfigError otherwise."""
+    hours: list[int] = []
+    for part in raw.split(";"):
+        p = part.strip()
+        if not p:
+            continue
+        if not p.isdigit() or not 0 <= int(p) <= 23:
+            raise ConfigError(
+                f"bad config deleteWhen: {raw!r} is not a ';'-separated list of hours 00-23",
+                "deleteWhen",
+            )
+        hours.append(int(p))
+    if not hours:
+        raise ConfigError("bad config deleteWhen: no hour given", "deleteWhen")
+    return tuple(sorted(set(hours)))
 
 
 def _validate_controller(record: ControllerConfig) -> None:

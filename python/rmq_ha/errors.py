@@ -36,6 +36,15 @@ class CorruptRecordError(StoreError):
         self.offset = offset
 
 
+class QuarantinedRecordError(CorruptRecordError):
+    """The bytes at ``offset`` are a quarantined damaged range of ``size`` bytes: never served
+    until repaired with good bytes from a replica (`Store.repair_record`)."""
+
+    def __init__(self, message: str, offset: int | None = None, size: int | None = None) -> None:
+        super().__init__(message, offset)
+        self.size = size
+
+
 class CorruptFileError(StoreError):
     """A whole metadata file (epoch file, checkpoint, ...) failed its checks."""
 
@@ -104,6 +113,7 @@ __all__ = [
     "InvalidArgumentError",
     "MessageIllegalError",
     "OffsetOutOfRangeError",
+    "QuarantinedRecordError",
     "RemotingClosedError",
     "RemotingConnectError",
     "RemotingDecodeError",

@@ -8,12 +8,18 @@ offset. Waiters take turns reading it: one task at a time waits on the pipe with
 the flushed offset (and one of them takes over the pipe if it still has to wait). Many waiters
 share one fdatasync (group commit). There is no background task, so `open_store` needs no
 nursery and exceptions raised in its body come out as they are.
+
+`open_store` logs what recovery did (`log_open_report`): every cut and every quarantined record
+at WARNING/ERROR with offsets and sizes, consume queues rebuilt, a corrupt checkpoint.
+`health` gathers what an admin command shows: the counters, the quarantine list and the open
+report.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,138 @@ import trio
 
 from rmq_ha._native import AppendResult, Message, Store
 from rmq_ha.errors import StoreClosedError, StoreIOError
+
+log = logging.getLogger(__name__)
+
+
+def _where(e: Mapping[str, object]) -> str:
+    if e.get("topic") is None:
+        return "record unknown"
+    return f"topic {e['topic']} queue {e['queue_id']} queue offset {e['queue_offset']}"
+
+
+def log_open_report(
+    report: Mapping[str, object], logger: logging.Logger = log, store: str = "store"
+) -> int:
+    """Logs what opening a store found (the native `open_report`): ERROR for lost durable
+    bytes and quarantined records, WARNING for cuts of a torn tail, rebuilt consume queues and
+    a corrupt checkpoint, INFO for the rest. Returns how many WARNING/ERROR lines it wrote."""
+    loud = 0
+
+    def say(level: int, msg: str, *args: object) -> None:
+        nonlocal loud
+        if level >= logging.WARNING:
+            loud += 1
+        logger.log(level, "%s: " + msg, store, *args)
+
+    ckpt = str(report.get("checkpoint", ""))
+    if ckpt.startswith("corrupt"):
+        say(
+            logging.WARNING,
+            "checkpoint %s; validated the whole commitlog from %s",
+            ckpt,
+            report.get("scanned_from"),
+        )
+    cut = report.get("cut_offset")
+    if cut is not None:
+        below = bool(report.get("cut_below_durable"))
+        say(
+            logging.ERROR if below else logging.WARNING,
+            "recovery cut the commitlog at %s (up to %s, %s non-zero bytes, segments deleted: %s):"
+            " %s%s",
+            cut,
+            report.get("cut_to"),
+            report.get("cut_bytes"),
+            report.get("cut_segments") or "none",
+            report.get("cut_reason"),
+            " -- below the durable point: acknowledged records were lost" if below else "",
+        )
+    missing = report.get("missing_durable")
+    if isinstance(missing, tuple | list) and len(missing) == 2:
+        start, durable = missing
+        say(
+            logging.ERROR,
+            "the commitlog ends at %s but the checkpoint says %s was durable: %s bytes of"
+            " fsynced data are missing (zeroed or truncated files, or a checkpoint older than a"
+            " truncation)",
+            start,
+            durable,
+            int(durable) - int(start),
+        )
+    for e in _entries(report.get("quarantined")):
+        say(
+            logging.ERROR,
+            "quarantined damaged commitlog bytes at %s (%s bytes, %s): %s",
+            e.get("offset"),
+            e.get("size"),
+            _where(e),
+            e.get("reason"),
+        )
+    for e in _entries(report.get("healed")):
+        say(
+            logging.INFO,
+            "quarantined bytes at %s (%s bytes) are valid again; released",
+            e.get("offset"),
+            e.get("size"),
+        )
+    for e in _entries(report.get("quarantine_dropped")):
+        say(
+            logging.INFO,
+            "quarantined bytes at %s (%s bytes) were cut or deleted",
+            e.get("offset"),
+            e.get("size"),
+        )
+    qload = str(report.get("quarantine_load", ""))
+    if qload.startswith("backup"):
+        say(logging.WARNING, "quarantine list read from its backup (%s)", qload)
+    elif qload.startswith("lost"):
+        say(
+            logging.ERROR,
+            "quarantine list unreadable (%s); damaged records are found again on read",
+            qload,
+        )
+    rebuilt = report.get("cq_rebuilt")
+    if isinstance(rebuilt, list):
+        for item in rebuilt:
+            topic, qid, why = item
+            say(
+                logging.WARNING,
+                "rebuilt consume queue %s/%s from the commitlog: %s",
+                topic,
+                qid,
+                why,
+            )
+        if rebuilt:
+            say(logging.INFO, "consume-queue rebuild wrote %s units", report["cq_rebuilt_units"])
+    problem = report.get("cq_manifest_problem")
+    if problem:
+        say(logging.WARNING, "consume-queue manifest unreadable (%s)", problem)
+    clamped = report.get("confirm_clamped_from")
+    if clamped is not None:
+        say(
+            logging.WARNING,
+            "persisted confirm offset %s clamped to %s",
+            clamped,
+            report.get("confirm_offset"),
+        )
+    if report.get("cq_cut_units"):
+        units = report["cq_cut_units"]
+        say(logging.INFO, "cut %s consume-queue units past the dispatch point", units)
+    return loud
+
+
+def _entries(v: object) -> list[Mapping[str, object]]:
+    return [e for e in v if isinstance(e, Mapping)] if isinstance(v, list) else []
+
+
+def health(native: Store) -> dict[str, object]:
+    """What an admin command shows about a store: counters and offsets (`status`), the
+    quarantined ranges, and what the last open found."""
+    return {
+        "status": native.status(),
+        "quarantined": native.quarantined(),
+        "open": dict(native.open_report),
+    }
 
 
 class AsyncStore:
@@ -81,6 +219,7 @@ async def open_store(root: str | os.PathLike[str], **options: Any) -> AsyncItera
     """Opens (and recovers) the store off the event loop; closes it on exit."""
     path = Path(root)
     native = await trio.to_thread.run_sync(lambda: Store(path, **options))
+    log_open_report(native.open_report, log, str(path))
     store = AsyncStore(native)
     try:
         yield store

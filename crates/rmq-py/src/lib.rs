@@ -18,7 +18,8 @@ mod remoting;
 use rmq_store::baseline::{sequential_write, SyncCadence};
 use rmq_store::commitlog::{Placement, RecordBuf};
 use rmq_store::epoch::{find_consistent_point as fcp, EpochFile as RsEpochFile, EpochLoadSource};
-use rmq_store::store::{Store as RsStore, StoreConfig};
+use rmq_store::quarantine::{QuarantineEntry, QuarantineLoad};
+use rmq_store::store::{GetResult, Store as RsStore, StoreConfig};
 use rmq_store::StoreError;
 use rmq_wire::message::{
     decode_record, Decoded, MessageIn, RECORD_CRC_KEY, RECORD_CRC_TRAILER_LEN,
@@ -33,6 +34,7 @@ pyo3::import_exception!(rmq_ha.errors, MessageIllegalError);
 pyo3::import_exception!(rmq_ha.errors, ConfigError);
 pyo3::import_exception!(rmq_ha.errors, StoreClosedError);
 pyo3::import_exception!(rmq_ha.errors, InvalidArgumentError);
+pyo3::import_exception!(rmq_ha.errors, QuarantinedRecordError);
 
 fn to_py(e: StoreError) -> PyErr {
     let msg = e.to_string();
@@ -41,6 +43,9 @@ fn to_py(e: StoreError) -> PyErr {
             StoreIOError::new_err((msg, path.display().to_string(), source.raw_os_error()))
         }
         StoreError::CorruptRecord { offset, .. } => CorruptRecordError::new_err((msg, offset)),
+        StoreError::Quarantined { offset, size, .. } => {
+            QuarantinedRecordError::new_err((msg, offset, size))
+        }
         StoreError::CorruptFile { path, .. } => {
             CorruptFileError::new_err((msg, path.display().to_string()))
         }
@@ -242,6 +247,22 @@ struct Store {
     report: Mutex<Option<Py<PyDict>>>,
 }
 
+fn entry_dict<'py>(py: Python<'py>, e: &QuarantineEntry) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("offset", e.offset)?;
+    d.set_item("size", e.size)?;
+    d.set_item("reason", e.reason.clone())?;
+    d.set_item("detected_ms", e.detected_ms)?;
+    d.set_item("topic", e.record.as_ref().map(|r| r.topic.clone()))?;
+    d.set_item("queue_id", e.record.as_ref().map(|r| r.queue_id))?;
+    d.set_item("queue_offset", e.record.as_ref().map(|r| r.queue_offset))?;
+    Ok(d)
+}
+
+fn entry_list<'py>(py: Python<'py>, es: &[QuarantineEntry]) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    es.iter().map(|e| entry_dict(py, e)).collect()
+}
+
 fn report_dict<'py>(
     py: Python<'py>,
     r: &rmq_store::store::OpenReport,
@@ -249,11 +270,15 @@ fn report_dict<'py>(
     let d = PyDict::new(py);
     let c = &r.commitlog;
     d.set_item("scanned_from", c.scanned_from)?;
+    d.set_item("durable_offset", c.durable_offset)?;
     d.set_item("valid_end", c.valid_end)?;
     d.set_item("cut_offset", c.cut_offset)?;
+    d.set_item("cut_to", c.cut_to)?;
     d.set_item("cut_reason", c.cut_reason.clone())?;
     d.set_item("cut_bytes", c.cut_bytes)?;
     d.set_item("cut_segments", c.cut_segments.clone())?;
+    d.set_item("cut_below_durable", c.cut_below_durable)?;
+    d.set_item("missing_durable", c.missing_durable)?;
     d.set_item("records_scanned", c.records_scanned)?;
     d.set_item(
         "checkpoint",
@@ -267,7 +292,43 @@ fn report_dict<'py>(
     d.set_item("redispatched_from", r.redispatched_from)?;
     d.set_item("confirm_offset", r.confirm_offset)?;
     d.set_item("confirm_clamped_from", r.confirm_clamped_from)?;
+    d.set_item(
+        "quarantine_load",
+        match &r.quarantine_load {
+            QuarantineLoad::Fresh => "fresh".to_string(),
+            QuarantineLoad::Main => "main".to_string(),
+            QuarantineLoad::Backup(why) => format!("backup: {why}"),
+            QuarantineLoad::Lost(why) => format!("lost: {why}"),
+        },
+    )?;
+    d.set_item("quarantined", entry_list(py, &r.quarantined)?)?;
+    d.set_item("healed", entry_list(py, &r.healed)?)?;
+    d.set_item("quarantine_dropped", entry_list(py, &r.quarantine_dropped)?)?;
+    d.set_item("cq_rebuilt", r.cq_rebuilt.clone())?;
+    d.set_item("cq_rebuilt_units", r.cq_rebuilt_units)?;
+    d.set_item("cq_manifest_problem", r.cq_manifest_problem.clone())?;
     Ok(d)
+}
+
+type QueueRead = (
+    Vec<StoreBuffer>,
+    u64,
+    u64,
+    u64,
+    Vec<(u64, u64, u64, String)>,
+);
+
+fn queue_read(r: GetResult) -> QueueRead {
+    (
+        r.records.into_iter().map(wrap).collect(),
+        r.next_offset,
+        r.min_offset,
+        r.max_offset,
+        r.skipped
+            .into_iter()
+            .map(|k| (k.queue_offset, k.phys_offset, k.size, k.reason))
+            .collect(),
+    )
 }
 
 #[pymethods]
@@ -445,6 +506,94 @@ impl Store {
         ))
     }
 
+    /// Messages of a queue from `queue_offset`, reading around quarantined records:
+    /// (buffers, next_offset, min_offset, max_offset, skipped), skipped being
+    /// [(queue_offset, physical_offset, size, reason)] of units not served (a damaged record
+    /// found here is quarantined first).
+    #[pyo3(signature = (topic, queue_id, queue_offset, max_count=32, max_bytes=4*1024*1024, tag_codes=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_queue(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        tag_codes: Option<Vec<i64>>,
+    ) -> PyResult<QueueRead> {
+        py.detach(|| {
+            self.inner.read_queue(
+                topic,
+                queue_id,
+                queue_offset,
+                max_count,
+                max_bytes,
+                tag_codes.as_deref(),
+            )
+        })
+        .map(queue_read)
+        .map_err(to_py)
+    }
+
+    /// The quarantined ranges: dicts with offset, size, reason, detected_ms, and topic,
+    /// queue_id, queue_offset (None when not known).
+    fn quarantined<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let es = self.inner.quarantined().map_err(to_py)?;
+        entry_list(py, &es)
+    }
+
+    /// Writes good bytes (from a replica) over the quarantined range starting at `offset`,
+    /// after checking them; returns the (topic, queue_id, queue_offset) made readable again.
+    fn repair_record(
+        &self,
+        py: Python<'_>,
+        offset: u64,
+        data: &[u8],
+    ) -> PyResult<Vec<(String, i32, u64)>> {
+        let refs = py
+            .detach(|| self.inner.repair(offset, data))
+            .map_err(to_py)?;
+        Ok(refs
+            .into_iter()
+            .map(|r| (r.topic, r.queue_id, r.queue_offset))
+            .collect())
+    }
+
+    /// Validates the segment holding `offset` from there on, quarantining damaged records;
+    /// returns (next offset to scrub, newly quarantined ranges).
+    fn scrub<'py>(&self, py: Python<'py>, offset: u64) -> PyResult<(u64, Vec<Bound<'py, PyDict>>)> {
+        let (next, added) = py.detach(|| self.inner.scrub(offset)).map_err(to_py)?;
+        Ok((next, entry_list(py, &added)?))
+    }
+
+    /// Damage and retention counters since open, the quarantine's size and the offsets.
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (st, n, bytes) = self.inner.stats().map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("quarantined_records", n)?;
+        d.set_item("quarantined_bytes", bytes)?;
+        d.set_item("quarantined_total", st.quarantined)?;
+        d.set_item("quarantined_at_runtime", st.quarantined_at_runtime)?;
+        d.set_item("repaired", st.repaired)?;
+        d.set_item("skipped_reads", st.skipped_reads)?;
+        d.set_item("cq_mismatches", st.cq_mismatches)?;
+        d.set_item("retention_segments", st.retention_segments)?;
+        d.set_item("retention_bytes", st.retention_bytes)?;
+        d.set_item("min_offset", self.inner.min_offset())?;
+        d.set_item("max_offset", self.inner.max_offset())?;
+        d.set_item("flushed_offset", self.inner.flushed_offset())?;
+        d.set_item("confirm_offset", self.inner.confirm_offset())?;
+        d.set_item("dispatched_offset", self.inner.dispatched_offset())?;
+        d.set_item("flush_error", self.inner.flush_error())?;
+        Ok(d)
+    }
+
+    /// Starts an EMPTY store at `offset` (a segment boundary): min and max offset become it.
+    fn start_at(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        py.detach(|| self.inner.start_at(offset)).map_err(to_py)
+    }
+
     fn queue_min_offset(&self, topic: &str, queue_id: i32) -> PyResult<u64> {
         self.inner.queue_min_offset(topic, queue_id).map_err(to_py)
     }
@@ -527,19 +676,31 @@ impl Store {
         d.set_item("flushed_offset", c.flushed_offset)?;
         Ok(d)
     }
-    /// Retention: deletes segments last written more than `reserved_ms` ago (and below the
-    /// flushed and dispatched offsets); returns the deleted file names.
-    fn delete_expired(&self, py: Python<'_>, reserved_ms: u64) -> PyResult<Vec<String>> {
+    /// Retention (RocketMQ's deleteExpiredFile): deletes, oldest first, segments last
+    /// written more than `reserved_ms` ago (any age with `clean_immediately`), at most
+    /// `max_files`, never the last one and only below the flushed and dispatched offsets;
+    /// returns the deleted file names. The min offset moves to the first remaining segment.
+    #[pyo3(signature = (reserved_ms, *, clean_immediately=false, max_files=10))]
+    fn delete_expired(
+        &self,
+        py: Python<'_>,
+        reserved_ms: u64,
+        clean_immediately: bool,
+        max_files: usize,
+    ) -> PyResult<Vec<String>> {
         py.detach(|| {
             let older = SystemTime::now()
                 .checked_sub(Duration::from_millis(reserved_ms))
                 .unwrap_or(SystemTime::UNIX_EPOCH);
-            self.inner.delete_expired(older)
+            self.inner
+                .delete_expired(older, clean_immediately, max_files)
         })
+        .map(|r| r.deleted)
         .map_err(to_py)
     }
     fn delete_segments_before(&self, py: Python<'_>, offset: u64) -> PyResult<Vec<String>> {
         py.detach(|| self.inner.delete_segments_before(offset))
+            .map(|r| r.deleted)
             .map_err(to_py)
     }
     fn segment_files(&self) -> PyResult<Vec<(u64, PathBuf)>> {

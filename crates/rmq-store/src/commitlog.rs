@@ -13,10 +13,15 @@
 //! # Durability rules
 //! * Every segment ends with a BLANK filler (a record never fits exactly, RocketMQ's rule: a
 //!   record needs 8 spare bytes or the segment is closed).
-//! * Recovery validates every record (magic, sizes, body CRC, PHYSICALOFFSET == position) from a
-//!   start point forward; at the first invalid record it cuts: the rest of that segment is zeroed
-//!   and later segments are deleted, durably, before the store is used. Non-zero bytes after the
-//!   valid end are cut too, so an old record can never be resurrected behind new appends.
+//! * Recovery validates every record (magic, sizes, CRCs, PHYSICALOFFSET == position) from a
+//!   start point forward. A bad record below the *durable point* (the flushed offset of a trusted
+//!   checkpoint: bytes that were fsynced, so a bad one is damage, not a torn write) is skipped
+//!   when a *sync point* follows it (a valid record whose PHYSICALOFFSET equals its position, or
+//!   an end-of-segment filler): its byte range is reported for quarantine and validation goes on.
+//!   A bad record at or past the durable point, or one that nothing valid follows, is a torn
+//!   tail: the rest of that segment is zeroed and later segments are deleted, durably, before
+//!   the store is used. Non-zero bytes after the valid end are cut too, so an old record can
+//!   never be resurrected behind new appends.
 //! * [`CommitLog::truncate_to`] is crash-safe (RocketMQ #10666): later segments are deleted and
 //!   the tail is zeroed and synced before it returns.
 
@@ -32,7 +37,7 @@ use memmap2::{Mmap, MmapOptions};
 use rmq_wire::message::{
     decode_record_checked, decode_record_structure, encode_blank, encode_record_with_crc,
     encoded_len_with_crc, peek_header, DecodeError, Decoded, MessageIn, RecordView, StoreStamp,
-    BLANK_HEADER_LEN, BLANK_MAGIC,
+    BLANK_HEADER_LEN, BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFF_PHYSICAL_OFFSET,
 };
 
 use crate::error::{IoContext, Result, StoreError};
@@ -197,23 +202,59 @@ impl RecordBuf {
     }
 }
 
+/// A damaged byte range `[offset, end)` inside one segment, found by validation: it starts
+/// where a record should start and ends at the next sync point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRange {
+    pub offset: u64,
+    pub end: u64,
+    pub reason: String,
+}
+
 /// What recovery found and what it cut.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// Where validation started.
     pub scanned_from: u64,
+    /// The durable point recovery used: bad bytes below it are damage (quarantined when a
+    /// valid record follows), at or past it a torn tail (cut). 0 without a trusted checkpoint.
+    pub durable_offset: u64,
     /// The recovered end (new max offset).
     pub valid_end: u64,
     /// Offset of the first bad byte, if anything was cut.
     pub cut_offset: Option<u64>,
+    /// End of the discarded bytes (past the last non-zero byte cut), when something was cut.
+    pub cut_to: Option<u64>,
     /// Why: the decode error at `cut_offset`, or "non-zero bytes after the end".
     pub cut_reason: Option<String>,
     /// Non-zero bytes discarded in the segment holding the end.
     pub cut_bytes: u64,
     /// Later segment files deleted.
     pub cut_segments: Vec<String>,
+    /// The cut started below the durable point: bytes that had been fsynced were lost (damage
+    /// that no valid record follows, e.g. a zeroed or truncated end of the log).
+    pub cut_below_durable: bool,
+    /// `[end, durable point)` when the log ends below the durable point: bytes that had been
+    /// fsynced are missing (zeroed or cut off, or a truncation newer than the checkpoint).
+    pub missing_durable: Option<(u64, u64)>,
+    /// Damaged ranges below the durable point that valid records follow: skipped, for the
+    /// store to quarantine. Records around them are kept.
+    pub quarantined: Vec<BadRange>,
     /// Records validated.
     pub records_scanned: u64,
+}
+
+/// What validating a range found: where it ended, and the damaged ranges it skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Validation {
+    /// Where validation stopped: the range's end, or the first bad record it could not skip.
+    pub end: u64,
+    /// The first bad record that was not skipped, and why (a torn tail in recovery).
+    pub stop: Option<(u64, String)>,
+    /// Damaged ranges skipped (each inside one segment).
+    pub bad: Vec<BadRange>,
+    /// Valid records seen.
+    pub records: u64,
 }
 
 /// Where each appended message went.
@@ -279,6 +320,20 @@ impl Shared {
         Ok(target)
     }
 
+    /// [`CommitLog::validate_range`] on the current segments, without the store lock (the
+    /// segments are kept alive by their `Arc`s while the walk runs).
+    pub fn validate_range(&self, from: u64, to: u64, known: &[(u64, u64)]) -> Validation {
+        let segs = self.segments().clone();
+        let to = to.min(self.max_offset());
+        if from >= to {
+            return Validation {
+                end: from,
+                ..Validation::default()
+            };
+        }
+        walk(&segs, from, Some(to), u64::MAX, known)
+    }
+
     fn segment_for(&self, offset: u64) -> Option<Arc<Segment>> {
         let segs = self.segments();
         let idx = segs.partition_point(|s| s.start <= offset);
@@ -306,8 +361,15 @@ pub struct CommitLog {
 
 impl CommitLog {
     /// Opens the commitlog in `cfg.dir`, validating records from the start of the segment that
-    /// holds `recover_from` (clamped into the existing segments) to the end.
-    pub fn open(cfg: CommitLogConfig, recover_from: u64) -> Result<(CommitLog, RecoveryReport)> {
+    /// holds `recover_from` (clamped into the existing segments) to the end. `durable` is the
+    /// durable point (see the module doc); `known` lists damaged ranges quarantined earlier
+    /// (sorted `(start, end)`), which validation skips without looking at them.
+    pub fn open(
+        cfg: CommitLogConfig,
+        recover_from: u64,
+        durable: u64,
+        known: &[(u64, u64)],
+    ) -> Result<(CommitLog, RecoveryReport)> {
         if cfg.segment_size < 4096 || cfg.segment_size > (1 << 40) {
             return Err(StoreError::Config {
                 key: "segment_size",
@@ -364,7 +426,7 @@ impl CommitLog {
             shared,
             scratch: Vec::new(),
         };
-        log.recover(recover_from, &mut report)?;
+        log.recover(recover_from, durable, known, &mut report)?;
         Ok((log, report))
     }
 
@@ -412,8 +474,15 @@ impl CommitLog {
         Ok(())
     }
 
-    fn recover(&mut self, recover_from: u64, report: &mut RecoveryReport) -> Result<()> {
+    fn recover(
+        &mut self,
+        recover_from: u64,
+        durable: u64,
+        known: &[(u64, u64)],
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
         let segs: Vec<Arc<Segment>> = self.shared.segments().clone();
+        report.durable_offset = durable;
         let Some(first) = segs.first() else {
             return Ok(());
         };
@@ -421,75 +490,36 @@ impl CommitLog {
         let from = recover_from.clamp(first.start, last_start);
         let start_idx = segs.partition_point(|s| s.start <= from).saturating_sub(1);
         report.scanned_from = segs[start_idx].start;
-        let mut end = segs[start_idx].start;
-        let mut stop: Option<(usize, u64, String)> = None; // (segment idx, pos in seg, reason)
-        'segs: for (i, seg) in segs.iter().enumerate().skip(start_idx) {
-            let data = seg.bytes();
-            let mut pos = 0usize;
-            loop {
-                let at = seg.start + pos as u64;
-                match decode(&data[pos..]) {
-                    Ok(Decoded::Record(r)) => {
-                        if r.physical_offset != at as i64 {
-                            stop = Some((
-                                i,
-                                pos as u64,
-                                format!(
-                                    "record claims physical offset {} but sits at {at}",
-                                    r.physical_offset
-                                ),
-                            ));
-                            break 'segs;
-                        }
-                        report.records_scanned += 1;
-                        pos += r.total_size();
-                        end = seg.start + pos as u64;
-                    }
-                    Ok(Decoded::Blank(n)) => {
-                        pos += n;
-                        end = seg.start + pos as u64;
-                        break; // next segment
-                    }
-                    Err(e) => {
-                        let zero_header = matches!(peek_header(&data[pos..]), Ok((0, 0)));
-                        let reason = if zero_header {
-                            "end of data".to_string()
-                        } else {
-                            e.to_string()
-                        };
-                        stop = Some((i, pos as u64, reason));
-                        break 'segs;
-                    }
-                }
-            }
-            if i + 1 < segs.len() && end != seg.end() {
-                stop = Some((i, pos as u64, "segment does not end with a filler".into()));
-                break;
-            }
-        }
-        // Cut everything after the end: the rest of the segment holding it, and later segments.
-        let (cut_idx, cut_pos, reason) = match stop {
-            Some(s) => s,
-            None => {
-                // Ran off the last segment exactly at its end (it ended with a filler).
-                self.shared.max_offset.store(end, Ordering::Release);
-                self.shared.flushed.store(end, Ordering::Release);
-                report.valid_end = end;
-                return Ok(());
-            }
+        let v = walk(&segs, report.scanned_from, None, durable, known);
+        report.records_scanned = v.records;
+        report.quarantined = v.bad;
+        let end = v.end;
+        let Some((stop_at, reason)) = v.stop else {
+            // Ran off the last segment exactly at its end (it ended with a filler).
+            self.shared.max_offset.store(end, Ordering::Release);
+            self.shared.flushed.store(end, Ordering::Release);
+            report.valid_end = end;
+            return Ok(());
         };
+        // Cut everything after the end: the rest of the segment holding it, and later segments.
+        let cut_idx = segs
+            .partition_point(|s| s.start <= stop_at)
+            .saturating_sub(1);
         let seg = &segs[cut_idx];
+        let cut_pos = stop_at - seg.start;
         let tail = &seg.bytes()[cut_pos as usize..];
         let nonzero = tail
             .iter()
             .rposition(|&b| b != 0)
             .map_or(0, |p| p as u64 + 1);
+        let below = stop_at < durable;
         if nonzero > 0 {
-            report.cut_offset = Some(seg.start + cut_pos);
-            report.cut_reason = Some(if reason == "end of data" {
+            report.cut_offset = Some(stop_at);
+            report.cut_to = Some(stop_at + nonzero);
+            report.cut_reason = Some(if reason == END_OF_DATA {
                 "non-zero bytes after the end of data".into()
             } else {
-                reason
+                reason.clone()
             });
             report.cut_bytes = nonzero;
             seg.zero_from(cut_pos)?;
@@ -497,11 +527,28 @@ impl CommitLog {
         let later: Vec<Arc<Segment>> = segs[cut_idx + 1..].to_vec();
         if !later.is_empty() {
             if report.cut_offset.is_none() {
-                report.cut_offset = Some(seg.start + cut_pos);
+                report.cut_offset = Some(stop_at);
                 report.cut_reason = Some("segments after the end of data".into());
             }
+            let last_data = later
+                .iter()
+                .rev()
+                .find_map(|s| {
+                    s.bytes()
+                        .iter()
+                        .rposition(|&b| b != 0)
+                        .map(|p| s.start + p as u64 + 1)
+                })
+                .unwrap_or(stop_at);
+            report.cut_to = Some(report.cut_to.unwrap_or(stop_at).max(last_data));
             self.remove_segments(&later, report)?;
         }
+        if below {
+            // The log ends below the durable point: bytes that had been fsynced are gone
+            // (zeroed, a shortened file, or a checkpoint older than a truncation).
+            report.missing_durable = Some((stop_at, durable));
+        }
+        report.cut_below_durable = below && report.cut_offset.is_some();
         self.shared.max_offset.store(end, Ordering::Release);
         self.shared.flushed.store(end, Ordering::Release);
         report.valid_end = end;
@@ -538,6 +585,9 @@ impl CommitLog {
     }
     pub fn store_host(&self) -> SocketAddr {
         self.cfg.store_host
+    }
+    pub fn dir(&self) -> &Path {
+        &self.cfg.dir
     }
 
     fn writable_segment(&self, offset: u64) -> Result<Arc<Segment>> {
@@ -781,6 +831,9 @@ impl CommitLog {
                     p += n;
                     break;
                 }
+                // The records before a bad one are still served; the next call starting at
+                // the bad one gets the error.
+                Err(_) if p > pos => break,
                 Err(e) => return Err(corrupt(here, &e)),
             }
         }
@@ -878,6 +931,12 @@ impl CommitLog {
     /// are deleted, the tail is zeroed and synced before this returns, so a crash right after
     /// cannot resurrect the cut records (RocketMQ #10666).
     pub fn truncate_to(&mut self, offset: u64) -> Result<()> {
+        self.truncate_to_checked(offset, false)
+    }
+
+    /// [`CommitLog::truncate_to`]; `known_boundary` skips the check that a valid record starts
+    /// at `offset` (the store knows it is the start of a quarantined range).
+    pub fn truncate_to_checked(&mut self, offset: u64, known_boundary: bool) -> Result<()> {
         let max = self.max_offset();
         let min = self.min_offset();
         if offset > max || offset < min {
@@ -888,7 +947,7 @@ impl CommitLog {
             });
         }
         let at_segment_start = offset % self.cfg.segment_size == 0;
-        if offset < max && !at_segment_start {
+        if offset < max && !at_segment_start && !known_boundary {
             // Refuse to cut inside a record: a valid record must begin at `offset`.
             self.with_record(offset, |_| ())?;
         }
@@ -917,60 +976,176 @@ impl CommitLog {
         Ok(())
     }
 
-    /// Deletes whole segments that end at or below `offset`, never the one holding the max
-    /// offset. Returns the names deleted; the min offset moves to the first remaining segment.
-    pub fn delete_segments_before(&mut self, offset: u64) -> Result<Vec<String>> {
-        let max = self.max_offset();
+    /// Retention: detaches whole segments that end at or below `offset`, oldest first, never
+    /// the last one (see [`CommitLog::detach_front`]).
+    pub fn delete_segments_before(&mut self, offset: u64) -> Vec<Arc<Segment>> {
         let doomed: Vec<Arc<Segment>> = self
             .shared
             .segments()
             .iter()
-            .filter(|s| s.end() <= offset && s.end() <= max && !(s.start <= max && max < s.end()))
+            .take_while(|s| s.end() <= offset)
             .cloned()
             .collect();
-        self.delete_front(&doomed)
+        self.detach_front(&doomed)
     }
 
-    /// Deletes segments whose files were last modified before `older_than` (retention), only
-    /// below `limit` (callers pass min(flushed, dispatched)), never the active one.
+    /// Retention with RocketMQ's rule (`deleteExpiredFile`): walks the segments oldest first
+    /// and detaches each one last modified before `older_than` (or any, with
+    /// `clean_immediately`), stopping at the first that is not, at one that does not end at or
+    /// below `limit` (callers pass min(flushed, dispatched)), and after `max_files`. The last
+    /// segment (being written) is never deleted. Returns the detached segments for
+    /// [`unlink_segments`].
     pub fn delete_expired(
         &mut self,
         older_than: std::time::SystemTime,
         limit: u64,
-    ) -> Result<Vec<String>> {
+        clean_immediately: bool,
+        max_files: usize,
+    ) -> Result<Vec<Arc<Segment>>> {
         let mut doomed = Vec::new();
-        for s in self.shared.segments().iter() {
-            if s.end() > limit || s.end() > self.max_offset() {
+        let segs = self.shared.segments().clone();
+        for s in segs.iter().take(segs.len().saturating_sub(1)) {
+            if doomed.len() >= max_files || s.end() > limit || s.end() > self.max_offset() {
                 break;
             }
-            let mtime = s.file.metadata().at(&s.path)?.modified().at(&s.path)?;
-            if mtime >= older_than {
-                break;
+            if !clean_immediately {
+                let mtime = s.file.metadata().at(&s.path)?.modified().at(&s.path)?;
+                if mtime >= older_than {
+                    break;
+                }
             }
             doomed.push(s.clone());
         }
-        self.delete_front(&doomed)
+        Ok(self.detach_front(&doomed))
     }
 
-    fn delete_front(&mut self, doomed: &[Arc<Segment>]) -> Result<Vec<String>> {
-        // The last segment is never deleted: it carries the log's position, and without it a
-        // reopen would restart offsets at 0 and hand them out twice.
-        let last = self.shared.segments().last().map(|s| s.start);
-        let doomed: Vec<&Arc<Segment>> = doomed.iter().filter(|s| Some(s.start) != last).collect();
-        let mut names = Vec::new();
-        for s in &doomed {
-            fs::remove_file(&s.path).at(&s.path)?;
-            names.push(segment_name(s.start));
-        }
-        if doomed.is_empty() {
-            return Ok(names);
-        }
-        sync_dir(&self.cfg.dir)?;
+    /// Removes a prefix of segments from the log (memory only): the min offset moves to the
+    /// first remaining one. The last segment is never removed: it carries the log's position,
+    /// and without it a reopen would restart offsets at 0 and hand them out twice. The files
+    /// are deleted by [`unlink_segments`], outside the store lock; readers holding buffers
+    /// keep their mapping (the space is freed when the last one is dropped).
+    fn detach_front(&mut self, doomed: &[Arc<Segment>]) -> Vec<Arc<Segment>> {
         let mut segs = self.shared.segments_mut();
-        segs.retain(|s| !doomed.iter().any(|d| d.start == s.start));
+        let keep_last = segs.len().saturating_sub(1);
+        let n = doomed
+            .iter()
+            .zip(segs.iter().take(keep_last))
+            .take_while(|(d, s)| d.start == s.start)
+            .count();
+        let out: Vec<Arc<Segment>> = segs.drain(..n).collect();
         let new_min = segs.first().map_or(self.max_offset(), |s| s.start);
         self.shared.min_offset.store(new_min, Ordering::Release);
-        Ok(names)
+        out
+    }
+
+    /// Starts an empty log at `offset`, a segment boundary: its first segment begins there and
+    /// the min and max offsets are `offset` (RocketMQ's slave with syncFromLastFile, whose
+    /// first replicated bytes are the master's last segment). Existing (empty) segment files
+    /// are deleted first.
+    pub fn start_at(&mut self, offset: u64) -> Result<()> {
+        if self.max_offset() != self.min_offset() {
+            return Err(StoreError::InvalidArgument(format!(
+                "the log is not empty (min {}, max {}): only an empty log can start elsewhere",
+                self.min_offset(),
+                self.max_offset()
+            )));
+        }
+        if offset % self.cfg.segment_size != 0 {
+            return Err(StoreError::InvalidArgument(format!(
+                "start offset {offset} is not a segment boundary (segment size {})",
+                self.cfg.segment_size
+            )));
+        }
+        let _guard = self
+            .shared
+            .flush_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let old: Vec<Arc<Segment>> = self.shared.segments_mut().drain(..).collect();
+        for s in old.iter().rev() {
+            if s.start != offset {
+                fs::remove_file(&s.path).at(&s.path)?;
+            }
+        }
+        if !old.is_empty() {
+            sync_dir(&self.cfg.dir)?;
+        }
+        self.shared.min_offset.store(offset, Ordering::Release);
+        self.shared.max_offset.store(offset, Ordering::Release);
+        self.shared.flushed.store(offset, Ordering::Release);
+        self.writable_segment(offset)?;
+        Ok(())
+    }
+
+    /// Validates records in `[from, to)` (both record boundaries) like recovery does below the
+    /// durable point: a bad record is skipped up to the next sync point (`to` and the starts of
+    /// `known` ranges count) and reported, never cut. For scrubbing old segments and for
+    /// finding exactly which bytes a damaged record occupies.
+    pub fn validate_range(&self, from: u64, to: u64, known: &[(u64, u64)]) -> Validation {
+        self.shared.validate_range(from, to, known)
+    }
+
+    /// Whether `offset` is a sync point: the end of the log, the end of a segment, or where a
+    /// valid record with PHYSICALOFFSET == `offset` or an exact end-of-segment filler starts.
+    pub fn is_sync_point(&self, offset: u64) -> bool {
+        if offset == self.max_offset() {
+            return true;
+        }
+        if offset < self.min_offset() || offset > self.max_offset() {
+            return false;
+        }
+        if offset % self.cfg.segment_size == 0 {
+            return true;
+        }
+        match self.shared.segment_for(offset) {
+            Some(seg) => sync_at(&seg, (offset - seg.start) as usize),
+            None => false,
+        }
+    }
+
+    /// (TOTALSIZE, MAGICCODE, PHYSICALOFFSET) of the bytes at `offset`, unvalidated: what a
+    /// damaged record still claims about itself.
+    pub fn raw_header(&self, offset: u64) -> Option<(i64, u32, i64)> {
+        let seg = self.shared.segment_for(offset)?;
+        let data = &seg.bytes()[(offset - seg.start) as usize..];
+        let (size, magic) = peek_header(data).ok()?;
+        let b = data.get(OFF_PHYSICAL_OFFSET..OFF_PHYSICAL_OFFSET + 8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Some((size, magic, i64::from_be_bytes(a)))
+    }
+
+    /// Decodes the record at `offset` checking only its structure (no CRCs), for the cheap
+    /// consistency checks of consume queues against the log.
+    pub fn with_record_structure<T>(
+        &self,
+        offset: u64,
+        f: impl FnOnce(&RecordView<'_>) -> T,
+    ) -> Result<T> {
+        let (seg, pos, limit) = self.locate(offset, self.max_offset())?;
+        match decode_record_structure(&seg.bytes()[pos..limit]) {
+            Ok(Decoded::Record(r)) => Ok(f(&r)),
+            Ok(Decoded::Blank(_)) => Err(StoreError::CorruptRecord {
+                offset,
+                reason: "offset points at an end-of-segment filler, not a record".into(),
+            }),
+            Err(e) => Err(corrupt(offset, &e)),
+        }
+    }
+
+    /// Overwrites `[offset, offset + data.len())`, inside one segment and below the max offset,
+    /// and syncs it: the repair of a quarantined range with good bytes from a replica. The
+    /// caller validated the bytes.
+    pub fn overwrite(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let (seg, pos, limit) = self.locate(offset, self.max_offset())?;
+        if pos + data.len() > limit {
+            return Err(StoreError::InvalidArgument(format!(
+                "{} bytes at {offset} cross the end of the segment or the log",
+                data.len()
+            )));
+        }
+        seg.file.write_all_at(data, pos as u64).at(&seg.path)?;
+        seg.file.sync_data().at(&seg.path)
     }
 
     /// Every segment (start, path), ascending.
@@ -981,6 +1156,189 @@ impl CommitLog {
             .map(|s| (s.start, s.path.clone()))
             .collect()
     }
+}
+
+/// Deletes the files of segments detached by retention, oldest first, then syncs the
+/// directory (a crash half-way leaves a contiguous suffix of the log, which reopens fine).
+/// Returns their names.
+pub fn unlink_segments(dir: &Path, segs: &[Arc<Segment>]) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for s in segs {
+        fs::remove_file(&s.path).at(&s.path)?;
+        names.push(segment_name(s.start));
+    }
+    if !segs.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(names)
+}
+
+/// The reason recovery gives for an all-zero header: the normal end of the data.
+const END_OF_DATA: &str = "end of data";
+
+/// Whether a sync point starts at `pos` of `seg`: a valid record whose PHYSICALOFFSET equals
+/// its position, or an end-of-segment filler covering exactly the rest of the segment. Cheap
+/// checks (magic, then the position field) come before the CRCs.
+fn sync_at(seg: &Segment, pos: usize) -> bool {
+    let data = seg.bytes();
+    let Some(magic) = data.get(pos + 4..pos + 8) else {
+        return false;
+    };
+    let magic = u32::from_be_bytes([magic[0], magic[1], magic[2], magic[3]]);
+    match magic {
+        MAGIC_V1 | MAGIC_V2 => {
+            let at = pos + OFF_PHYSICAL_OFFSET;
+            let Some(b) = data.get(at..at + 8) else {
+                return false;
+            };
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            i64::from_be_bytes(a) == (seg.start + pos as u64) as i64
+                && matches!(decode(&data[pos..]), Ok(Decoded::Record(_)))
+        }
+        BLANK_MAGIC => matches!(decode(&data[pos..]), Ok(Decoded::Blank(_))),
+        _ => false,
+    }
+}
+
+/// The first sync point after `from` (exclusive) and below `bound`, searching across
+/// segments; a segment start counts when a valid record or filler begins there. None when
+/// there is none before `bound`.
+fn find_sync(segs: &[Arc<Segment>], from: u64, bound: u64) -> Option<u64> {
+    let mut idx = segs.partition_point(|s| s.start <= from).checked_sub(1)?;
+    let mut pos = (from - segs[idx].start) as usize + 1;
+    while idx < segs.len() {
+        let seg = &segs[idx];
+        if seg.start >= bound {
+            return None;
+        }
+        let data = seg.bytes();
+        let stop = (bound.min(seg.end()) - seg.start) as usize;
+        // A magic code starts with 0xDA (records) or 0xCB (fillers) at position + 4.
+        let mut p = pos;
+        while p < stop {
+            match data.get(p + 4) {
+                Some(0xDA) | Some(0xCB) => {
+                    if sync_at(seg, p) {
+                        return Some(seg.start + p as u64);
+                    }
+                }
+                Some(_) => {}
+                None => break,
+            }
+            p += 1;
+        }
+        idx += 1;
+        pos = 0;
+    }
+    None
+}
+
+/// Validates records (every CRC, PHYSICALOFFSET == position) from `from`, a record boundary,
+/// to `to` (a boundary; None: the end of the last segment). Ranges in `known` (sorted
+/// `(start, end)`, quarantined earlier) are skipped unread. A bad record below `durable` is
+/// skipped up to the next sync point (a known range's start and `to` count as sync points),
+/// split at segment boundaries into [`BadRange`]s; a bad record at or past `durable`, or one
+/// with no sync point after it, stops the walk (`stop`).
+fn walk(
+    segs: &[Arc<Segment>],
+    from: u64,
+    to: Option<u64>,
+    durable: u64,
+    known: &[(u64, u64)],
+) -> Validation {
+    let mut v = Validation {
+        end: from,
+        ..Validation::default()
+    };
+    let Some(last) = segs.last() else {
+        return v;
+    };
+    let limit = to.unwrap_or(last.end()).min(last.end());
+    let mut at = from;
+    'outer: while at < limit {
+        let idx = segs.partition_point(|s| s.start <= at);
+        let Some(seg) = idx.checked_sub(1).map(|i| &segs[i]) else {
+            break;
+        };
+        if at >= seg.end() {
+            break; // past the last segment
+        }
+        if let Ok(k) = known.binary_search_by_key(&at, |&(s, _)| s) {
+            if known[k].1 > at {
+                at = known[k].1;
+                v.end = at;
+                continue;
+            }
+        }
+        let data = seg.bytes();
+        let pos = (at - seg.start) as usize;
+        let reason = match decode(&data[pos..]) {
+            Ok(Decoded::Record(r)) if r.physical_offset == at as i64 => {
+                if at + r.total_size() as u64 > limit {
+                    break 'outer; // `to` was not a boundary: stop before the record
+                }
+                v.records += 1;
+                at += r.total_size() as u64;
+                v.end = at;
+                continue;
+            }
+            Ok(Decoded::Record(r)) => format!(
+                "record claims physical offset {} but sits at {at}",
+                r.physical_offset
+            ),
+            Ok(Decoded::Blank(_)) => {
+                at = seg.end();
+                v.end = at;
+                continue;
+            }
+            Err(e) => {
+                if matches!(peek_header(&data[pos..]), Ok((0, 0))) {
+                    END_OF_DATA.to_string()
+                } else {
+                    e.to_string()
+                }
+            }
+        };
+        if at >= durable {
+            v.stop = Some((at, reason));
+            return v;
+        }
+        // Damage below the durable point: find where valid data resumes.
+        let next_known = known
+            .get(known.partition_point(|&(s, _)| s <= at))
+            .map_or(u64::MAX, |&(s, _)| s);
+        let bound = limit.min(next_known);
+        let resume = match find_sync(segs, at, bound) {
+            Some(q) => q,
+            None if bound < u64::MAX && (to.is_some() || next_known == bound) => bound,
+            None => {
+                v.stop = Some((at, reason));
+                return v;
+            }
+        };
+        let reason = if reason == END_OF_DATA {
+            "zeroed bytes where a record should start".to_string()
+        } else {
+            reason
+        };
+        // One range per segment the damage touches.
+        let mut a = at;
+        while a < resume {
+            let i = segs.partition_point(|s| s.start <= a).saturating_sub(1);
+            let e = resume.min(segs[i].end());
+            v.bad.push(BadRange {
+                offset: a,
+                end: e,
+                reason: reason.clone(),
+            });
+            a = e;
+        }
+        at = resume;
+        v.end = at;
+    }
+    v.end = v.end.max(at.min(limit));
+    v
 }
 
 /// Every record this store reads must carry a valid whole-record CRC (it writes one on every

@@ -89,6 +89,10 @@ impl CqUnit {
 pub struct CqRecovery {
     /// How many non-empty units recovery discarded.
     pub cut_units: u64,
+    /// Files that cannot be the result of a crash: a missing file between two others, or a
+    /// file shorter than its full size that is not the last one. The store rebuilds such a
+    /// queue from the commitlog.
+    pub damage: Option<String>,
 }
 
 #[derive(Debug)]
@@ -387,6 +391,69 @@ impl ConsumeQueue {
         Ok(out)
     }
 
+    /// The units (with their indexes) whose physical offsets lie in `[from, to)`, in `[min, max)`.
+    pub fn units_in_phys_range(&self, from: u64, to: u64) -> Result<Vec<(u64, CqUnit)>> {
+        let mut out = Vec::new();
+        let mut i = self.lower_bound(self.min, self.max, |u| u.phys_offset >= from)?;
+        while i < self.max {
+            let u = self.read_unit(i)?;
+            if u.phys_offset >= to {
+                break;
+            }
+            out.push((i, u));
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    /// Replaces the unit at `index` (in `[min, max)`) in place: the repair of a damaged record
+    /// whose unit was a placeholder. The physical offsets must stay strictly increasing.
+    pub fn rewrite_unit(&mut self, index: u64, unit: CqUnit) -> Result<()> {
+        if index < self.min || index >= self.max {
+            return Err(self.out_of_range(index));
+        }
+        if let Some(reason) = unit.shape_error() {
+            return Err(StoreError::CorruptRecord {
+                offset: index,
+                reason,
+            });
+        }
+        let below = if index > self.base {
+            Some(self.read_unit(index - 1)?)
+        } else {
+            None
+        };
+        let above = if index + 1 < self.max {
+            Some(self.read_unit(index + 1)?)
+        } else {
+            None
+        };
+        if below.is_some_and(|b| b.phys_offset >= unit.phys_offset)
+            || above.is_some_and(|a| a.phys_offset <= unit.phys_offset)
+        {
+            return Err(StoreError::InvalidArgument(format!(
+                "unit {index} at physical offset {} would break the order of its neighbours",
+                unit.phys_offset
+            )));
+        }
+        self.write_buffer()?;
+        let seg = self.segment_of(index)?;
+        seg.file
+            .write_all_at(&unit.encode(), (index - seg.start) * CQ_UNIT_SIZE)
+            .at(&seg.path)?;
+        seg.file.sync_data().at(&seg.path)?;
+        if index + 1 == self.max {
+            self.last = Some(unit);
+        }
+        Ok(())
+    }
+
+    /// Deletes every file: the queue becomes empty and accepts any first index (a rebuild
+    /// from the commitlog).
+    pub fn clear(&mut self) -> Result<()> {
+        self.reset(0)
+    }
+
     /// Drops every unit with `phys_offset >= phys`, durably: the memory state first (readers
     /// never see dropped units), then the partial file's tail is cut (set_len down and back up,
     /// fsync), files wholly beyond the cut are deleted and the directory is fsynced.
@@ -647,6 +714,7 @@ impl ConsumeQueue {
         let mut stop = first_start;
         let mut prev: Option<CqUnit> = None;
         let mut cut_units = 0u64;
+        let mut damage: Option<String> = None;
         // Per segment: its length, and whether non-zero bytes lie at or after `stop` in it.
         let mut lens = Vec::with_capacity(self.segments.len());
         let mut tail_nonzero = vec![false; self.segments.len()];
@@ -663,11 +731,19 @@ impl ConsumeQueue {
                     // A missing file: the units it should hold are empty.
                     stop = expected;
                     phase = Phase::Cut;
+                    damage.get_or_insert(format!("file {} is missing", file_name(expected)));
                 }
             }
             prev_end = Some(seg.start + upf);
             let len = seg.file.metadata().at(&seg.path)?.len();
             lens.push(len);
+            if len < self.file_bytes && k + 1 < self.segments.len() {
+                damage.get_or_insert(format!(
+                    "{} is {len} bytes, not {}, and is not the last file",
+                    seg.path.display(),
+                    self.file_bytes
+                ));
+            }
             let avail = len.min(self.file_bytes);
             let whole_units = avail / CQ_UNIT_SIZE;
             let mut j = 0;
@@ -773,7 +849,7 @@ impl ConsumeQueue {
         self.min = base;
         self.max = stop;
         self.last = prev;
-        Ok(CqRecovery { cut_units })
+        Ok(CqRecovery { cut_units, damage })
     }
 }
 

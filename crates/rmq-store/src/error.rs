@@ -15,6 +15,13 @@ pub enum StoreError {
     /// A record (or unit) failed validation when read: it is never returned.
     #[error("corrupt record at offset {offset}: {reason}")]
     CorruptRecord { offset: u64, reason: String },
+    /// The bytes at `offset` are a quarantined damaged range: never served until repaired.
+    #[error("record at {offset} is quarantined ({size} bytes): {reason}")]
+    Quarantined {
+        offset: u64,
+        size: u64,
+        reason: String,
+    },
     /// A whole file (epoch file, checkpoint, consume-queue unit) failed its checks.
     #[error("corrupt file {path}: {reason}")]
     CorruptFile { path: PathBuf, reason: String },

@@ -7,15 +7,19 @@
 //!   queues from committed records but never past the confirm offset.
 //! * [`epoch`]: the epoch file and the truncation algorithm of RIP-44.
 //! * [`checkpoint`]: flushed / confirm / dispatch offsets and timestamps.
+//! * [`quarantine`]: damaged commitlog ranges that are never served until repaired.
+//! * [`cq_manifest`]: which consume queues exist and their durable sizes (rebuild on loss).
 
 pub mod baseline;
 pub mod checkpoint;
 pub mod commitlog;
 pub mod consume_queue;
+pub mod cq_manifest;
 pub mod dispatch;
 pub mod epoch;
 pub mod error;
 pub mod fsutil;
+pub mod quarantine;
 pub mod store;
 
 pub use error::{Result, StoreError};

@@ -12,6 +12,13 @@
 //! Records past the dispatch point already carry queue offsets. Recovery rebuilds the per-queue
 //! next-offset table from the consume queues *and* from every record after the dispatch point,
 //! so a restart never hands out a queue offset twice.
+//!
+//! # Damage (issue 15)
+//! Damaged records below the durable point are quarantined ([`crate::quarantine`]), never
+//! served, and skipped by readers, which say which queue offsets they skipped
+//! ([`Store::read_queue`]); [`Store::repair`] writes good bytes from a replica back in place.
+//! Missing or damaged consume queues are rebuilt from the commitlog on open (they are checked
+//! against the consume-queue manifest, [`crate::cq_manifest`], and against the log).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,13 +31,23 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rmq_wire::message::{MessageIn, RecordView};
 
+use rmq_wire::message::{
+    decode_record_checked, decode_record_structure, Decoded, MAGIC_V1, MAGIC_V2,
+};
+
 use crate::checkpoint::{Checkpoint, CheckpointFile, CheckpointLoad};
 use crate::commitlog::{
-    CommitLog, CommitLogConfig, Placement, RecordBuf, RecoveryReport, Shared, DEFAULT_SEGMENT_SIZE,
+    unlink_segments, BadRange, CommitLog, CommitLogConfig, Placement, RecordBuf, RecoveryReport,
+    Shared, DEFAULT_SEGMENT_SIZE,
 };
 use crate::consume_queue::{ConsumeQueue, CqUnit};
+use crate::cq_manifest::{self, ManifestEntry};
 use crate::dispatch::{DispatchState, PendingUnit, QueueKey};
 use crate::error::{IoContext, Result, StoreError};
+use crate::quarantine::{Quarantine, QuarantineEntry, QuarantineLoad, QueueRef};
+
+/// How often the consume-queue manifest's counts are refreshed when only they changed.
+const MANIFEST_REFRESH: Duration = Duration::from_secs(10);
 
 /// Units a filtered read looks at per call at most (RocketMQ's maxFilterMessageCount).
 pub const MAX_FILTER_SCAN: usize = 16_000;
@@ -155,6 +172,30 @@ pub struct OpenReport {
     pub confirm_offset: u64,
     /// The persisted confirm offset before clamping into [min, end], when it was clamped.
     pub confirm_clamped_from: Option<u64>,
+    /// How the quarantine list was loaded.
+    pub quarantine_load: QuarantineLoad,
+    /// Ranges quarantined while opening (recovery, consume-queue rebuild, consistency checks).
+    pub quarantined: Vec<QuarantineEntry>,
+    /// Quarantined ranges whose bytes are valid records again (repaired from outside).
+    pub healed: Vec<QuarantineEntry>,
+    /// Quarantined ranges dropped because their bytes were cut or deleted.
+    pub quarantine_dropped: Vec<QuarantineEntry>,
+    /// Consume queues rebuilt from the commitlog: (topic, queue id, why).
+    pub cq_rebuilt: Vec<(String, i32, String)>,
+    /// Units written by that rebuild.
+    pub cq_rebuilt_units: u64,
+    /// The consume-queue manifest failed its checks (the fallback rule was used).
+    pub cq_manifest_problem: Option<String>,
+}
+
+/// A queue offset a read skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedUnit {
+    pub queue_offset: u64,
+    /// The quarantined range (or, for a unit that matches no record, the unit's target).
+    pub phys_offset: u64,
+    pub size: u64,
+    pub reason: String,
 }
 
 /// Result of a consume-queue read (the store side of PULL_MESSAGE).
@@ -163,12 +204,45 @@ pub struct GetResult {
     pub next_offset: u64,
     pub min_offset: u64,
     pub max_offset: u64,
+    /// Units skipped because their record is quarantined (or the unit does not match its
+    /// record); never served.
+    pub skipped: Vec<SkippedUnit>,
+}
+
+/// Counters of damage handling and retention since the store was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Ranges quarantined (on open and at run time).
+    pub quarantined: u64,
+    /// Of those, found by reads or scrubs while running.
+    pub quarantined_at_runtime: u64,
+    /// Ranges repaired with good bytes.
+    pub repaired: u64,
+    /// Units skipped by reads because their record is quarantined.
+    pub skipped_reads: u64,
+    /// Units skipped because they do not match the record they point at (consume-queue damage
+    /// found while running; the queue is rebuilt on the next open).
+    pub cq_mismatches: u64,
+    /// Commitlog segments deleted by retention, and their bytes.
+    pub retention_segments: u64,
+    pub retention_bytes: u64,
+}
+
+/// What a retention call deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionResult {
+    pub deleted: Vec<String>,
+    pub bytes: u64,
+    /// The commitlog's min offset afterwards (the epoch file's prefix follows it).
+    pub min_offset: u64,
 }
 
 struct Inner {
     log: CommitLog,
     cqs: HashMap<(String, i32), ConsumeQueue>,
     state: DispatchState,
+    quarantine: Quarantine,
+    stats: StoreStats,
     last_store_ts: i64,
     closed: bool,
 }
@@ -194,6 +268,8 @@ struct Core {
     /// Serialises checkpoint writers (the flush thread, `checkpoint()`, truncation, close).
     ckpt_lock: Mutex<()>,
     ckpt_file: CheckpointFile,
+    /// The consume-queue manifest last written, and when.
+    manifest_written: Mutex<(Vec<ManifestEntry>, Option<Instant>)>,
     closed: AtomicBool,
 }
 
@@ -264,28 +340,45 @@ impl Core {
             return Ok(from);
         }
         let Inner {
-            log, cqs, state, ..
+            log,
+            cqs,
+            state,
+            quarantine,
+            ..
         } = inner;
         let mut units: Vec<PendingUnit> = Vec::new();
         if from < state.pending_from {
             let to = state.pending_from.min(target);
-            log.scan(from, to, false, &mut |off, r: &RecordView<'_>| {
-                if let Some(u) = Self::unit_of(state, off, r)? {
+            scan_around(log, quarantine, from, to, false, &mut |item| {
+                if let Some(u) = Self::unit_of_item(state, &item)? {
                     units.push(u);
                 }
                 Ok(())
             })?;
         }
         state.take_until(target, &mut units);
-        // One consume-queue write per queue per call.
+        Self::append_units(&self.cfg, cqs, quarantine, units)?;
+        self.dispatched.store(target, Ordering::Release);
+        Ok(target)
+    }
+
+    /// Appends units to their consume queues, one write per queue. Units already in a queue
+    /// (a replay after a crash that left them) must point at the very same records and are
+    /// skipped. A gap in a queue's offsets that a quarantined range of unknown records explains
+    /// is filled with placeholder units pointing into that range (readers skip them as
+    /// quarantined, a repair rewrites them), so later records keep their queue offsets.
+    fn append_units(
+        cfg: &StoreConfig,
+        cqs: &mut HashMap<(String, i32), ConsumeQueue>,
+        quarantine: &Quarantine,
+        units: Vec<PendingUnit>,
+    ) -> Result<()> {
         let mut groups: HashMap<QueueKey, Vec<(u64, CqUnit)>> = HashMap::new();
         for u in units {
             groups.entry(u.key).or_default().push((u.index, u.unit));
         }
         for ((topic, qid), units) in groups {
-            let q = Self::cq(&self.cfg, cqs, &topic, qid)?;
-            // Units already in the queue (a replay after a crash that left them) must point at
-            // the very same records; skip those and append the rest.
+            let q = Self::cq(cfg, cqs, &topic, qid)?;
             let mut skip = 0;
             for &(index, unit) in &units {
                 if index >= q.max_offset() || q.get(index)?.phys_offset != unit.phys_offset {
@@ -293,10 +386,53 @@ impl Core {
                 }
                 skip += 1;
             }
-            q.append_batch(&units[skip..])?;
+            let mut next = q.max_offset();
+            let mut last_phys = q.last_unit().map(|u| u.phys_offset);
+            let mut batch: Vec<(u64, CqUnit)> = Vec::with_capacity(units.len() - skip);
+            for &(index, unit) in &units[skip..] {
+                if index > next && next > 0 {
+                    let m = index - next;
+                    let lo = last_phys.map_or(0, |p| p + 1);
+                    if let Some(e) = quarantine.last_unknown_between(lo, unit.phys_offset) {
+                        if m <= e.size {
+                            for j in 0..m {
+                                let phys = e.end() - m + j;
+                                batch.push((
+                                    next + j,
+                                    CqUnit {
+                                        phys_offset: phys,
+                                        size: 1,
+                                        tag_code: 0,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                }
+                batch.push((index, unit));
+                next = index + 1;
+                last_phys = Some(unit.phys_offset);
+            }
+            q.append_batch(&batch)?;
         }
-        self.dispatched.store(target, Ordering::Release);
-        Ok(target)
+        Ok(())
+    }
+
+    /// The unit of a scanned item: a record's, or a quarantined record's whose queue position
+    /// is known.
+    fn unit_of_item(state: &mut DispatchState, item: &Item<'_, '_>) -> Result<Option<PendingUnit>> {
+        match item {
+            Item::Record(off, r) => Self::unit_of(state, *off, r),
+            Item::Quarantined(e) => Ok(e.record.as_ref().map(|r| PendingUnit {
+                key: (state.intern(&r.topic), r.queue_id),
+                index: r.queue_offset,
+                unit: CqUnit {
+                    phys_offset: e.offset,
+                    size: u32::try_from(e.size).unwrap_or(u32::MAX),
+                    tag_code: 0,
+                },
+            })),
+        }
     }
 
     /// The consume-queue unit of a record, or None when it is not dispatched (prepared or
@@ -328,20 +464,21 @@ impl Core {
         }))
     }
 
-    /// Raises next queue offsets from the records in `[from, to)`.
+    /// Raises next queue offsets from the records in `[from, to)` (and the quarantined records
+    /// there whose queue position is known).
     fn note_queue_offsets(
         log: &CommitLog,
+        quarantine: &Quarantine,
         state: &mut DispatchState,
         from: u64,
         to: u64,
     ) -> Result<()> {
-        log.scan(from, to, false, &mut |off, r| {
-            if let Some(u) = Self::unit_of(state, off, r)? {
-                state.raise_next(&u.key.0, u.key.1, r.queue_offset + 1);
+        scan_around(log, quarantine, from, to, false, &mut |item| {
+            if let Some(u) = Self::unit_of_item(state, &item)? {
+                state.raise_next(&u.key.0, u.key.1, u.index as i64 + 1);
             }
             Ok(())
-        })?;
-        Ok(())
+        })
     }
 
     /// Syncs the consume queues and writes the checkpoint. Only the snapshot is taken under the
@@ -350,6 +487,12 @@ impl Core {
     /// checkpoint never claims more than is durable. After a failed sync checkpoints stop (the
     /// dirty marks are gone), which costs a longer replay on restart but never loses data.
     fn checkpoint_now(&self) -> Result<Checkpoint> {
+        self.checkpoint_with(false)
+    }
+
+    /// [`Core::checkpoint_now`]; `exact_manifest` rewrites the consume-queue manifest whenever
+    /// it changed (open, close, truncation), not only when the set of queues did.
+    fn checkpoint_with(&self, exact_manifest: bool) -> Result<Checkpoint> {
         if let Some(e) = lock(&self.ckpt_broken).clone() {
             return Err(StoreError::Io {
                 path: self.cfg.root.join("checkpoint"),
@@ -357,21 +500,29 @@ impl Core {
             });
         }
         let _one_at_a_time = lock(&self.ckpt_lock);
-        let (files, dirs, dispatched, confirm, ts) = {
+        let (files, dirs, dispatched, confirm, ts, manifest) = {
             let mut inner = self.inner()?;
             let mut files = Vec::new();
             let mut dirs = Vec::new();
-            for q in inner.cqs.values_mut() {
+            let mut manifest = Vec::with_capacity(inner.cqs.len());
+            for ((topic, qid), q) in inner.cqs.iter_mut() {
                 let (f, d) = q.take_dirty()?;
                 files.extend(f);
                 dirs.extend(d);
+                manifest.push(ManifestEntry {
+                    topic: topic.clone(),
+                    queue_id: *qid,
+                    max_offset: q.max_offset(),
+                });
             }
+            manifest.sort_by(|a, b| (&a.topic, a.queue_id).cmp(&(&b.topic, b.queue_id)));
             (
                 files,
                 dirs,
                 self.dispatched.load(Ordering::Acquire),
                 self.effective_confirm(),
                 inner.last_store_ts,
+                manifest,
             )
         };
         let synced = files
@@ -381,6 +532,30 @@ impl Core {
         if let Err(e) = synced {
             *lock(&self.ckpt_broken) = Some(e.to_string());
             return Err(e);
+        }
+        // Every count in the manifest is durable now. It is written before the checkpoint
+        // whenever the set of queues changed or a count went down (truncation), so every queue
+        // with units below a checkpoint's dispatch point is listed and no count is too high;
+        // counts that only grew are refreshed at most every MANIFEST_REFRESH (a lower count is
+        // still a valid lower bound), which keeps its fsyncs off the busy path.
+        {
+            let mut written = lock(&self.manifest_written);
+            let (old, at) = &*written;
+            let same_set = old.len() == manifest.len()
+                && old
+                    .iter()
+                    .zip(&manifest)
+                    .all(|(a, b)| a.topic == b.topic && a.queue_id == b.queue_id);
+            let lowered = same_set
+                && old
+                    .iter()
+                    .zip(&manifest)
+                    .any(|(a, b)| b.max_offset < a.max_offset);
+            let due = at.map_or(true, |t| t.elapsed() >= MANIFEST_REFRESH) && *old != manifest;
+            if !same_set || lowered || due || (exact_manifest && *old != manifest) {
+                cq_manifest::store(&self.cfg.root, &cq_manifest::encode(&manifest))?;
+                *written = (manifest, Some(Instant::now()));
+            }
         }
         let flushed = self.shared.flushed_offset();
         let c = Checkpoint {
@@ -484,6 +659,15 @@ impl Store {
         } else {
             0
         };
+        // The durable point: everything below the flushed offset of a trusted checkpoint was
+        // fsynced before that checkpoint was written, so a bad record there is damage, not a
+        // torn write. Without a trusted checkpoint nothing is known to be durable.
+        let durable = if trusted {
+            ckpt.flushed_offset.max(0) as u64
+        } else {
+            0
+        };
+        let (mut quarantine, quarantine_load) = Quarantine::open(&cfg.root)?;
         let (log, cl_report) = CommitLog::open(
             CommitLogConfig {
                 dir: cfg.root.join("commitlog"),
@@ -491,24 +675,32 @@ impl Store {
                 store_host: cfg.store_host,
             },
             recover_from,
+            durable,
+            &quarantine.ranges(),
         )?;
         let min = log.min_offset();
         let end = log.max_offset();
+        // Quarantined bytes that were cut or deleted are gone.
+        let quarantine_dropped = quarantine.retain(|e| e.offset >= min && e.end() <= end)?;
         // Redispatch from the checkpoint's dispatch point, but never from before the part that
         // recovery validated (records before it were synced before the checkpoint was written).
         // The dispatch point must be a record boundary; a checkpoint that says otherwise (from
         // an older version, or damaged in a way its CRC missed) falls back to the start of the
         // segment recovery validated, which only means more redispatching.
         let dispatch_start = dispatched_ckpt.clamp(min, end);
-        let dispatch_start = if log.is_boundary(dispatch_start) {
+        let dispatch_start = if log.is_boundary(dispatch_start)
+            || quarantine.starting_at(dispatch_start).is_some()
+        {
             dispatch_start
         } else {
             cl_report.scanned_from.clamp(min, end)
         };
 
-        // Consume queues: open every one on disk, cut units past the dispatch point.
+        // Consume queues: open every one on disk; a queue whose files cannot be read as a
+        // queue is rebuilt.
         let mut cqs = HashMap::new();
         let mut cq_cut = 0u64;
+        let mut rebuild: std::collections::BTreeMap<(String, i32), String> = Default::default();
         let cq_root = cfg.root.join("consumequeue");
         if cq_root.exists() {
             for t in std::fs::read_dir(&cq_root).at(&cq_root)? {
@@ -525,19 +717,188 @@ impl Store {
                     else {
                         continue;
                     };
-                    let (mut cq, rec) = ConsumeQueue::open(&q.path(), cfg.cq_units_per_file)?;
-                    cq_cut += rec.cut_units;
-                    cq_cut += cq.truncate_by_phys_offset(dispatch_start)?;
-                    cq.delete_before_phys(min)?;
-                    cqs.insert((topic.clone(), qid), cq);
+                    let key = (topic.clone(), qid);
+                    let cq = match ConsumeQueue::open(&q.path(), cfg.cq_units_per_file) {
+                        Ok((cq, rec)) => {
+                            cq_cut += rec.cut_units;
+                            if let Some(d) = rec.damage {
+                                rebuild.insert(key.clone(), d);
+                            }
+                            cq
+                        }
+                        Err(StoreError::CorruptFile { path, reason }) => {
+                            rebuild.insert(
+                                key.clone(),
+                                format!("unreadable: {}: {reason}", path.display()),
+                            );
+                            wipe_queue_dir(&q.path())?;
+                            ConsumeQueue::open(&q.path(), cfg.cq_units_per_file)?.0
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    cqs.insert(key, cq);
                 }
             }
         }
+        // The manifest says which queues held how many durable units: a queue missing or
+        // holding fewer is damaged. Without one (an older store), RocketMQ's rule: no consume
+        // queue at all while the log has dispatched records means they were all lost.
+        let mut floors: HashMap<(String, i32), u64> = HashMap::new();
+        let mut cq_manifest_problem = None;
+        let mut rebuild_all = false;
+        match cq_manifest::load(&cfg.root)? {
+            Some(Ok(entries)) => {
+                for e in entries {
+                    let key = (e.topic.clone(), e.queue_id);
+                    match cqs.get(&key) {
+                        None if e.max_offset > 0 => {
+                            rebuild.insert(
+                                key.clone(),
+                                format!(
+                                    "consume queue directory missing (it held {} units)",
+                                    e.max_offset
+                                ),
+                            );
+                        }
+                        Some(q) if q.max_offset() < e.max_offset => {
+                            rebuild.entry(key.clone()).or_insert(format!(
+                                "holds {} units, {} were durable",
+                                q.max_offset(),
+                                e.max_offset
+                            ));
+                        }
+                        _ => {}
+                    }
+                    floors.insert(key, e.max_offset);
+                }
+            }
+            Some(Err(why)) => {
+                cq_manifest_problem = Some(why);
+                rebuild_all = cqs.is_empty() && min < dispatch_start;
+            }
+            None => rebuild_all = cqs.is_empty() && min < dispatch_start,
+        }
+        for key in rebuild.keys() {
+            if let Some(q) = cqs.get_mut(key) {
+                q.clear()?;
+            }
+        }
+        // What recovery found damaged below the durable point, with the records the consume
+        // queues say were there (read before the queues are cut to the dispatch point: units
+        // past it may still name the record).
+        let bad = cl_report.quarantined.clone();
+        let now = now_ms();
+        let mut new_entries = entries_for(&bad, &cqs, now)?;
+        for (key, q) in cqs.iter_mut() {
+            if rebuild.contains_key(key) {
+                continue;
+            }
+            cq_cut += q.truncate_by_phys_offset(dispatch_start)?;
+            q.delete_before_phys(min)?;
+        }
+        let mut opened_quarantined = quarantine.add(std::mem::take(&mut new_entries))?;
+        // Entries whose bytes validate again were repaired from outside: drop them.
+        let healed = {
+            let ranges = quarantine.ranges();
+            let ok: Vec<u64> = ranges
+                .iter()
+                .filter(|&&(a, b)| {
+                    let v = log.validate_range(a, b, &[]);
+                    v.bad.is_empty() && v.stop.is_none() && v.end == b
+                })
+                .map(|&(a, _)| a)
+                .collect();
+            let mut out = Vec::new();
+            for a in ok {
+                if let Some(e) = quarantine.remove(a)? {
+                    out.push(e);
+                }
+            }
+            out
+        };
+        // The first and last unit of every queue must point at a record of that queue.
+        for (key, q) in cqs.iter() {
+            if rebuild.contains_key(key) || q.min_offset() >= q.max_offset() {
+                continue;
+            }
+            for index in [q.min_offset(), q.max_offset() - 1] {
+                let unit = q.get(index)?;
+                let why = unit_mismatch(
+                    &log,
+                    &mut quarantine,
+                    &cqs,
+                    key,
+                    index,
+                    &unit,
+                    &mut opened_quarantined,
+                )?;
+                if let Some(why) = why {
+                    rebuild.insert(key.clone(), why);
+                    break;
+                }
+            }
+        }
+        for key in rebuild.keys() {
+            if let Some(q) = cqs.get_mut(key) {
+                q.clear()?;
+            }
+        }
+
         let mut state = DispatchState::new(end);
+        let mut cq_rebuilt = Vec::new();
+        let mut cq_rebuilt_units = 0u64;
+        if rebuild_all || !rebuild.is_empty() {
+            // Rebuild from the commitlog's min offset. The part recovery did not validate is
+            // validated now (a damaged record is quarantined like in recovery).
+            let v = log.validate_range(min, cl_report.scanned_from, &quarantine.ranges());
+            let found = entries_for(&v.bad, &cqs, now)?;
+            opened_quarantined.extend(quarantine.add(found)?);
+            let existing: std::collections::HashSet<(String, i32)> = cqs
+                .keys()
+                .filter(|k| !rebuild.contains_key(*k))
+                .cloned()
+                .collect();
+            let wanted = |topic: &str, qid: i32| -> bool {
+                let key = (topic.to_string(), qid);
+                rebuild.contains_key(&key) || (rebuild_all && !existing.contains(&key))
+            };
+            let mut units = Vec::new();
+            let mut seen: std::collections::BTreeSet<(String, i32)> = Default::default();
+            scan_around(&log, &quarantine, min, dispatch_start, false, &mut |item| {
+                if let Some(u) = Core::unit_of_item(&mut state, &item)? {
+                    if wanted(&u.key.0, u.key.1) {
+                        seen.insert((u.key.0.to_string(), u.key.1));
+                        units.push(u);
+                    }
+                }
+                Ok(())
+            })?;
+            cq_rebuilt_units = units.len() as u64;
+            Core::append_units(&cfg, &mut cqs, &quarantine, units)?;
+            for (key, why) in &rebuild {
+                cq_rebuilt.push((key.0.clone(), key.1, why.clone()));
+            }
+            if rebuild_all {
+                for key in seen.iter().filter(|k| !rebuild.contains_key(*k)) {
+                    cq_rebuilt.push((
+                        key.0.clone(),
+                        key.1,
+                        "every consume queue was missing".to_string(),
+                    ));
+                }
+            }
+            for key in rebuild.keys() {
+                // Offsets a rebuilt queue had handed out are never handed out again, even
+                // when its records are gone from the log.
+                if let Some(&floor) = floors.get(key) {
+                    state.raise_next(&key.0, key.1, floor as i64);
+                }
+            }
+        }
         for ((topic, qid), q) in &cqs {
             state.raise_next(topic, *qid, q.max_offset() as i64);
         }
-        Core::note_queue_offsets(&log, &mut state, dispatch_start, end)?;
+        Core::note_queue_offsets(&log, &quarantine, &mut state, dispatch_start, end)?;
 
         let persisted_confirm = if trusted {
             ckpt.confirm_offset.max(0) as u64
@@ -548,11 +909,17 @@ impl Store {
         let confirm_clamped_from = (confirm != persisted_confirm).then_some(persisted_confirm);
         let (notify_r, notify_w) = make_pipe()?;
         let shared = log.shared().clone();
+        let stats = StoreStats {
+            quarantined: opened_quarantined.len() as u64,
+            ..StoreStats::default()
+        };
         let core = Arc::new(Core {
             inner: Mutex::new(Inner {
                 log,
                 cqs,
                 state,
+                quarantine,
+                stats,
                 last_store_ts: ckpt.physic_msg_timestamp,
                 closed: false,
             }),
@@ -570,6 +937,7 @@ impl Store {
             ckpt_broken: Mutex::new(None),
             ckpt_lock: Mutex::new(()),
             ckpt_file,
+            manifest_written: Mutex::new((Vec::new(), None)),
             closed: AtomicBool::new(false),
             cfg,
         });
@@ -577,7 +945,7 @@ impl Store {
             let mut inner = core.inner()?;
             core.dispatch(&mut inner)?;
         }
-        core.checkpoint_now()?;
+        core.checkpoint_with(true)?;
         let weak = Arc::downgrade(&core);
         let thread = std::thread::Builder::new()
             .name("rmq-store-flush".into())
@@ -590,6 +958,13 @@ impl Store {
             redispatched_from: dispatch_start,
             confirm_offset: confirm,
             confirm_clamped_from,
+            quarantine_load,
+            quarantined: opened_quarantined,
+            healed,
+            quarantine_dropped,
+            cq_rebuilt,
+            cq_rebuilt_units,
+            cq_manifest_problem,
         };
         Ok((
             Store {
@@ -707,7 +1082,12 @@ impl Store {
     pub fn set_confirm_offset(&self, offset: u64) -> Result<u64> {
         let mut inner = self.core.inner()?;
         let c = offset.min(inner.log.max_offset());
-        if !inner.log.is_boundary(c) {
+        let quarantine_edge = inner.quarantine.starting_at(c).is_some()
+            || inner
+                .quarantine
+                .containing(c.saturating_sub(1))
+                .is_some_and(|e| e.end() == c);
+        if !inner.log.is_boundary(c) && !quarantine_edge {
             return Err(StoreError::InvalidArgument(format!(
                 "confirm offset {c} is not a record boundary"
             )));
@@ -742,18 +1122,34 @@ impl Store {
         lock(&self.core.flush_error).clone()
     }
 
+    /// The validated record at `offset`; a quarantined one is an error (`Quarantined`).
     pub fn read_record(&self, offset: u64) -> Result<RecordBuf> {
-        self.core.inner()?.log.read_record(offset)
+        let inner = self.core.inner()?;
+        if let Some(e) = inner.quarantine.containing(offset) {
+            return Err(quarantined_error(e));
+        }
+        inner.log.read_record(offset)
     }
 
+    /// Whole records from `offset` (see [`CommitLog::read_range`]), stopping before a
+    /// quarantined range; starting inside one is an error (`Quarantined`): a replica cannot be
+    /// sent bytes this store does not have.
     pub fn read_range(&self, offset: u64, max_bytes: usize, limit: u64) -> Result<RecordBuf> {
-        self.core.inner()?.log.read_range(offset, max_bytes, limit)
+        let inner = self.core.inner()?;
+        if let Some(e) = inner.quarantine.containing(offset) {
+            return Err(quarantined_error(e));
+        }
+        let limit = match inner.quarantine.starting_in(offset, limit).first() {
+            Some(e) => e.offset,
+            None => limit,
+        };
+        inner.log.read_range(offset, max_bytes, limit)
     }
 
-    /// Reads up to `max_count` messages / `max_bytes` from a queue starting at `queue_offset`.
-    /// With `tag_codes`, only units whose tag code is in the list are returned (RocketMQ's
-    /// broker-side tag filter: consumers re-check the tag string); skipped units still advance
-    /// `next_offset`, and at most `MAX_FILTER_SCAN` units are looked at per call.
+    /// Reads up to `max_count` messages / `max_bytes` from a queue starting at `queue_offset`,
+    /// like [`Store::read_queue`], but stops before the first unit it would skip: when that is
+    /// the first unit, it fails (`Quarantined`, or `CorruptRecord` for a unit that does not
+    /// match its record). For callers that do not handle skipped offsets.
     pub fn get_messages(
         &self,
         topic: &str,
@@ -764,70 +1160,235 @@ impl Store {
         tag_codes: Option<&[i64]>,
     ) -> Result<GetResult> {
         let mut inner = self.core.inner()?;
-        let Inner { log, cqs, .. } = &mut *inner;
-        let key = (topic.to_string(), queue_id);
-        let Some(q) = cqs.get(&key) else {
-            return Ok(GetResult {
-                records: Vec::new(),
-                next_offset: 0,
-                min_offset: 0,
-                max_offset: 0,
-            });
+        let r = read_queue_locked(
+            &mut inner,
+            topic,
+            queue_id,
+            queue_offset,
+            max_count,
+            max_bytes,
+            tag_codes,
+            true,
+        )?;
+        if let Some(first) = r.skipped.first() {
+            if r.records.is_empty() {
+                return Err(match inner.quarantine.containing(first.phys_offset) {
+                    Some(e) => quarantined_error(e),
+                    None => StoreError::CorruptRecord {
+                        offset: first.phys_offset,
+                        reason: first.reason.clone(),
+                    },
+                });
+            }
+        }
+        Ok(r)
+    }
+
+    /// Reads up to `max_count` messages / `max_bytes` from a queue starting at `queue_offset`.
+    /// With `tag_codes`, only units whose tag code is in the list are returned (RocketMQ's
+    /// broker-side tag filter: consumers re-check the tag string); skipped units still advance
+    /// `next_offset`, and at most `MAX_FILTER_SCAN` units are looked at per call.
+    ///
+    /// A unit whose record is quarantined is never served: it is skipped and listed in
+    /// `skipped` (a record found damaged here is quarantined first). So is a unit that does
+    /// not point at its queue's record (consume-queue damage).
+    pub fn read_queue(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        tag_codes: Option<&[i64]>,
+    ) -> Result<GetResult> {
+        let mut inner = self.core.inner()?;
+        read_queue_locked(
+            &mut inner,
+            topic,
+            queue_id,
+            queue_offset,
+            max_count,
+            max_bytes,
+            tag_codes,
+            false,
+        )
+    }
+
+    /// The quarantined ranges, ascending.
+    pub fn quarantined(&self) -> Result<Vec<QuarantineEntry>> {
+        Ok(self.core.inner()?.quarantine.entries())
+    }
+
+    /// Counters since the store was opened, plus the quarantine's size.
+    pub fn stats(&self) -> Result<(StoreStats, usize, u64)> {
+        let inner = self.core.inner()?;
+        Ok((
+            inner.stats.clone(),
+            inner.quarantine.len(),
+            inner.quarantine.total_bytes(),
+        ))
+    }
+
+    /// Repairs the quarantined range starting at `offset` with `data`, the good bytes of that
+    /// range from a replica: whole records (and an end-of-segment filler when the range ends
+    /// its segment), each with a valid whole-record CRC and PHYSICALOFFSET equal to its
+    /// position, covering exactly the range; when the entry names its record, `data` must be
+    /// that one record (same topic, queue id and queue offset). Consume-queue units of the
+    /// records must point at them (or be placeholders inside the range, which are rewritten).
+    /// The bytes are written in place and synced, then the range leaves the quarantine.
+    /// Returns the queue positions made readable again. Nothing changes on a refusal.
+    pub fn repair(&self, offset: u64, data: &[u8]) -> Result<Vec<QueueRef>> {
+        let mut guard = self.core.inner()?;
+        let inner = &mut *guard;
+        let Some(entry) = inner.quarantine.starting_at(offset).cloned() else {
+            return Err(StoreError::InvalidArgument(format!(
+                "no quarantined range starts at {offset}"
+            )));
         };
-        let (min, max) = (q.min_offset(), q.max_offset());
-        if queue_offset < min || queue_offset >= max {
-            return Err(StoreError::OffsetOutOfRange {
-                offset: queue_offset,
-                min,
-                max,
-            });
+        if data.len() as u64 != entry.size {
+            return Err(StoreError::InvalidArgument(format!(
+                "the quarantined range at {offset} is {} bytes, got {}",
+                entry.size,
+                data.len()
+            )));
         }
-        let mut records = Vec::new();
-        let mut bytes = 0usize;
-        let mut next = queue_offset;
-        let mut scanned = 0usize;
-        'scan: while next < max && records.len() < max_count && scanned < MAX_FILTER_SCAN {
-            let chunk = if tag_codes.is_some() { 256 } else { max_count };
-            let units = q.get_range(next, chunk.min(max_count.max(1) * 4).max(1))?;
-            if units.is_empty() {
-                break;
-            }
-            for u in units {
-                if records.len() >= max_count {
-                    break 'scan;
+        let seg_end = offset - offset % inner.log.segment_size() + inner.log.segment_size();
+        let mut records: Vec<(u64, u32, Option<QueueRef>, i64)> = Vec::new();
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let at = offset + pos as u64;
+            let rest = &data[pos..];
+            match decode_record_checked(rest, true) {
+                Ok(Decoded::Record(r)) => {
+                    if r.physical_offset != at as i64 {
+                        return Err(StoreError::InvalidArgument(format!(
+                            "record at {at} claims physical offset {}",
+                            r.physical_offset
+                        )));
+                    }
+                    let qref = if is_dispatchable(r.sys_flag) {
+                        let topic = check_topic(r.topic).map_err(StoreError::InvalidArgument)?;
+                        Some(QueueRef {
+                            topic: topic.to_string(),
+                            queue_id: r.queue_id,
+                            queue_offset: u64::try_from(r.queue_offset).map_err(|_| {
+                                StoreError::InvalidArgument(format!(
+                                    "negative queue offset {}",
+                                    r.queue_offset
+                                ))
+                            })?,
+                        })
+                    } else {
+                        None
+                    };
+                    records.push((at, r.total_size() as u32, qref, tag_code(r.properties)));
+                    pos += r.total_size();
                 }
-                scanned += 1;
-                let deleted = u.phys_offset < log.min_offset(); // retention: skip
-                let filtered = tag_codes.is_some_and(|t| !t.contains(&u.tag_code));
-                if deleted || filtered {
-                    next += 1;
-                    continue;
+                Ok(Decoded::Blank(n)) if offset + data.len() as u64 == seg_end => pos += n,
+                Ok(Decoded::Blank(_)) => {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "a filler at {at} that does not end the segment"
+                    )))
                 }
-                if !records.is_empty() && bytes + u.size as usize > max_bytes {
-                    break 'scan;
+                Err(e) => {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "bytes at {at} are not a valid record: {e}"
+                    )))
                 }
-                let r = log.read_record(u.phys_offset)?;
-                if r.len() != u.size as usize {
-                    return Err(StoreError::CorruptRecord {
-                        offset: u.phys_offset,
-                        reason: format!(
-                            "consume queue says {} bytes, record has {}",
-                            u.size,
-                            r.len()
-                        ),
-                    });
-                }
-                bytes += r.len();
-                records.push(r);
-                next += 1;
             }
         }
-        Ok(GetResult {
-            records,
-            next_offset: next,
-            min_offset: min,
-            max_offset: max,
-        })
+        if let Some(want) = &entry.record {
+            let ok = records.len() == 1 && records[0].2.as_ref() == Some(want);
+            if !ok {
+                return Err(StoreError::InvalidArgument(format!(
+                    "the bytes are not record {}/{}/{} that the consume queue names",
+                    want.topic, want.queue_id, want.queue_offset
+                )));
+            }
+        }
+        // Plan the consume-queue changes before writing anything.
+        let mut rewrites: Vec<((String, i32), u64, CqUnit)> = Vec::new();
+        for (at, size, qref, tag) in &records {
+            let Some(r) = qref else { continue };
+            let key = (r.topic.clone(), r.queue_id);
+            let Some(q) = inner.cqs.get(&key) else {
+                continue;
+            };
+            if r.queue_offset < q.min_offset() || r.queue_offset >= q.max_offset() {
+                continue; // not dispatched yet (or deleted): nothing to fix
+            }
+            let u = q.get(r.queue_offset)?;
+            let want = CqUnit {
+                phys_offset: *at,
+                size: *size,
+                tag_code: *tag,
+            };
+            if u == want {
+                continue;
+            }
+            let placeholder = u.phys_offset >= entry.offset && u.phys_offset < entry.end();
+            if !placeholder {
+                return Err(StoreError::InvalidArgument(format!(
+                    "the consume queue puts {}/{}/{} at {} ({} bytes), not at {at} ({size} bytes)",
+                    r.topic, r.queue_id, r.queue_offset, u.phys_offset, u.size
+                )));
+            }
+            rewrites.push((key, r.queue_offset, want));
+        }
+        inner.log.overwrite(offset, data)?;
+        for (key, index, unit) in rewrites {
+            if let Some(q) = inner.cqs.get_mut(&key) {
+                q.rewrite_unit(index, unit)?;
+            }
+        }
+        inner.quarantine.remove(offset)?;
+        inner.stats.repaired += 1;
+        Ok(records.into_iter().filter_map(|r| r.2).collect())
+    }
+
+    /// Validates the records of the segment holding `offset` from `offset` (a record boundary:
+    /// a segment start, the min offset, or the end of a record or quarantined range) to the
+    /// segment's end or the max offset, quarantining every damaged record found (as recovery
+    /// does below the durable point). The CRC work runs outside the store lock. Returns where
+    /// the next call should start and the ranges newly quarantined.
+    pub fn scrub(&self, offset: u64) -> Result<(u64, Vec<QuarantineEntry>)> {
+        let (segs_end, known) = {
+            let inner = self.core.inner()?;
+            let min = inner.log.min_offset();
+            let max = inner.log.max_offset();
+            if offset < min || offset > max {
+                return Err(StoreError::OffsetOutOfRange {
+                    offset,
+                    min,
+                    max: max + 1,
+                });
+            }
+            let at_edge = inner.quarantine.starting_at(offset).is_some()
+                || inner
+                    .quarantine
+                    .containing(offset.saturating_sub(1))
+                    .is_some_and(|e| e.end() == offset);
+            if !inner.log.is_sync_point(offset) && !at_edge {
+                return Err(StoreError::InvalidArgument(format!(
+                    "{offset} is not a record boundary"
+                )));
+            }
+            let seg = inner.log.segment_size();
+            (
+                (offset - offset % seg + seg).min(max),
+                inner.quarantine.ranges(),
+            )
+        };
+        let v = self.core.shared.validate_range(offset, segs_end, &known);
+        let mut inner = self.core.inner()?;
+        // The log may have been cut meanwhile: keep what is still below its end.
+        let max = inner.log.max_offset();
+        let bad: Vec<BadRange> = v.bad.into_iter().filter(|b| b.end <= max).collect();
+        let entries = entries_for(&bad, &inner.cqs, now_ms())?;
+        let added = inner.quarantine.add(entries)?;
+        inner.stats.quarantined += added.len() as u64;
+        inner.stats.quarantined_at_runtime += added.len() as u64;
+        Ok((v.end.max(segs_end.min(max)), added))
     }
 
     fn with_cq<T>(
@@ -908,7 +1469,18 @@ impl Store {
     pub fn truncate_to(&self, offset: u64) -> Result<()> {
         {
             let mut inner = self.core.inner()?;
-            inner.log.truncate_to(offset)?;
+            if let Some(e) = inner.quarantine.containing(offset) {
+                if e.offset != offset {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "{offset} is inside the quarantined range [{}, {})",
+                        e.offset,
+                        e.end()
+                    )));
+                }
+            }
+            let known = inner.quarantine.starting_at(offset).is_some();
+            inner.log.truncate_to_checked(offset, known)?;
+            inner.quarantine.retain(|e| e.end() <= offset)?;
             for q in inner.cqs.values_mut() {
                 q.truncate_by_phys_offset(offset)?;
             }
@@ -916,17 +1488,21 @@ impl Store {
             self.core.dispatched.fetch_min(offset, Ordering::AcqRel);
             let dispatched = self.core.dispatched.load(Ordering::Acquire);
             let Inner {
-                log, cqs, state, ..
+                log,
+                cqs,
+                state,
+                quarantine,
+                ..
             } = &mut *inner;
             state.truncate(offset);
             state.clear_next();
             for ((topic, qid), q) in cqs.iter() {
                 state.raise_next(topic, *qid, q.max_offset() as i64);
             }
-            Core::note_queue_offsets(log, state, dispatched, offset)?;
+            Core::note_queue_offsets(log, quarantine, state, dispatched, offset)?;
             self.core.dispatch(&mut inner)?;
         }
-        self.core.checkpoint_now()?;
+        self.core.checkpoint_with(true)?;
         Ok(())
     }
 
@@ -981,28 +1557,76 @@ impl Store {
     }
 
     pub fn checkpoint(&self) -> Result<Checkpoint> {
-        self.core.checkpoint_now()
+        self.core.checkpoint_with(true)
     }
 
-    /// Retention: deletes commitlog segments last written before `older_than` and wholly below
-    /// min(flushed, dispatched), then consume-queue files that point only below the new min.
-    pub fn delete_expired(&self, older_than: SystemTime) -> Result<Vec<String>> {
-        let mut inner = self.core.inner()?;
-        let names = inner
-            .log
-            .delete_expired(older_than, self.retention_limit())?;
-        self.trim_queues(&mut inner)?;
-        Ok(names)
+    /// Retention (RocketMQ's `deleteExpiredFile`): deletes, oldest first, commitlog segments
+    /// last written before `older_than` (any age with `clean_immediately`: the disk is too
+    /// full), at most `max_files`, only wholly below min(flushed, dispatched) and never the last
+    /// one; consume-queue files wholly below the new min offset follow, queue min offsets move
+    /// and quarantined ranges in deleted segments are dropped. Files are unlinked after the
+    /// store lock is released.
+    pub fn delete_expired(
+        &self,
+        older_than: SystemTime,
+        clean_immediately: bool,
+        max_files: usize,
+    ) -> Result<RetentionResult> {
+        let detached = {
+            let mut inner = self.core.inner()?;
+            let limit = self.retention_limit();
+            let d = inner
+                .log
+                .delete_expired(older_than, limit, clean_immediately, max_files)?;
+            self.after_retention(&mut inner, &d)?;
+            d
+        };
+        self.finish_retention(detached)
     }
 
     /// Deletes whole segments that end at or below `offset` (bounded like `delete_expired`).
-    pub fn delete_segments_before(&self, offset: u64) -> Result<Vec<String>> {
-        let mut inner = self.core.inner()?;
-        let names = inner
-            .log
-            .delete_segments_before(offset.min(self.retention_limit()))?;
-        self.trim_queues(&mut inner)?;
-        Ok(names)
+    pub fn delete_segments_before(&self, offset: u64) -> Result<RetentionResult> {
+        let detached = {
+            let mut inner = self.core.inner()?;
+            let d = inner
+                .log
+                .delete_segments_before(offset.min(self.retention_limit()));
+            self.after_retention(&mut inner, &d)?;
+            d
+        };
+        self.finish_retention(detached)
+    }
+
+    fn after_retention(
+        &self,
+        inner: &mut Inner,
+        detached: &[Arc<crate::commitlog::Segment>],
+    ) -> Result<()> {
+        if detached.is_empty() {
+            return Ok(());
+        }
+        let min = inner.log.min_offset();
+        for q in inner.cqs.values_mut() {
+            q.delete_before_phys(min)?;
+        }
+        inner.quarantine.retain(|e| e.offset >= min)?;
+        inner.stats.retention_segments += detached.len() as u64;
+        inner.stats.retention_bytes += detached.iter().map(|s| s.size).sum::<u64>();
+        Ok(())
+    }
+
+    fn finish_retention(
+        &self,
+        detached: Vec<Arc<crate::commitlog::Segment>>,
+    ) -> Result<RetentionResult> {
+        let bytes = detached.iter().map(|s| s.size).sum();
+        let dir = self.core.cfg.root.join("commitlog");
+        let deleted = unlink_segments(&dir, &detached)?;
+        Ok(RetentionResult {
+            deleted,
+            bytes,
+            min_offset: self.min_offset(),
+        })
     }
 
     /// Retention never deletes what is not yet flushed or dispatched.
@@ -1013,11 +1637,23 @@ impl Store {
             .min(self.core.dispatched.load(Ordering::Acquire))
     }
 
-    fn trim_queues(&self, inner: &mut Inner) -> Result<()> {
-        let min = inner.log.min_offset();
-        for q in inner.cqs.values_mut() {
-            q.delete_before_phys(min)?;
+    /// Starts an EMPTY store at `offset`, a segment boundary: its min and max offsets become
+    /// `offset` (a slave with syncFromLastFile joining a master whose log starts later). Empty
+    /// consume queues are cleared, the checkpoint is rewritten.
+    pub fn start_at(&self, offset: u64) -> Result<()> {
+        {
+            let mut guard = self.core.inner()?;
+            let inner = &mut *guard;
+            inner.log.start_at(offset)?;
+            for q in inner.cqs.values_mut() {
+                q.clear()?;
+            }
+            inner.quarantine.retain(|_| false)?;
+            inner.state = DispatchState::new(offset);
+            self.core.dispatched.store(offset, Ordering::Release);
+            self.core.confirm.store(offset, Ordering::Release);
         }
+        self.core.checkpoint_with(true)?;
         Ok(())
     }
 
@@ -1047,7 +1683,7 @@ impl Store {
             let _ = t.join();
         }
         let flushed = self.core.shared.flush();
-        let ckpt = self.core.checkpoint_now();
+        let ckpt = self.core.checkpoint_with(true);
         lock(&self.core.inner).closed = true;
         self.core.notify();
         flushed?;
@@ -1058,6 +1694,393 @@ impl Store {
     pub fn is_closed(&self) -> bool {
         self.core.closed.load(Ordering::Acquire)
     }
+}
+
+fn quarantined_error(e: &QuarantineEntry) -> StoreError {
+    StoreError::Quarantined {
+        offset: e.offset,
+        size: e.size,
+        reason: e.reason.clone(),
+    }
+}
+
+/// The body of [`Store::read_queue`]; `stop_at_skip` ends the read at the first skipped unit
+/// (for [`Store::get_messages`]).
+#[allow(clippy::too_many_arguments)]
+fn read_queue_locked(
+    inner: &mut Inner,
+    topic: &str,
+    queue_id: i32,
+    queue_offset: u64,
+    max_count: usize,
+    max_bytes: usize,
+    tag_codes: Option<&[i64]>,
+    stop_at_skip: bool,
+) -> Result<GetResult> {
+    let key = (topic.to_string(), queue_id);
+    let Some(q) = inner.cqs.get(&key) else {
+        return Ok(GetResult {
+            records: Vec::new(),
+            next_offset: 0,
+            min_offset: 0,
+            max_offset: 0,
+            skipped: Vec::new(),
+        });
+    };
+    let (min, max) = (q.min_offset(), q.max_offset());
+    if queue_offset < min || queue_offset >= max {
+        return Err(StoreError::OffsetOutOfRange {
+            offset: queue_offset,
+            min,
+            max,
+        });
+    }
+    let mut records = Vec::new();
+    let mut skipped = Vec::new();
+    let mut bytes = 0usize;
+    let mut next = queue_offset;
+    let mut scanned = 0usize;
+    'scan: while next < max && records.len() < max_count && scanned < MAX_FILTER_SCAN {
+        let chunk = if tag_codes.is_some() { 256 } else { max_count };
+        let units = match inner.cqs.get(&key) {
+            Some(q) => q.get_range(next, chunk.min(max_count.max(1) * 4).max(1))?,
+            None => break,
+        };
+        if units.is_empty() {
+            break;
+        }
+        for u in units {
+            if records.len() >= max_count {
+                break 'scan;
+            }
+            scanned += 1;
+            let deleted = u.phys_offset < inner.log.min_offset(); // retention: skip
+            let filtered = tag_codes.is_some_and(|t| !t.contains(&u.tag_code));
+            if deleted || filtered {
+                next += 1;
+                continue;
+            }
+            let skip = match inner.quarantine.containing(u.phys_offset) {
+                Some(e) => Some(skipped_for(next, e)),
+                None => match inner.log.read_record(u.phys_offset) {
+                    Ok(r) => match record_mismatch(&key, next, &u, &r) {
+                        None => {
+                            if !records.is_empty() && bytes + r.len() > max_bytes {
+                                break 'scan;
+                            }
+                            bytes += r.len();
+                            records.push(r);
+                            next += 1;
+                            continue;
+                        }
+                        Some(reason) => {
+                            inner.stats.cq_mismatches += 1;
+                            Some(SkippedUnit {
+                                queue_offset: next,
+                                phys_offset: u.phys_offset,
+                                size: u64::from(u.size),
+                                reason,
+                            })
+                        }
+                    },
+                    Err(StoreError::CorruptRecord { reason, .. }) => {
+                        Some(detect_damage(inner, &key, next, &u, &reason)?)
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            if let Some(sk) = skip {
+                if stop_at_skip {
+                    if records.is_empty() {
+                        skipped.push(sk);
+                    }
+                    break 'scan;
+                }
+                if sk.reason.starts_with("quarantined") {
+                    inner.stats.skipped_reads += 1;
+                }
+                skipped.push(sk);
+                next += 1;
+            }
+        }
+    }
+    Ok(GetResult {
+        records,
+        next_offset: next,
+        min_offset: min,
+        max_offset: max,
+        skipped,
+    })
+}
+
+fn skipped_for(index: u64, e: &QuarantineEntry) -> SkippedUnit {
+    SkippedUnit {
+        queue_offset: index,
+        phys_offset: e.offset,
+        size: e.size,
+        reason: format!("quarantined: {}", e.reason),
+    }
+}
+
+/// Why a valid record does not belong at queue position `index` (None: it does).
+fn record_mismatch(key: &(String, i32), index: u64, u: &CqUnit, r: &RecordBuf) -> Option<String> {
+    if r.len() != u.size as usize {
+        return Some(format!(
+            "consume queue says {} bytes, the record at {} has {}",
+            u.size,
+            u.phys_offset,
+            r.len()
+        ));
+    }
+    // The bytes were validated by the read: only the fields are needed.
+    let (topic_ok, qid, qo) = match decode_record_structure(r.as_slice()) {
+        Ok(Decoded::Record(v)) => (v.topic == key.0.as_bytes(), v.queue_id, v.queue_offset),
+        _ => return None,
+    };
+    (!(topic_ok && qid == key.1 && qo == index as i64)).then(|| {
+        format!(
+            "consume queue unit {index} points at a record of another queue (queue id {qid}, \
+             queue offset {qo}) at {}",
+            u.phys_offset
+        )
+    })
+}
+
+/// A read found the record of unit `u` (queue position `index`) damaged: quarantine it (see
+/// [`quarantine_for_unit`]) and count it. Returns what the read reports for the unit.
+fn detect_damage(
+    inner: &mut Inner,
+    key: &(String, i32),
+    index: u64,
+    u: &CqUnit,
+    reason: &str,
+) -> Result<SkippedUnit> {
+    let added = quarantine_for_unit(
+        &inner.log,
+        &mut inner.quarantine,
+        &inner.cqs,
+        key,
+        index,
+        u,
+        reason,
+    )?;
+    inner.stats.quarantined += added.len() as u64;
+    inner.stats.quarantined_at_runtime += added.len() as u64;
+    Ok(match inner.quarantine.containing(u.phys_offset) {
+        Some(e) => skipped_for(index, e),
+        None => {
+            inner.stats.cq_mismatches += 1;
+            SkippedUnit {
+                queue_offset: index,
+                phys_offset: u.phys_offset,
+                size: u64::from(u.size),
+                reason: format!("consume queue unit {index} points at no valid record ({reason})"),
+            }
+        }
+    })
+}
+
+/// The record of unit `u` (queue position `index` of `key`) failed validation: quarantine the
+/// damaged bytes. When the record's header still says it sits here with the unit's size and
+/// a sync point follows, the range is exactly the unit's (and names it); otherwise the segment
+/// is validated from its start to find the damaged ranges exactly. Afterwards the unit's
+/// offset is inside a quarantined range, unless the unit points at no record boundary at all
+/// (consume-queue damage). Returns the entries added.
+fn quarantine_for_unit(
+    log: &CommitLog,
+    quarantine: &mut Quarantine,
+    cqs: &HashMap<(String, i32), ConsumeQueue>,
+    key: &(String, i32),
+    index: u64,
+    u: &CqUnit,
+    reason: &str,
+) -> Result<Vec<QuarantineEntry>> {
+    let end = u.phys_offset + u64::from(u.size);
+    let header_ok = log
+        .raw_header(u.phys_offset)
+        .is_some_and(|(size, magic, phys)| {
+            (magic == MAGIC_V1 || magic == MAGIC_V2)
+                && size == i64::from(u.size)
+                && phys == u.phys_offset as i64
+        });
+    let end_ok = log.is_sync_point(end) || quarantine.starting_at(end).is_some();
+    let now = now_ms();
+    if header_ok && end_ok {
+        return quarantine.add(vec![QuarantineEntry {
+            offset: u.phys_offset,
+            size: u64::from(u.size),
+            detected_ms: now,
+            reason: reason.to_string(),
+            record: Some(QueueRef {
+                topic: key.0.clone(),
+                queue_id: key.1,
+                queue_offset: index,
+            }),
+        }]);
+    }
+    let seg = log.segment_size();
+    let from = (u.phys_offset - u.phys_offset % seg).max(log.min_offset());
+    let to = (from - from % seg + seg).min(log.max_offset());
+    let v = log.validate_range(from, to, &quarantine.ranges());
+    let entries = entries_for(&v.bad, cqs, now)?;
+    quarantine.add(entries)
+}
+
+/// An item of [`scan_around`]: a valid record, or a quarantined range.
+enum Item<'a, 'b> {
+    Record(u64, &'a RecordView<'b>),
+    Quarantined(&'a QuarantineEntry),
+}
+
+/// Scans `[from, to)` like [`CommitLog::scan`], stepping over quarantined ranges (handed to
+/// `f` as such) instead of reading them.
+fn scan_around(
+    log: &CommitLog,
+    quarantine: &Quarantine,
+    from: u64,
+    to: u64,
+    verify: bool,
+    f: &mut dyn FnMut(Item<'_, '_>) -> Result<()>,
+) -> Result<()> {
+    let mut off = from;
+    if let Some(e) = quarantine.containing(off) {
+        if e.offset < off {
+            off = e.end();
+        }
+    }
+    for e in quarantine.starting_in(off, to) {
+        if e.offset > off {
+            log.scan(off, e.offset, verify, &mut |o, r| f(Item::Record(o, r)))?;
+        }
+        f(Item::Quarantined(&e))?;
+        off = off.max(e.end());
+    }
+    if off < to {
+        log.scan(off, to, verify, &mut |o, r| f(Item::Record(o, r)))?;
+    }
+    Ok(())
+}
+
+/// Quarantine entries for damaged ranges, split where consume-queue units say records were:
+/// each unit that fits inside a range becomes an entry naming its record; the bytes between
+/// them become entries of unknown records.
+fn entries_for(
+    bad: &[BadRange],
+    cqs: &HashMap<(String, i32), ConsumeQueue>,
+    now: i64,
+) -> Result<Vec<QuarantineEntry>> {
+    let mut out = Vec::new();
+    for r in bad {
+        let mut units: Vec<(u64, u32, QueueRef)> = Vec::new();
+        for ((topic, qid), q) in cqs {
+            for (index, u) in q.units_in_phys_range(r.offset, r.end)? {
+                units.push((
+                    u.phys_offset,
+                    u.size,
+                    QueueRef {
+                        topic: topic.clone(),
+                        queue_id: *qid,
+                        queue_offset: index,
+                    },
+                ));
+            }
+        }
+        units.sort_by_key(|u| u.0);
+        let mut cursor = r.offset;
+        let mut push = |offset: u64, size: u64, record: Option<QueueRef>| {
+            out.push(QuarantineEntry {
+                offset,
+                size,
+                detected_ms: now,
+                reason: r.reason.clone(),
+                record,
+            });
+        };
+        for (phys, size, rec) in units {
+            let end = phys + u64::from(size);
+            if phys < cursor || end > r.end {
+                continue; // does not tile the range: not a record boundary we can trust
+            }
+            if phys > cursor {
+                push(cursor, phys - cursor, None);
+            }
+            push(phys, u64::from(size), Some(rec));
+            cursor = end;
+        }
+        if cursor < r.end {
+            push(cursor, r.end - cursor, None);
+        }
+    }
+    Ok(out)
+}
+
+/// Why the unit at `index` of queue `key` does not point at that queue's record (None: it
+/// does). A record that fails validation there is the log's damage, not the queue's: it is
+/// quarantined (entries added to `found`) and the unit counts as fine.
+fn unit_mismatch(
+    log: &CommitLog,
+    quarantine: &mut Quarantine,
+    cqs: &HashMap<(String, i32), ConsumeQueue>,
+    key: &(String, i32),
+    index: u64,
+    u: &CqUnit,
+    found: &mut Vec<QuarantineEntry>,
+) -> Result<Option<String>> {
+    if u.phys_offset < log.min_offset() {
+        return Ok(None); // deleted by retention
+    }
+    if u.phys_offset + u64::from(u.size) > log.max_offset() {
+        return Ok(Some(format!(
+            "unit {index} points past the end of the log ({} + {} > {})",
+            u.phys_offset,
+            u.size,
+            log.max_offset()
+        )));
+    }
+    if let Some(e) = quarantine.containing(u.phys_offset) {
+        return Ok(match &e.record {
+            Some(r)
+                if e.offset == u.phys_offset
+                    && (r.topic != key.0 || r.queue_id != key.1 || r.queue_offset != index) =>
+            {
+                Some(format!(
+                    "unit {index} points at quarantined record {}/{}/{}",
+                    r.topic, r.queue_id, r.queue_offset
+                ))
+            }
+            _ => None,
+        });
+    }
+    match log.read_record(u.phys_offset) {
+        Ok(r) => Ok(record_mismatch(key, index, u, &r)),
+        Err(StoreError::CorruptRecord { reason, .. }) => {
+            found.extend(quarantine_for_unit(
+                log, quarantine, cqs, key, index, u, &reason,
+            )?);
+            Ok(quarantine.containing(u.phys_offset).is_none().then(|| {
+                format!(
+                    "unit {index} points at no record (physical offset {}): {reason}",
+                    u.phys_offset
+                )
+            }))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the consume-queue files (20-digit names) of a queue directory.
+fn wipe_queue_dir(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir).at(dir)? {
+        let e = e.at(dir)?;
+        let name = e.file_name();
+        let is_file = name
+            .to_str()
+            .is_some_and(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_file {
+            std::fs::remove_file(e.path()).at(&e.path())?;
+        }
+    }
+    crate::fsutil::sync_dir(dir)
 }
 
 impl Drop for Store {

@@ -93,65 +93,76 @@ fn damage_strategy() -> impl Strategy<Value = Damage> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
 
-    /// Recovery after random tail corruption keeps exactly the records before the first
-    /// damaged byte, and never serves a damaged record.
+    /// A torn tail: random corruption past the durable point (the flushed offset of the last
+    /// checkpoint, here one written before the damaged records) keeps exactly the records
+    /// before the first damaged byte, and never serves a damaged record.
     #[test]
     fn recovery_returns_exactly_the_valid_prefix(
         n in 5usize..120,
+        durable_frac in 0.0f64..1.0,
         sizes in proptest::collection::vec(0usize..2500, 120),
         damage in damage_strategy(),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path();
-        let placed;
+        let mut placed;
+        let stale_ckpt;
         {
             let (store, _) = Store::open(cfg(root)).expect("open");
-            placed = fill(&store, n, |i| sizes[i]);
+            let m0 = ((n as f64) * durable_frac) as usize;
+            placed = fill(&store, m0, |i| sizes[i]);
+            store.flush().expect("flush");
+            store.checkpoint().expect("checkpoint");
+            stale_ckpt = fs::read(root.join("checkpoint")).expect("read ckpt");
+            let more = fill(&store, n - m0, |i| sizes[m0 + i]);
+            placed.extend(more);
             store.close().expect("close");
         }
+        // As if the process had died before any later checkpoint: the durable point is the end
+        // of the first m records.
+        fs::write(root.join("checkpoint"), &stale_ckpt).expect("restore ckpt");
+        let m = ((n as f64) * durable_frac) as usize;
+        let durable = m
+            .checked_sub(1)
+            .map_or(0, |i| placed[i].0 + placed[i].1 as u64);
         let max = placed.last().map(|&(o, s)| o + s as u64).expect("non-empty");
-        let last_seg = max - 1 - (max - 1) % SEG;
-        let path = seg_path(root, last_seg);
-        let written_in_last = max - last_seg;
+        // Damage somewhere in the last segment's written bytes at or past the durable point.
+        let base = max - 1 - (max - 1) % SEG;
+        let lo = durable.max(base);
+        let span = max - lo;
+        let path = seg_path(root, base);
         let before = fs::read(&path).expect("read seg");
-        // Damage somewhere in the last segment's written bytes.
-        let _aimed_at: u64 = match &damage {
+        let f = OpenOptions::new().read(true).write(true).open(&path).expect("open seg");
+        match &damage {
             Damage::FlipBit { rel, bit } => {
-                let at = last_seg + rel % written_in_last;
-                let f = OpenOptions::new().read(true).write(true).open(&path).expect("open seg");
+                let at = lo + rel % span - base;
                 let mut b = [0u8; 1];
-                f.read_exact_at(&mut b, at - last_seg).expect("read");
+                f.read_exact_at(&mut b, at).expect("read");
                 b[0] ^= 1 << bit;
-                f.write_all_at(&b, at - last_seg).expect("write");
-                at
+                f.write_all_at(&b, at).expect("write");
             }
             Damage::TruncateFile { keep_rel } => {
-                let keep = keep_rel % written_in_last;
-                OpenOptions::new().write(true).open(&path).expect("open").set_len(keep).expect("set_len");
-                last_seg + keep
+                f.set_len(lo + keep_rel % span - base).expect("set_len");
             }
             Damage::Garbage { rel, len, seed } => {
-                let at = rel % written_in_last;
+                let at = lo + rel % span - base;
                 let g: Vec<u8> = (0..*len).map(|i| (i as u8).wrapping_mul(151).wrapping_add(*seed) | 1).collect();
-                let f = OpenOptions::new().write(true).open(&path).expect("open");
-                f.write_all_at(&g, at).expect("write");
-                last_seg + at
+                f.write_all_at(&g[..g.len().min((SEG - at) as usize)], at).expect("write");
             }
             Damage::ZeroFill { rel } => {
-                let at = rel % written_in_last;
-                let z = vec![0u8; (SEG - at) as usize];
-                let f = OpenOptions::new().write(true).open(&path).expect("open");
-                f.write_all_at(&z, at).expect("write");
-                last_seg + at
+                let at = lo + rel % span - base;
+                f.write_all_at(&vec![0u8; (SEG - at) as usize], at).expect("write");
             }
-        };
+        }
+        drop(f);
         // The first byte that really changed (garbage may repeat a byte by chance).
         let mut after = fs::read(&path).expect("read seg");
         after.resize(before.len(), 0);
         let Some(pos) = before.iter().zip(&after).position(|(a, b)| a != b) else {
             return Ok(()); // the damage rewrote identical bytes: nothing to detect
         };
-        let first_bad = last_seg + pos as u64;
+        let first_bad = base + pos as u64;
+        let last_seg = base;
         // The checkpoint may say everything is flushed; recovery must still validate the tail.
         let (store, report) = Store::open(cfg(root)).expect("reopen");
         let intact: Vec<(u64, u32)> = placed.iter().copied().filter(|&(o, s)| o + s as u64 <= first_bad).collect();
@@ -244,17 +255,23 @@ fn crash_after_truncate_does_not_resurrect_records() {
     }
 }
 
-/// After a cut in the middle of the tail, valid records that followed the bad one must be
-/// wiped: otherwise a shorter new append could line up with them and resurrect them.
+/// After a cut in the middle of a torn tail (past the durable point: the last checkpoint was
+/// written after record 20), valid records that followed the bad one must be wiped: otherwise
+/// a shorter new append could line up with them and resurrect them.
 #[test]
 fn recovery_wipes_valid_records_after_a_corrupt_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
-    let placed;
+    let mut placed;
     {
         let (store, _) = Store::open(cfg(root)).expect("open");
-        placed = fill(&store, 40, |_| 100);
+        placed = fill(&store, 20, |_| 100);
+        store.flush().expect("flush");
+        store.checkpoint().expect("checkpoint");
+        let stale = fs::read(root.join("checkpoint")).expect("read");
+        placed.extend(fill(&store, 20, |_| 100));
         store.close().expect("close");
+        fs::write(root.join("checkpoint"), stale).expect("restore");
     }
     // Corrupt record 30's body.
     let (off, _) = placed[30];

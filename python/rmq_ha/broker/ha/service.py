@@ -31,8 +31,6 @@ from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
 
-EPOCH_FILE = "epochFileCheckpoint"
-
 
 @dataclass
 class ReplicationOutcome:
@@ -54,6 +52,7 @@ class HaService:
         self.cfg = cfg
         self.store = store
         self.controller_mode = cfg.enable_controller_mode
+        cfg.epoch_file_path.parent.mkdir(parents=True, exist_ok=True)
         self.epochs = EpochFile(cfg.epoch_file_path)
         self.on_event = on_event
         self.master = HaMaster(

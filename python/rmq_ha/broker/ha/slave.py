@@ -201,6 +201,11 @@ class HaSlave:
             raise ValueError(f"master sent epoch {epoch} below our last epoch {last}")
         assert isinstance(body, bytes)
         if body:
+            if offset > native.max_offset == native.min_offset:
+                # An empty replica and a master whose log starts later (syncFromLastFile, or
+                # retention deleted its first segments): this log starts there too.
+                log.info("HA: empty log starts at the master's offset %d", offset)
+                native.start_at(offset)
             if offset != native.max_offset:
                 raise ValueError(f"master sent offset {offset}, our max is {native.max_offset}")
             native.append_raw(offset, body)

@@ -1,0 +1,494 @@
+"""Issue 15, storage half: every damage case of the issue's table at the store level (no
+broker), and the primitives the broker integration will call: reads around quarantined
+records, repair with a replica's bytes, scrub, the health counters, consume-queue rebuild,
+retention, and starting an empty store at a segment boundary (syncFromLastFile).
+
+The issue's setup: 20,000 acknowledged 200-byte messages on 4 queues, the store closed cleanly,
+then damaged by hand and reopened, every queue read back from its min offset."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+
+from rmq_ha._native import EpochFile, Message, Store
+from rmq_ha.errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    QuarantinedRecordError,
+)
+from rmq_ha.store import health, log_open_report, open_store
+from rmq_ha.store_retention import DiskUsage, RetentionPolicy, apply, decide, disk_usage
+from storeutil import StoreFactory, decode, read_file, segment_path, write_at
+
+pytestmark = pytest.mark.timeout(120)
+
+TOPIC = "Dmg"
+QUEUES = 4
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    size: int
+    queue_id: int
+    queue_offset: int
+    raw: bytes
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+def write(s: Store, n: int, body_len: int = 200, start: int = 0) -> list[Rec]:
+    """`n` messages round-robin on 4 queues, 500 per append, each body naming its index."""
+    out: list[Rec] = []
+    for lo in range(start, start + n, 500):
+        hi = min(lo + 500, start + n)
+        batch = [
+            Message(TOPIC, i % QUEUES, (b"%08d|" % i).ljust(body_len, b"m")) for i in range(lo, hi)
+        ]
+        for i, (off, size, qo, _) in zip(range(lo, hi), s.append_batch(batch), strict=True):
+            out.append(Rec(off, size, i % QUEUES, qo, b""))
+    # The stored bytes (with store timestamps and CRC trailers), read back once.
+    return [
+        Rec(r.offset, r.size, r.queue_id, r.queue_offset, s.read_record(r.offset).tobytes())
+        for r in out
+    ]
+
+
+def flip(path: Path, pos: int, n: int) -> None:
+    data = bytearray(read_file(path)[pos : pos + n])
+    write_at(path, pos, bytes(b ^ 0xFF for b in data))
+
+
+def read_back(s: Store) -> tuple[dict[tuple[int, int], bytes], list[tuple[int, int]]]:
+    """Every queue from its min offset with read_queue: (served records by (queue, queue
+    offset), skipped (queue, queue offset))."""
+    got: dict[tuple[int, int], bytes] = {}
+    skipped: list[tuple[int, int]] = []
+    for q in range(QUEUES):
+        off, hi = s.queue_min_offset(TOPIC, q), s.queue_max_offset(TOPIC, q)
+        while off < hi:
+            bufs, nxt, _, _, skip = s.read_queue(TOPIC, q, off, 256, 8 * MIB)
+            skipped_here = {k[0] for k in skip}
+            it = iter(bufs)
+            for qo in range(off, nxt):
+                if qo in skipped_here:
+                    skipped.append((q, qo))
+                else:
+                    got[(q, qo)] = next(it).tobytes()
+            assert next(it, None) is None
+            assert nxt > off
+            off = nxt
+    return got, skipped
+
+
+def contents_via_get_messages(s: Store) -> dict[tuple[int, int], bytes]:
+    """Every queue from its min offset with get_messages (a store without damage)."""
+    got: dict[tuple[int, int], bytes] = {}
+    for q in range(QUEUES):
+        off, hi = s.queue_min_offset(TOPIC, q), s.queue_max_offset(TOPIC, q)
+        while off < hi:
+            bufs, nxt, _, _ = s.get_messages(TOPIC, q, off, 256, 8 * MIB)
+            for qo, b in zip(range(off, nxt), bufs, strict=True):
+                got[(q, qo)] = b.tobytes()
+            off = nxt
+    return got
+
+
+def queue_offsets(s: Store) -> list[tuple[int, int, int]]:
+    return [
+        (s.queue_min_offset(TOPIC, q), s.queue_max_offset(TOPIC, q), s.next_queue_offset(TOPIC, q))
+        for q in range(QUEUES)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The issue's table
+# ---------------------------------------------------------------------------------------------
+
+
+def test_four_flipped_body_bytes_mid_segment_lose_no_other_record(
+    open_native: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Row 1: before, the 9,999 intact records after the bad one were zeroed and nothing was
+    said. Now the bad record is quarantined (logged at ERROR with its queue position), the
+    19,999 others are served, queue offsets do not move and new sends continue after them."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=GIB)
+    recs = write(s, 20_000)
+    end = s.max_offset
+    before = queue_offsets(s)
+    s.close()
+    bad = recs[10_000]
+    flip(segment_path(root, 0), bad.offset + 100, 4)
+
+    s = open_native(root, segment_size=GIB)
+    assert s.max_offset == end, "the records after the bad one were cut"
+    assert s.read_record(recs[10_001].offset).tobytes() == recs[10_001].raw
+    assert queue_offsets(s) == before
+    got, skipped = read_back(s)
+    assert skipped == [(bad.queue_id, bad.queue_offset)]
+    assert len(got) == 19_999
+    for r in recs:
+        if r is not bad:
+            assert got[(r.queue_id, r.queue_offset)] == r.raw
+    with pytest.raises(QuarantinedRecordError) as ei:
+        s.read_record(bad.offset)
+    assert (ei.value.offset, ei.value.size) == (bad.offset, bad.size)
+    report = s.open_report
+    assert report["cut_offset"] is None
+    (q,) = report["quarantined"]
+    assert q["offset"] == bad.offset and q["size"] == bad.size
+    assert (q["topic"], q["queue_id"], q["queue_offset"]) == (TOPIC, bad.queue_id, bad.queue_offset)
+    with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
+        assert log_open_report(report) == 1
+    (line,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert (
+        str(bad.offset) in line.getMessage()
+        and f"queue offset {bad.queue_offset}" in line.getMessage()
+    )
+    (off, _, qo, _), *_ = s.append_batch([Message(TOPIC, bad.queue_id, b"after")])
+    assert off == end and qo == before[bad.queue_id][1]
+    st = s.status()
+    assert st["quarantined_records"] == 1 and st["quarantined_bytes"] == bad.size
+    assert st["skipped_reads"] == 1
+
+
+@pytest.mark.parametrize("retention", [False, True], ids=["from-0", "after-retention"])
+def test_deleted_consumequeue_dir_is_rebuilt_with_identical_offsets(
+    open_native: StoreFactory, tmp_path: Path, retention: bool
+) -> None:
+    """Row 2: before, every queue reported max offset 0 and new sends reused offsets 0, 1, ...
+    that groups had consumed. Now the queues are rebuilt from the commitlog's min offset with
+    the same min/max offsets and contents, and new sends continue at the old max."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    write(s, 20_000)
+    if retention:
+        s.flush()
+        assert s.delete_segments_before(2 * MIB) == [f"{0:020d}", f"{MIB:020d}"]
+    before = queue_offsets(s)
+    contents = contents_via_get_messages(s)
+    s.close()
+    shutil.rmtree(root / "consumequeue")
+
+    s = open_native(root, segment_size=MIB)
+    assert queue_offsets(s) == before
+    assert contents_via_get_messages(s) == contents
+    after, skipped = read_back(s)
+    assert after == contents and not skipped
+    rebuilt = s.open_report["cq_rebuilt"]
+    assert sorted((t, q) for t, q, _ in rebuilt) == [(TOPIC, q) for q in range(QUEUES)]
+    placed = s.append_batch([Message(TOPIC, q, b"next") for q in range(QUEUES)])
+    assert [p[2] for p in placed] == [b[1] for b in before]
+    s.close()
+    s = open_native(root, segment_size=MIB)
+    assert s.open_report["cq_rebuilt"] == [], "rebuilt once, durable after"
+    assert [s.queue_max_offset(TOPIC, q) for q in range(QUEUES)] == [b[1] + 1 for b in before]
+
+
+def test_flipped_body_in_an_old_segment_is_read_around_and_reported(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """Row 3 (1 MiB segments): before, every pull batch containing the bad record failed, so a
+    consumer stopped at that queue for ever. Now a pull returns the records before it, and
+    read_queue the records around it with the skipped queue offset; the record is quarantined
+    (persistently) and never served."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    recs = write(s, 20_000)
+    s.close()
+    bad = next(r for r in recs if r.offset > MIB + 1000 and r.end < 2 * MIB)
+    flip(segment_path(root, MIB), bad.offset - MIB + 150, 4)
+
+    s = open_native(root, segment_size=MIB)
+    q, qo = bad.queue_id, bad.queue_offset
+    bufs, nxt, _, _ = s.get_messages(TOPIC, q, qo - 3, 32)
+    assert [b.tobytes() for b in bufs] == [
+        r.raw for r in recs if r.queue_id == q and qo - 3 <= r.queue_offset < qo
+    ]
+    assert nxt == qo
+    with pytest.raises(QuarantinedRecordError):
+        s.get_messages(TOPIC, q, qo, 32)
+    assert s.open_report["quarantined"] == [], "recovery validates only the last segment"
+    bufs, nxt, _, _, skipped = s.read_queue(TOPIC, q, qo - 3, 32)
+    assert skipped == [(qo, bad.offset, bad.size, skipped[0][3])]
+    assert skipped[0][3].startswith("quarantined: ")
+    assert len(bufs) == 32 and nxt == qo - 3 + 33
+    assert all(decode(b)["queue_offset"] != qo for b in bufs)
+    (e,) = s.quarantined()
+    assert (e["offset"], e["size"], e["topic"], e["queue_id"], e["queue_offset"]) == (
+        bad.offset,
+        bad.size,
+        TOPIC,
+        q,
+        qo,
+    )
+    assert s.status()["quarantined_at_runtime"] == 1
+    got, skipped_all = read_back(s)
+    assert skipped_all == [(q, qo)] and len(got) == 19_999
+    s.close()
+    s = open_native(root, segment_size=MIB)
+    assert [x["offset"] for x in s.quarantined()] == [bad.offset]
+
+
+@pytest.mark.parametrize("damage", ["zero-last-64k", "truncate-mid-record", "corrupt-checkpoint"])
+def test_damaged_end_of_the_log_is_cut_to_the_last_valid_record_and_reported(
+    open_native: StoreFactory, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Row 4: before, the store came back cut (or whole) and said nothing. Now: when nothing
+    valid follows the damage it is still cut to the last valid record, and the report (logged
+    at ERROR) says where, how much, and that bytes below the durable point were lost; a corrupt
+    checkpoint loses nothing and is reported."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=GIB)
+    recs = write(s, 20_000)
+    end = s.max_offset
+    s.close()
+    seg0 = segment_path(root, 0)
+    if damage == "zero-last-64k":
+        write_at(seg0, end - 65536, bytes(65536))
+        survivors = [r for r in recs if r.end <= end - 65536]
+    elif damage == "truncate-mid-record":
+        os.truncate(seg0, recs[15_000].offset + 77)
+        survivors = recs[:15_000]
+    else:
+        ck = bytearray(read_file(root / "checkpoint"))
+        ck[33] ^= 0x40
+        (root / "checkpoint").write_bytes(bytes(ck))
+        survivors = recs
+
+    s = open_native(root, segment_size=GIB)
+    last = survivors[-1].end
+    assert s.max_offset == last
+    report = s.open_report
+    with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
+        loud = log_open_report(report, store="s")
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    if damage == "corrupt-checkpoint":
+        assert str(report["checkpoint"]).startswith("corrupt")
+        assert report["cut_offset"] is None
+        assert loud == 1 and "checkpoint corrupt" in messages[0]
+    else:
+        assert report["cut_offset"] == last
+        assert report["cut_bytes"] > 0
+        assert report["cut_below_durable"] is True
+        assert report["missing_durable"] == (last, end)
+        assert report["durable_offset"] == end
+        assert any(f"{end - last} bytes of fsynced data are missing" in m for m in messages)
+        assert any(f"cut the commitlog at {last}" in m for m in messages)
+        assert any("confirm offset" in m for m in messages)
+        assert loud == 3  # the cut, the missing durable bytes, the clamped confirm offset
+    got, skipped = read_back(s)
+    assert not skipped and len(got) == len(survivors)
+
+
+async def test_open_store_logs_what_recovery_did(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Trio facade the broker opens its store with logs the report (ERROR for a
+    quarantined record), so an operator is told."""
+    root = tmp_path / "store"
+    s = Store(root, segment_size=MIB)
+    recs = write(s, 300)
+    s.close()
+    flip(segment_path(root, 0), recs[100].offset + 80, 4)
+    with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
+        async with open_store(root, segment_size=MIB) as st:
+            assert st.native.max_offset == recs[-1].end
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and f"at {recs[100].offset}" in errors[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Primitives for the broker integration
+# ---------------------------------------------------------------------------------------------
+
+
+def replicate(src: Store, dst: Store, start: int = 0) -> None:
+    off = start
+    while off < src.max_offset:
+        buf = src.read_range(off, 64 * 1024)
+        dst.append_raw(off, buf.tobytes())
+        off = buf.end_offset
+    dst.set_confirm_offset(off)
+
+
+def test_repair_record_with_a_replicas_bytes(open_native: StoreFactory, tmp_path: Path) -> None:
+    """A replica's bytes for a quarantined range are checked (whole-record CRC, position,
+    size, the record the consume queue names) and written back; the record is readable again
+    and released from the quarantine. Wrong bytes are refused and change nothing."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    replica = open_native(tmp_path / "replica", segment_size=MIB, confirm_follows_max=False)
+    recs = write(s, 2000)
+    replicate(s, replica)
+    s.close()
+    bad, neighbour = recs[700], recs[701]
+    flip(segment_path(root, 0), bad.offset + 60, 4)
+    s = open_native(root, segment_size=MIB)
+    (e,) = s.quarantined()
+    good = replica.read_range(e["offset"], e["size"], e["offset"] + e["size"]).tobytes()
+    assert good == bad.raw
+    with pytest.raises(InvalidArgumentError, match="no quarantined range"):
+        s.repair_record(neighbour.offset, neighbour.raw)
+    with pytest.raises(InvalidArgumentError, match="bytes"):
+        s.repair_record(bad.offset, good[:-1])
+    corrupt = bytearray(good)
+    corrupt[80] ^= 1
+    with pytest.raises(InvalidArgumentError, match="not a valid record"):
+        s.repair_record(bad.offset, bytes(corrupt))
+    moved = bytearray(recs[704].raw)  # same size, but another record (position check)
+    if len(moved) == len(good):
+        with pytest.raises(InvalidArgumentError):
+            s.repair_record(bad.offset, bytes(moved))
+    assert len(s.quarantined()) == 1
+    assert s.repair_record(bad.offset, good) == [(TOPIC, bad.queue_id, bad.queue_offset)]
+    assert s.quarantined() == []
+    assert s.read_record(bad.offset).tobytes() == bad.raw
+    got, skipped = read_back(s)
+    assert not skipped and len(got) == 2000
+    assert s.status()["repaired"] == 1
+
+
+def test_scrub_quarantines_damage_segment_by_segment(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "store"
+    s = open_native(root)  # 64 KiB segments
+    recs = write(s, 2000)
+    s.close()
+    targets = [recs[50], recs[1500]]
+    for r in targets:
+        seg = r.offset - r.offset % (64 * 1024)
+        flip(segment_path(root, seg), r.offset - seg + r.size - 30, 2)
+    s = open_native(root)
+    off, found = s.min_offset, []
+    while off < s.max_offset:
+        off, new = s.scrub(off)
+        found += new
+    assert [(e["offset"], e["queue_offset"]) for e in found] == [
+        (r.offset, r.queue_offset) for r in targets
+    ]
+    with pytest.raises(InvalidArgumentError):
+        s.scrub(recs[10].offset + 1)
+    with pytest.raises(OffsetOutOfRangeError):
+        s.scrub(s.max_offset + 100)
+    h = health(s)
+    assert len(h["quarantined"]) == 2
+    assert h["status"]["quarantined_at_runtime"] == 2
+
+
+def test_start_at_starts_an_empty_store_at_a_segment_boundary(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """syncFromLastFile: an empty replica takes the master's last segment as its first."""
+    seg = 64 * 1024
+    master = open_native(tmp_path / "m")
+    recs = write(master, 1500)
+    last = master.segment_files()[-1][0]
+    assert last >= 4 * seg
+    slave = open_native(tmp_path / "s", confirm_follows_max=False)
+    with pytest.raises(InvalidArgumentError, match="segment boundary"):
+        slave.start_at(last + 20)
+    slave.start_at(last)
+    assert (slave.min_offset, slave.max_offset) == (last, last)
+    replicate(master, slave, last)
+    with pytest.raises(InvalidArgumentError, match="not empty"):
+        slave.start_at(0)
+    first = [r for r in recs if r.offset >= last]
+    for q in range(QUEUES):
+        mine = [r for r in first if r.queue_id == q]
+        assert slave.queue_min_offset(TOPIC, q) == mine[0].queue_offset
+        assert slave.queue_max_offset(TOPIC, q) == master.queue_max_offset(TOPIC, q)
+    slave.close()
+    slave = open_native(tmp_path / "s", confirm_follows_max=False)
+    assert (slave.min_offset, slave.max_offset) == (last, master.max_offset)
+    assert slave.read_record(first[0].offset).tobytes() == first[0].raw
+
+
+def test_retention_round_deletes_expired_segments_and_the_epoch_prefix_follows(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """The policy module drives the store primitive: an over-full disk cleans before expiry,
+    at most deleteFileBatchMax files a round, never the segment being written, and the epoch
+    file's prefix follows the new min offset."""
+    s = open_native()
+    write(s, 2000)
+    s.flush()
+    n = len(s.segment_files())
+    assert n >= 6
+    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
+    epochs.append(1, 0)
+    epochs.append(2, 3 * 64 * 1024 + 10)
+    policy = RetentionPolicy(delete_file_batch_max=3)
+    hour = (time.localtime().tm_hour + 12) % 24  # not a deleteWhen hour
+    calm = decide(policy, hour=hour, usage=_usage(0.5), disk_full_before=False)
+    assert apply(s, calm, epochs.truncate_prefix_by_offset) == []
+    # Above 75 % only expired files go: nothing is 72 h old.
+    busy = decide(policy, hour=hour, usage=_usage(0.8), disk_full_before=False)
+    assert busy.delete and not busy.clean_immediately
+    assert apply(s, busy, epochs.truncate_prefix_by_offset) == []
+    # Above 85 %: files go before they expire, 3 per round.
+    full = decide(policy, hour=hour, usage=_usage(0.88), disk_full_before=False)
+    assert full.clean_immediately and not full.disk_full
+    deleted = apply(s, full, epochs.truncate_prefix_by_offset)
+    assert deleted == [f"{i * 64 * 1024:020d}" for i in range(3)]
+    assert s.min_offset == 3 * 64 * 1024
+    assert [e[:2] for e in epochs.entries()] == [(1, 0), (2, 3 * 64 * 1024 + 10)]
+    deleted = apply(s, full, lambda m: epochs.reconcile(m, s.max_offset))
+    assert len(deleted) == 3 and s.min_offset == 6 * 64 * 1024
+    assert [e[:2] for e in epochs.entries()] == [(2, 3 * 64 * 1024 + 10)]
+    while apply(s, full):
+        pass
+    assert len(s.segment_files()) == 1, "the segment being written stays"
+    assert s.status()["retention_segments"] == n - 1
+    usage = disk_usage(tmp_path)
+    assert usage.total_bytes > 0 and 0 <= usage.used_ratio <= 1
+
+
+def _usage(ratio: float) -> DiskUsage:
+    total = 1_000_000
+    return DiskUsage(total_bytes=total, available_bytes=int(total * (1 - ratio)))
+
+
+def test_get_messages_keeps_failing_where_a_unit_matches_no_record(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """A consume-queue unit that points into the middle of a record (damaged index) is never
+    served as a record: read_queue skips it and says why, get_messages fails on it."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    recs = write(s, 400)
+    s.close()
+    target = next(r for r in recs if r.queue_id == 1 and r.queue_offset == 20)
+    unit_file = root / "consumequeue" / TOPIC / "1" / f"{0:020d}"
+    write_at(unit_file, 20 * 20, (target.offset + 8).to_bytes(8, "big"))
+    # The first and last units are checked on open; this one in the middle is found on read.
+    s = open_native(root, segment_size=MIB)
+    bufs, nxt, _, _, skipped = s.read_queue(TOPIC, 1, 18, 5)
+    assert [k[0] for k in skipped] == [20]
+    assert "points at no valid record" in skipped[0][3]
+    assert len(bufs) == 5 and nxt == 24
+    with pytest.raises(CorruptRecordError):
+        s.get_messages(TOPIC, 1, 20, 5)
+    assert s.status()["cq_mismatches"] >= 1
+    assert s.quarantined() == [], "the log is fine: nothing is quarantined"
+
+
+async def test_trio_facade_still_closes(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "x", segment_size=MIB) as st:
+        await trio.sleep(0)
+        assert st.native.status()["quarantined_records"] == 0
