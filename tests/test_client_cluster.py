@@ -5,7 +5,6 @@ The other tests_client_* modules import the helpers from here."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rmq_ha.broker.broker import serve as serve_broker
+from rmq_ha.broker.broker import Broker, open_broker
 from rmq_ha.client import (
     Admin,
     ClientConfig,
@@ -65,6 +64,8 @@ class Env:
     broker_name: str
     store_root: Path
     _stop: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    #: The running broker (its components: parked pulls, the store ...), None once stopped.
+    node: Broker | None = field(default=None, repr=False)
 
     async def stop_broker(self) -> None:
         assert self._stop is not None
@@ -91,14 +92,19 @@ async def client_cluster(
         )
         broker_scope = trio.CancelScope()
         stopped = trio.Event()
+        env = Env(";".join(addrs), addrs, "", cfg.broker_name, tmp_path / "store")
 
         async def run_broker(
             *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
         ) -> None:
             try:
                 with broker_scope:
-                    await serve_broker(cfg, task_status=task_status)
+                    async with open_broker(cfg) as node:
+                        env.node = node
+                        task_status.started(node.address)
+                        await trio.sleep_forever()
             finally:
+                env.node = None
                 stopped.set()
 
         async def stop() -> None:
@@ -106,8 +112,9 @@ async def client_cluster(
             await stopped.wait()
             await trio.sleep(0.1)  # let clients see their connections close
 
-        broker = await n.start(run_broker)
-        yield Env(";".join(addrs), addrs, broker, cfg.broker_name, tmp_path / "store", stop)
+        env.broker = await n.start(run_broker)
+        env._stop = stop
+        yield env
         n.cancel_scope.cancel()
 
 
@@ -224,13 +231,11 @@ async def test_several_name_servers_are_tried_in_turn(tmp_path: Path) -> None:
         await create_topic(env.namesrv, "NsT")
         # A refused address first, then a live one: the route still comes back.
         cfg = replace(FAST_CLIENT, mq_client_api_timeout_s=0.5)
-        t0 = time.monotonic()
         async with Producer(
             "pg", [dead, *env.namesrv_list], config=ProducerConfig(client=cfg)
         ) as p:
             r = await p.send("NsT", b"via the second name server")
             assert r.ok
-        assert time.monotonic() - t0 < 10
         async with Admin([dead], config=cfg) as admin:
             with pytest.raises(RouteNotFoundError) as e:
                 await admin.route("NsT")

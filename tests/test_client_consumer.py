@@ -98,7 +98,7 @@ async def test_concurrent_push_delivers_commits_and_resumes_after_restart(tmp_pa
         seen.clear()
         async with PushConsumer("cg", env.namesrv, "PushT", listener, config=FAST_CONSUMER):
             await eventually(lambda: sum(1 for k in seen if k.startswith("b")) == 50)
-            await trio.sleep(0.3)
+            await trio.sleep(0.3)  # time passes: a duplicate would show (nothing is awaited)
         assert {k for k in seen if k.startswith("b")} == {f"b{i}" for i in range(50)}
         duplicates = sum(n - 1 for n in seen.values()) + sum(1 for k in seen if k in first)
         assert duplicates == 0, f"{duplicates} duplicates after a clean restart"
@@ -225,9 +225,12 @@ async def test_tag_filter_and_offset_correction(tmp_path: Path, post_subscriptio
             await eventually(lambda: (c.offsets.read(mq) or 0) == 9)
             await produce(env.namesrv, "TagT", ["late-A"], tags="A")
             await produce(env.namesrv, "TagT", ["late-B"], tags="B")
-            await eventually(lambda: "late-A" in bodies)
-            await trio.sleep(0.3)
-        assert bodies == ["late-A"], "old messages skipped (offset moved to the end), B filtered"
+            await produce(env.namesrv, "TagT", ["late-C"], tags="C")
+            # One queue, consumed in order: once late-C is in, late-B was passed over.
+            await eventually(lambda: "late-C" in bodies)
+        assert bodies == ["late-A", "late-C"], (
+            "old messages skipped (offset moved to the end), B filtered"
+        )
 
 
 @pytest.mark.timeout(60)
@@ -309,7 +312,8 @@ async def test_orderly_locks_keep_a_second_consumer_off_held_queues(tmp_path: Pa
             # A holds both locks: nobody else in the group gets them.
             assert await raw_lock(env.broker, "lkg", "intruder", mqs) == set()
             async with b:
-                # B is assigned one queue but A is mid-batch on it and keeps the lock.
+                # B is assigned one queue but A is mid-batch on it and keeps the lock (time
+                # passes for B's rebalance to try; nothing is awaited).
                 await trio.sleep(1.5)
                 assert not [e for e in log if e[0] == "B"], "B consumed a queue A holds"
                 assert topic_queues(b, "LockT") == set(), "B's LOCK_BATCH_MQ must have failed"
@@ -364,9 +368,19 @@ async def test_pull_consumer_manual_offsets(tmp_path: Path) -> None:
             assert await c.fetch_consume_offset(mq) == 3
             r = await c.pull(mq, "Y", 3, 32)
             assert r.messages == [] and r.next_begin_offset == 5
-            t0 = time.monotonic()
-            r = await c.pull(mq, "*", 5, 32, block=True, timeout_s=5)
-            assert r.status is PullStatus.NO_NEW_MSG and time.monotonic() - t0 > 0.5
+            # Nothing new: the broker parks the pull (long polling) until its timeout.
+            hold = env.node.hold if env.node is not None else None
+            assert hold is not None
+            async with trio.open_nursery() as n:
+                results = []
+
+                async def blocked() -> None:
+                    results.append(await c.pull(mq, "*", 5, 32, block=True, timeout_s=1))
+
+                n.start_soon(blocked)
+                await eventually(lambda: hold.waiting(mq.topic, mq.queue_id) == 1)
+            assert results[0].status is PullStatus.NO_NEW_MSG
+            assert hold.waiting(mq.topic, mq.queue_id) == 0
             assert await c.max_offset(mq) == 5 and await c.min_offset(mq) == 0
 
 

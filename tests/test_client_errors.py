@@ -5,7 +5,6 @@ timeout is only done when asked, and then the result says `possible_duplicate`."
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +33,6 @@ async def test_broker_down_before_send_is_a_definite_failure(tmp_path: Path) -> 
         async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
             assert (await p.send("DownT", b"before")).ok
             await env.stop_broker()
-            t0 = time.monotonic()
             with pytest.raises(SendError) as e:
                 await p.send("DownT", b"after")
             assert e.value.definite, e.value
@@ -42,7 +40,6 @@ async def test_broker_down_before_send_is_a_definite_failure(tmp_path: Path) -> 
             # 1 + retryTimesWhenSendFailed attempts, each refused at connect.
             assert len(e.value.attempts) == 3
             assert all(a.definite and a.broker_name == "broker-a" for a in e.value.attempts)
-            assert time.monotonic() - t0 < 5
             with pytest.raises(SendError) as e2:
                 await p.send_oneway("DownT", b"oneway")
             assert e2.value.definite
@@ -64,12 +61,9 @@ async def test_silent_broker_is_a_timeout_with_unknown_outcome(tmp_path: Path) -
             FAST_PRODUCER, client=replace(FAST_PRODUCER.client, mq_client_api_timeout_s=0.5)
         )
         async with Producer("pg", env.namesrv, config=quick) as p:
-            t0 = time.monotonic()
             with pytest.raises(SendTimeoutError) as e:
                 await p.send("SilentT", b"lost in the void", timeout_s=0.5)
-            elapsed = time.monotonic() - t0
             assert not e.value.definite
-            assert 0.4 < elapsed < 3, elapsed
             # Not retried elsewhere behind the caller's back: one attempt.
             assert len(e.value.attempts) == 1 and not e.value.attempts[0].definite
         n.cancel_scope.cancel()

@@ -149,8 +149,11 @@ async def check_admin_commands(g: Group, bs: list[TestBroker]) -> None:
         await nursery.start(z.run)
         await z.join()
         z.stop()
-    await trio.sleep(0.3)  # the controllers see its connections close
-    rc, rows = await admin(g, "clean-broker-metadata", "-b", "broker-z")
+    # Refused while the controllers still count it alive; done once they saw it close.
+    with trio.fail_after(30):
+        while (result := await admin(g, "clean-broker-metadata", "-b", "broker-z"))[0] != 0:
+            await trio.sleep(0.1)
+    rc, rows = result
     assert rc == 0, rows
     rc, rows = await admin(g, "get-sync-state-set", "-b", "broker-z")
     assert rc == 1 and rows[0]["error"] == "unknown"

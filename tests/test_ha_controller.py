@@ -17,6 +17,7 @@ from controllerutil import wait_leader
 from hautil import Acked, HaCluster, read_all, send_values
 from rmq_ha.client import Admin, ClientConfig
 from rmq_ha.controller.client import ControllerClient
+from rmq_ha.controller.messages import GetSyncStateDataRequest
 from rmq_ha.errors import RemotingError
 from rmq_ha.net.client import RemotingClient
 
@@ -39,6 +40,25 @@ async def ready_group(c: HaCluster, size: int = 3) -> int:
     m = await c.master()
     await c.wait_sync_state_set(m, size)
     return m
+
+
+async def wait_dead(
+    c: HaCluster, broker_ids: set[int | None], *, masterless: bool = False, timeout_s: float = 30
+) -> None:
+    """Until the controller (GET_SYNC_STATE_DATA) reports every replica in `broker_ids` dead
+    (and, with `masterless`, has dropped the group's master: no master elected)."""
+    async with RemotingClient() as rc:
+        cc = ControllerClient(rc, c.ns_addrs)
+        with trio.fail_after(timeout_s):
+            while True:
+                resp = await cc.request(GetSyncStateDataRequest((c.broker_name,)))
+                info = resp.replicas_info.get(c.broker_name) if resp.ok else None
+                if info is not None:
+                    reps = (*info.in_sync_replicas, *info.not_in_sync_replicas)
+                    dead = all(not r.alive for r in reps if r.broker_id in broker_ids)
+                    if dead and (not masterless or info.master_broker_id is None):
+                        return
+                await trio.sleep(0.1)
 
 
 def assert_no_loss(acked: Acked, got: list[str]) -> None:
@@ -161,11 +181,13 @@ async def test_re_elect_the_same_master_then_write_and_slaves_keep_syncing(
     st = await c.status(m)
     assert st is not None and st["maxOffset"] == 0
     slaves = [i for i in range(3) if i != m]
+    ids = {i: (await c.status(i) or {}).get("brokerId") for i in range(3)}
     for i in slaves:
         c.brokers[i].signal(signal.SIGSTOP)
-    await trio.sleep(2.5)  # controllerHeartBeatTimeoutMills is 1500 ms
+    # Until the controller counts the frozen slaves dead (controllerHeartBeatTimeoutMills).
+    await wait_dead(c, {ids[i] for i in slaves})
     c.brokers[m].signal(signal.SIGSTOP)
-    await trio.sleep(2.5)
+    await wait_dead(c, {ids[i] for i in range(3)}, masterless=True)
     c.brokers[m].signal(signal.SIGCONT)
     try:
         with trio.fail_after(15):
@@ -312,7 +334,7 @@ async def test_a_parked_pull_wakes_when_replication_confirms_the_message(
 ) -> None:
     """With allAckInSyncStateSet a message becomes visible only when the slaves' acks move the
     confirm offset, after the append itself. A long-polling pull parked on the queue must wake
-    then, not sit out its suspend timeout (20 s here)."""
+    then, not sit out its suspend timeout (120 s here, longer than the test may run)."""
     from rmq_ha.client import PullConsumer
     from rmq_ha.protocol.codes import ResponseCode as Resp
     from rmq_ha.protocol.models import MessageQueue
@@ -331,17 +353,19 @@ async def test_a_parked_pull_wakes_when_replication_confirms_the_message(
                 except Exception:
                     await trio.sleep(0.2)
     async with PullConsumer(
-        "ha-long-poll", c.ns_addrs[0], config=cc, broker_suspend_max_time_s=20.0
+        "ha-long-poll", c.ns_addrs[0], config=cc, broker_suspend_max_time_s=120.0
     ) as pc:
         got: list[str] = []
 
         async def park() -> None:
-            res = await pc.pull(mq, "*", tail, 32, block=True, timeout_s=30)
+            res = await pc.pull(mq, "*", tail, 32, block=True, timeout_s=180)
             got.extend(msg.body.decode() for msg in res.messages)
 
-        with trio.fail_after(10):  # well inside the 20 s the pull may stay parked
-            async with trio.open_nursery() as n:
-                n.start_soon(park)
-                await trio.sleep(1.0)
-                assert await send_codes_direct(c.broker_addr(m), ["second"]) == [Resp.SUCCESS]
+        # The pull may stay parked for 120 s, longer than the test may run: its answer with
+        # the message means the confirm offset's move woke it. (The pause lets it park first;
+        # if it has not yet, it finds the message at once and the test still holds.)
+        async with trio.open_nursery() as n:
+            n.start_soon(park)
+            await trio.sleep(1.0)
+            assert await send_codes_direct(c.broker_addr(m), ["second"]) == [Resp.SUCCESS]
         assert got == ["second"]

@@ -195,7 +195,7 @@ async def test_without_a_controller_the_broker_serves_fenced_and_refuses_writes(
         await p.wait_ready()
         codes = await send_codes_direct(f"127.0.0.1:{port}", ["x"])
         assert codes == [Resp.SERVICE_NOT_AVAILABLE]
-        await trio.sleep(1.0)
+        await trio.sleep(1.0)  # time passes (retries fail): it stays up, nothing is awaited
         assert p.alive, p.log.read_text()
     finally:
         p.kill()

@@ -52,7 +52,7 @@ async def test_services_stop_cleanly_and_start_again(tmp_path: Path) -> None:
         await special.stop()  # stopping twice is harmless
         async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
             await p.send("SvcT", b"while-stopped", properties={"DELAY": "1"})
-            await trio.sleep(0.8)  # due, but nobody scans
+            await trio.sleep(0.8)  # time passes: it is due, but nobody scans (stopped)
             assert env.max_offset("SvcT") == 0 and env.max_offset(SCHEDULE_TOPIC, 0) == 1
             await special.change_status(True, env.nursery)
             await special.start(env.nursery)  # starting twice is harmless
@@ -71,7 +71,9 @@ async def test_services_stop_cleanly_and_start_again(tmp_path: Path) -> None:
                     await special.stop()
             await special.start(env.nursery)
             await eventually(lambda: env.max_offset("SvcT") == 21, 10)
-            await trio.sleep(0.7)
+            # Level 1 looked at twice more: nothing delivered a second time.
+            scans = special.delay.scans.get(1, 0)
+            await eventually(lambda: special.delay.scans.get(1, 0) >= scans + 2, 10)
             assert env.max_offset("SvcT") == 21
 
 
@@ -100,8 +102,8 @@ async def test_service_output_goes_only_through_the_escape(tmp_path: Path) -> No
         special.escape = escape
         async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
             await p.send("EscT", b"escaped", properties={"DELAY": "1"})
-        await trio.sleep(0.5)
         # Refused: the level keeps its place and tries again.
+        await eventually(lambda: special.delay.refused >= 2, 10)
         assert special.delay.offsets.get(1) == 0 and not escape.puts
         escape.refuse = False
         await eventually(lambda: len(escape.puts) == 1, 5)

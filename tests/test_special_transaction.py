@@ -109,7 +109,6 @@ async def test_undecided_half_is_checked_then_committed(tmp_path: Path) -> None:
                 "TxCheckT", b"undecided", lambda m, a: LocalTransactionState.UNKNOW
             )
             assert r.local_state is LocalTransactionState.UNKNOW
-            await trio.sleep(0.2)
             assert env.max_offset("TxCheckT") == 0  # not before the check
             await eventually(lambda: env.max_offset("TxCheckT") == 1, 10)
             assert p.checks == {"COMMIT_MESSAGE": 1}
@@ -119,7 +118,10 @@ async def test_undecided_half_is_checked_then_committed(tmp_path: Path) -> None:
         assert msg.msg_id == r.transaction_id
         assert msg.properties["TRANSACTION_CHECK_TIMES"] == "1"
         assert bodies(env, "TxCheckT") == [b"undecided"]
-        await trio.sleep(0.6)  # more check runs: nothing left to ask, nothing committed twice
+        # Two more check runs: nothing left to ask, nothing committed twice.
+        txs = env.broker.special.transactions
+        runs = txs.runs
+        await eventually(lambda: txs.runs >= runs + 2, 10)
         assert len(asked) == 1 and bodies(env, "TxCheckT") == [b"undecided"]
 
 

@@ -49,5 +49,9 @@ class PullHold:
         for topic, queue_id in list(self._waiters):
             self.notify(topic, queue_id, max_offset_of(topic, queue_id))
 
-    def waiting(self) -> int:
+    def waiting(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        """How many requests are parked (on one queue when `topic` and `queue_id` are given;
+        the delay scanners park on their schedule queues too)."""
+        if topic is not None and queue_id is not None:
+            return len(self._waiters.get((topic, queue_id), ()))
         return sum(len(v) for v in self._waiters.values())

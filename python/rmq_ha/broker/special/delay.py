@@ -200,6 +200,10 @@ class DelayService(SpecialService):
         )
         #: Messages delivered to their real topic (or routed on, for timers) since start.
         self.delivered = 0
+        #: Looks taken at each level (level -> count): progress a test or a metric can follow.
+        self.scans: dict[int, int] = {}
+        #: Due messages whose delivery the escape refused (they are tried again).
+        self.refused = 0
 
     @property
     def max_level(self) -> int:
@@ -288,6 +292,7 @@ class DelayService(SpecialService):
         message arrives, or IDLE_RECHECK_S)."""
         store = self.ports.store.native
         qid = level - 1
+        self.scans[level] = self.scans.get(level, 0) + 1
         delay_ms = self.levels_ms[qid]
         offset = self.offsets.get(level)
         recs, nxt = read_queue(store, SCHEDULE_TOPIC, qid, offset, BATCH)
@@ -330,6 +335,7 @@ class DelayService(SpecialService):
         msg = self.special.route(msg)
         r = await self.special.escape.put([msg])
         if not r.ok:
+            self.refused += 1
             log.warning("delayed message to %s refused (%s %s)", msg.topic, r.code, r.remark)
             return False
         self.delivered += 1

@@ -121,6 +121,12 @@ MAX_POP_BYTES: Final = 4 << 20
 REMOTE_RETRY_MAX_MS: Final = 10_000
 
 
+def remote_retry_wait_ms(revive_interval_ms: int, failures: int) -> int:
+    """The back-off after the `failures`-th failed remote read of a CK's messages: the revive
+    interval doubled per failure, capped at REMOTE_RETRY_MAX_MS."""
+    return min(REMOTE_RETRY_MAX_MS, max(1, revive_interval_ms) << min(failures, 20))
+
+
 @dataclass(slots=True)
 class CheckPoint:
     """PopCheckPoint, JSON keys as RocketMQ's."""
@@ -872,8 +878,7 @@ class PopService(SpecialService):
         self.remote_read_failures += 1
         p.remote_failures += 1
         n = p.remote_failures
-        interval = max(1, self.ports.cfg.revive_interval_ms)
-        wait = min(REMOTE_RETRY_MAX_MS, interval << min(n, 20))
+        wait = remote_retry_wait_ms(self.ports.cfg.revive_interval_ms, n)
         p.retry_at = wall_ms() + wait
         if n & (n - 1) == 0:  # 1, 2, 4, 8 ...: a long outage does not flood the log
             ck = p.ck

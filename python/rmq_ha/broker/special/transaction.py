@@ -133,6 +133,8 @@ class TransactionService(SpecialService):
         #: Next op record to read; None: from the persisted progress.
         self._op_read: int | None = None
         self.checks_sent = 0
+        #: Runs over the half queue so far (progress a test or a metric can follow).
+        self.runs = 0
         self.discarded = 0
         #: Halves handed over to another master by the check on a slave (RIP-32).
         self.escaped = 0
@@ -313,6 +315,7 @@ class TransactionService(SpecialService):
         """One run over the half queue; returns how many halves were checked (a check sent
         to the producer) or, on a slave, handed over to another master."""
         async with self._lock:
+            self.runs += 1
             return await self._check_locked()
 
     async def _check_locked(self) -> int:
