@@ -290,7 +290,9 @@ class DelayService(SpecialService):
         qid = level - 1
         delay_ms = self.levels_ms[qid]
         offset = self.offsets.get(level)
-        recs, nxt = read_queue(store, SCHEDULE_TOPIC, qid, offset, BATCH)
+        recs, nxt = read_queue(
+            store, SCHEDULE_TOPIC, qid, offset, BATCH, storage=self.ports.storage
+        )
         if not recs:
             if nxt != offset:  # retention cut the queue below our offset: skip the gap
                 self.offsets.update(level, nxt)
