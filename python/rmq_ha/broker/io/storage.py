@@ -218,6 +218,8 @@ class StorageService:
     ) -> ReadVerdict:
         """What a read that met these skipped units serves now (see `DamagedReads`)."""
         units = [SkippedUnit.of(s) for s in skipped]
+        if any(u.quarantined and (u.phys_offset, u.size) not in self._known for u in units):
+            self._note_known()  # found by this read: logged now, with offsets and sizes
         v = self.damage.judge(units, _now_ms())
         for u in v.newly_skipped:
             log.error(
