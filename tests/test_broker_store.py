@@ -58,7 +58,7 @@ async def test_a_flipped_bit_loses_no_other_record_and_is_skipped_after_the_wait
         await env.stop_broker()
         flip(env.cfg.store_root, phys, SEG)
         await env.start_broker()
-        got, answers = await read_queue(env.namesrv, env.cfg.broker_name, TOPIC)
+        got, _ = await read_queue(env.namesrv, env.cfg.broker_name, TOPIC)
         assert got == [body(i) for i in range(n) if i != 100]
         h = await store_health(env.addr)
         (q,) = h["quarantined"]
@@ -152,8 +152,8 @@ async def test_retention_deletes_old_segments_moves_the_epoch_prefix_and_correct
 ) -> None:
     """Issue 15, retention with small segments and a short fileReservedTime (0 h: every full
     segment has expired) on request (DELETE_EXPIRED_COMMITLOG): old segments go, the last one
-    stays, the epoch file drops the entries wholly below the min offset, a consumer below the queue's
-    min gets PULL_OFFSET_MOVED to it (RocketMQ), and what is left reads back."""
+    stays, the epoch file drops the entries wholly below the min offset, a consumer below the
+    queue's min gets PULL_OFFSET_MOVED to it (RocketMQ), and what is left reads back."""
     async with special_cluster(
         tmp_path,
         commitlog_segment_bytes=SEG,
