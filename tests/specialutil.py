@@ -42,6 +42,21 @@ class SpecialEnv:
     def addr(self) -> str:
         return self.broker.address
 
+    async def broker_status(self) -> dict[str, Any]:
+        """GET_BROKER_EPOCH_CACHE over the wire (what admin tools see)."""
+        import json
+
+        from rmq_ha.net.client import RemotingClient
+        from rmq_ha.protocol.codes import RequestCode
+        from rmq_ha.protocol.command import RemotingCommand
+
+        async with RemotingClient() as c:
+            r = await c.invoke(
+                self.addr, RemotingCommand.request(RequestCode.GET_BROKER_EPOCH_CACHE), 5.0
+            )
+        out: dict[str, Any] = json.loads(r.body or b"{}")
+        return out
+
     def max_offset(self, topic: str, queue_id: int = 0) -> int:
         return self.broker.store.native.queue_max_offset(topic, queue_id)
 
@@ -78,8 +93,7 @@ async def special_cluster(tmp_path: Path, **broker_kw: Any) -> AsyncIterator[Spe
             listen_port=0,
             namesrv_addr=ns.address,
             store_path_root_dir=str(tmp_path / "store"),
-            commitlog_segment_bytes=1 << 20,
-            **broker_kw,
+            **({"commitlog_segment_bytes": 1 << 20} | broker_kw),
         )
         env = SpecialEnv(ns.address, cfg, n)
         await env.start_broker()

@@ -126,8 +126,14 @@ class Store:
     def flush_error(self) -> str | None: ...
     def checkpoint(self) -> dict[str, int]: ...
     def delete_expired(
-        self, reserved_ms: int, *, clean_immediately: bool = False, max_files: int = 10
-    ) -> list[str]: ...
+        self,
+        reserved_ms: int,
+        *,
+        clean_immediately: bool = False,
+        max_files: int = 10,
+        keep_from: int | None = None,
+    ) -> list[str]:
+        """`keep_from`: never delete a segment that does not end at or below it."""
     def delete_segments_before(self, offset: int) -> list[str]: ...
     def segment_files(self) -> list[tuple[int, str]]: ...
     @property

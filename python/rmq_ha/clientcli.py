@@ -351,6 +351,9 @@ def add_parsers(sub: Any) -> None:
     from rmq_ha.controller.admin import controller_admin_parsers
 
     controller_admin_parsers(asub)
+    from rmq_ha import storeadmin
+
+    storeadmin.add_parsers(asub)
     cl = asub.add_parser("cluster", help="brokers of every cluster")
     _common(cl)
     r = asub.add_parser("route", help="the route of a topic")

@@ -158,6 +158,21 @@ class BrokerConfig:
     clean_file_forcibly_enable: bool = rmq(
         "cleanFileForciblyEnable", True, "delete unexpired files when the disk is too full"
     )
+    clean_resource_interval_ms: int = rmq(
+        "cleanResourceInterval", 10_000, "how often the retention service runs a round"
+    )
+    # -- damaged records (issue 15; ours) ----------------------------------------------------
+    damaged_record_wait_ms: int = rmq(
+        "damagedRecordWaitMs",
+        30_000,
+        "ours: readers stop before a quarantined record this long, waiting for its repair "
+        "from a replica, then skip it (counted, reported); 0 skips at once",
+    )
+    store_repair_interval_ms: int = rmq(
+        "storeRepairInterval",
+        1000,
+        "ours: how often quarantined records are looked for and repairs from replicas tried",
+    )
     broker_role: BrokerRole = rmq("brokerRole", BrokerRole.ASYNC_MASTER)
     # -- replication (broker/ha): classic master/slave and controller mode ------------------
     broker_ip2: str = rmq("brokerIP2", "", "HA address host announced (default brokerIP1)")
@@ -392,6 +407,16 @@ def _validate(record: Any) -> None:
 def _validate_retention(record: BrokerConfig) -> None:
     if record.file_reserved_time_h < 0:
         raise ConfigError("bad config fileReservedTime: must be >= 0 (hours)", "fileReservedTime")
+    for key, value in (
+        ("cleanResourceInterval", record.clean_resource_interval_ms),
+        ("storeRepairInterval", record.store_repair_interval_ms),
+    ):
+        if value <= 0:
+            raise ConfigError(f"bad config {key}: must be > 0 (ms), not {value}", key)
+    if record.damaged_record_wait_ms < 0:
+        raise ConfigError(
+            "bad config damagedRecordWaitMs: must be >= 0 (ms)", "damagedRecordWaitMs"
+        )
     if record.delete_file_batch_max <= 0:
         raise ConfigError("bad config deleteFileBatchMax: must be >= 1", "deleteFileBatchMax")
     for key, v in (

@@ -151,16 +151,22 @@ def apply(
     store: Store,
     decision: RetentionDecision,
     on_min_offset: Callable[[int], None] | None = None,
+    *,
+    keep_from: int | None = None,
+    max_files: int | None = None,
 ) -> list[str]:
     """Runs the deletion a decision asks for (blocking: call it off the event loop); returns
     the deleted commitlog files. `on_min_offset(new_min)` runs when files were deleted (the
-    epoch file's prefix follows the commitlog's min offset)."""
+    epoch file's prefix follows the commitlog's min offset). `keep_from`: never delete a
+    segment that does not end at or below it (what replication still needs); `max_files`
+    overrides the decision's (the broker deletes one file at a time, pausing between)."""
     if not decision.delete:
         return []
     deleted = store.delete_expired(
         decision.reserved_ms,
         clean_immediately=decision.clean_immediately,
-        max_files=decision.max_files,
+        max_files=decision.max_files if max_files is None else max_files,
+        keep_from=keep_from,
     )
     if deleted and on_min_offset is not None:
         on_min_offset(store.min_offset)

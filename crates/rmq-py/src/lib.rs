@@ -680,20 +680,27 @@ impl Store {
     /// written more than `reserved_ms` ago (any age with `clean_immediately`), at most
     /// `max_files`, never the last one and only below the flushed and dispatched offsets;
     /// returns the deleted file names. The min offset moves to the first remaining segment.
-    #[pyo3(signature = (reserved_ms, *, clean_immediately=false, max_files=10))]
+    /// `keep_from`: never delete a segment that does not end at or below it (what replication
+    /// still needs).
+    #[pyo3(signature = (reserved_ms, *, clean_immediately=false, max_files=10, keep_from=None))]
     fn delete_expired(
         &self,
         py: Python<'_>,
         reserved_ms: u64,
         clean_immediately: bool,
         max_files: usize,
+        keep_from: Option<u64>,
     ) -> PyResult<Vec<String>> {
         py.detach(|| {
             let older = SystemTime::now()
                 .checked_sub(Duration::from_millis(reserved_ms))
                 .unwrap_or(SystemTime::UNIX_EPOCH);
-            self.inner
-                .delete_expired(older, clean_immediately, max_files)
+            self.inner.delete_expired_keeping(
+                older,
+                clean_immediately,
+                max_files,
+                keep_from.unwrap_or(u64::MAX),
+            )
         })
         .map(|r| r.deleted)
         .map_err(to_py)

@@ -1572,9 +1572,21 @@ impl Store {
         clean_immediately: bool,
         max_files: usize,
     ) -> Result<RetentionResult> {
+        self.delete_expired_keeping(older_than, clean_immediately, max_files, u64::MAX)
+    }
+
+    /// `delete_expired` that also keeps every segment not wholly below `keep_from` (what
+    /// replication still needs: a lagging slave's position, the HA master's start offset).
+    pub fn delete_expired_keeping(
+        &self,
+        older_than: SystemTime,
+        clean_immediately: bool,
+        max_files: usize,
+        keep_from: u64,
+    ) -> Result<RetentionResult> {
         let detached = {
             let mut inner = self.core.inner()?;
-            let limit = self.retention_limit();
+            let limit = self.retention_limit().min(keep_from);
             let d = inner
                 .log
                 .delete_expired(older_than, limit, clean_immediately, max_files)?;

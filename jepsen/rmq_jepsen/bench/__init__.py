@@ -4,7 +4,8 @@ them to `rmq-ha bench` through the CLI plugin (`rmq_jepsen.cli`).
 
 `store` (the storage engine against a plain writer), `produce` (against a real RocketMQ),
 `controller` (commit latency, leader failover), `ha` (replication cost, master failover),
-`acting-master` (slave-acting-master takeover), `history` (the campaign recorder; registered
+`acting-master` (slave-acting-master takeover), `retention` (append throughput while
+retention deletes, consume-queue rebuild), `history` (the campaign recorder; registered
 by `rmq_jepsen.cli`). Processes come from `rmq_jepsen.launch`; clusters from `.cluster`."""
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 
 def add_parsers(bench_sub: Any) -> None:
     """The benchmark subcommands of `rmq-ha bench` (each module's `add_parser`)."""
-    from rmq_jepsen.bench import acting, controller, ha, produce, store
+    from rmq_jepsen.bench import acting, controller, ha, produce, retention, store
 
-    for mod in (store, produce, controller, ha, acting):
+    for mod in (store, produce, controller, ha, acting, retention):
         mod.add_parser(bench_sub)
 
 

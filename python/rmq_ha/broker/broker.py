@@ -27,12 +27,15 @@ import trio
 from rmq_ha.broker.clients import ClientManager
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleConfig, RoleCore
+from rmq_ha.broker.core.storage import retention_floor
 from rmq_ha.broker.ha.service import HaService
 from rmq_ha.broker.handlers import admin, clients, locks, pull, queries, send, topics
+from rmq_ha.broker.handlers import store as store_handlers
 from rmq_ha.broker.io.acting import FENCED_CODES, SYNC_BROKER_MEMBER_PREFIX, ActingShell
 from rmq_ha.broker.io.controller import ControllerShell
 from rmq_ha.broker.io.namesrv import NamesrvShell
 from rmq_ha.broker.io.role import Peers, RoleShell
+from rmq_ha.broker.io.storage import StorageService
 from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
 from rmq_ha.broker.offsets import ConsumerOffsetManager
@@ -108,6 +111,18 @@ class Broker:
             broker_id=lambda: self.core.state.self_id or 0,
         )
         self.core = RoleCore(role_config(cfg), self.ha.recover())
+        # Retention, disk protection and self-repair of damaged records (issue 15).
+        self.storage = StorageService(
+            cfg,
+            store,
+            epochs=self.ha.epochs,
+            feed=self._feed,
+            outbound=self.outbound,
+            replication_floor=self._replication_floor,
+            repair_sources=self._repair_sources,
+            on_repaired=self._repaired,
+        )
+        self.ha.master.on_damaged = lambda _off: self.storage.wake_repair()
         self.ports = Ports(
             cfg=cfg,
             address=self.address,
@@ -121,6 +136,7 @@ class Broker:
             role=self.core,
             replication=self.ha,
             outbound=self.outbound,
+            storage=self.storage,
         )
         # Delayed/transaction/pop services and their request processors (special/).
         self.special = SpecialServices(self.ports)
@@ -198,6 +214,7 @@ class Broker:
         clients.register(d, p)
         topics.register(d, p, self._announce_topic)
         locks.register(d, p)
+        store_handlers.register(d, p)
         admin.register(
             d, self.status, self.controller.on_notice if self.controller is not None else None
         )
@@ -212,6 +229,46 @@ class Broker:
 
     def _wake_pulls(self) -> None:
         self.hold.notify_ready(self.store.native.queue_max_offset)
+
+    def _replication_floor(self) -> int | None:
+        """What replication still needs (retention keeps it): the connected slaves'
+        positions and, in controller mode, the confirm offset (core/storage.py)."""
+        if not self.core.is_master:
+            return None
+        confirm = self.store.native.confirm_offset if self.cfg.enable_controller_mode else None
+        return retention_floor(
+            slave_positions=self.ha.master.needs.values(), confirm_offset=confirm
+        )
+
+    async def _repair_sources(self) -> list[str]:
+        """Who may hold good copies of a damaged record: a slave asks its master; a master
+        its in-sync replicas (the SyncStateSet, or the caught-up slaves of a classic
+        master). Addresses from the controller (controller mode) or the name servers."""
+        s = self.core.state
+        if self.core.is_master:
+            me = s.self_id if s.self_id is not None else self.cfg.broker_id
+            ids = set(self.core.ha.effective_set()) - {me}
+            if not ids:
+                return []
+            addrs = await self._group_addrs()
+            return [addrs[i] for i in sorted(ids) if i in addrs and addrs[i] != self.address]
+        if s.master_addr:
+            return [s.master_addr]
+        addrs = await self._group_addrs()
+        return [addrs[0]] if 0 in addrs and addrs[0] != self.address else []
+
+    async def _group_addrs(self) -> dict[int, str]:
+        if self.controller is not None:
+            if not self.controller.replica_addrs:
+                await self.controller.refresh_replica_addrs()
+            return dict(self.controller.replica_addrs)
+        return await self.namesrv.group_addrs()
+
+    def _repaired(self, refs: list[tuple[str, int, int]]) -> None:
+        """A quarantined range holds good bytes again: parked pulls and held HA transfers
+        look again."""
+        self.ha.master.notify_repaired()
+        self._wake_pulls()
 
     def _arm_version_bump(self) -> None:
         self.offsets.arm_version_bump()
@@ -284,6 +341,8 @@ class Broker:
             "minBrokerId": None if s.min_broker is None else s.min_broker[0],
             "reverseSynced": self.acting.reverse_synced,
             "specialServices": self.special.running,
+            # Issue 15: damage, repair and retention counters (rmq-ha admin store-health).
+            "store": self.storage.counters(),
         }
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -322,6 +381,7 @@ class Broker:
             nursery.start_soon(self.namesrv.run)
             nursery.start_soon(self.acting.run)
             nursery.start_soon(self._housekeeping_loop)
+            await nursery.start(self.storage.run)
             log.info("broker %s ready on %s", self.cfg.broker_name, self.address)
             task_status.started(self.address)
             try:

@@ -2,16 +2,18 @@
 the record the wiring (broker.py) hands them. No handler depends on the `Broker` object or on
 another component's insides: the role is read through `RoleView`, topics through
 `TopicsPort`, replication through `Replication`, the special services' routing through
-`SpecialRouting`; the store, offsets, clients, locks and parked pulls are components of their
-own with small APIs of their own.
+`SpecialRouting`, the storage services through `Storage`; the store, offsets, clients, locks
+and parked pulls are components of their own with small APIs of their own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from rmq_ha.broker.clients import ClientManager
+from rmq_ha.broker.core.storage import ReadVerdict
 from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
 from rmq_ha.broker.offsets import ConsumerOffsetManager
@@ -102,6 +104,27 @@ class SpecialRouting(Protocol):
     ) -> tuple[str, int, bytes, int]: ...
 
 
+class Storage(Protocol):
+    """The storage services (broker/io/storage.py): damaged records in reads, health,
+    retention on request."""
+
+    def judge(
+        self, skipped: Sequence[tuple[int, int, int, str]], topic: str, queue_id: int
+    ) -> ReadVerdict:
+        """What a read that met these skipped units (`Store.read_queue`) serves now."""
+        ...
+
+    async def wait_repair(self, timeout_s: float) -> None:
+        """Returns after a repair or the timeout."""
+        ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    async def manual_round(self) -> None:
+        """A retention round now (DELETE_EXPIRED_COMMITLOG)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Ports:
     """Everything a handler or special service may use, wired once by broker.py."""
@@ -120,3 +143,4 @@ class Ports:
     replication: Replication
     #: The client this broker uses towards other brokers and name servers.
     outbound: RemotingClient
+    storage: Storage

@@ -158,6 +158,8 @@ class RequestCode(IntEnum):
     RAFT_BROKER_HEART_BEAT_EVENT_REQUEST = 1018
     # rmq_ha's own (outside every range RocketMQ uses)
     RMQHA_RAFT_MESSAGE = 90001
+    RMQHA_READ_COMMITLOG = 90002
+    RMQHA_STORE_HEALTH = 90003
     # tiered storage
     UPDATE_COLD_DATA_FLOW_CTR_CONFIG = 2001
     REMOVE_COLD_DATA_FLOW_CTR_CONFIG = 2002
@@ -320,6 +322,14 @@ REQUEST_DOCS: Final[dict[RequestCode, str]] = {
     _R.CONTROLLER_GET_NEXT_BROKER_ID: "Broker -> controller: the next free broker id of a group.",
     _R.CONTROLLER_APPLY_BROKER_ID: "Broker -> controller: claim a broker id (with check code).",
     _R.RMQHA_RAFT_MESSAGE: "rmq_ha controller -> controller: one Raft message (JSON body), oneway.",
+    _R.RMQHA_READ_COMMITLOG: (
+        "rmq_ha broker -> replica: the exact commitlog bytes [offset, offset+size) "
+        "(self-repair of a quarantined record; refused when not held intact)."
+    ),
+    _R.RMQHA_STORE_HEALTH: (
+        "rmq_ha admin -> broker: quarantined records, recovery cuts, damage and retention "
+        "counters (JSON body)."
+    ),
     _R.BROKER_CLOSE_CHANNEL_REQUEST: "JRaft controller internal: a broker channel closed.",
     _R.CHECK_NOT_ACTIVE_BROKER_REQUEST: "JRaft controller internal: scan for inactive brokers.",
     _R.GET_BROKER_LIVE_INFO_REQUEST: "JRaft controller internal: read broker live info.",

@@ -40,6 +40,16 @@ class LogGrew:
     confirm_offset: int
 
 
+@dataclass(frozen=True)
+class DiskFull:
+    """The storage service's retention round judged the commitlog's disk (issue 15):
+    `full` above diskSpaceWarningLevelRatio (writes are refused), and again False once usage is
+    back at or below diskSpaceCleanForciblyRatio (RocketMQ's hysteresis). `why` says how full."""
+
+    full: bool
+    why: str = ""
+
+
 # ---- controller mode -------------------------------------------------------------------
 
 
@@ -202,6 +212,7 @@ Event = (
     Started
     | Tick
     | LogGrew
+    | DiskFull
     | IdAssigned
     | MasterInfo
     | EpochAppendFailed

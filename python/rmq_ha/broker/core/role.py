@@ -135,6 +135,8 @@ class RoleState:
     confirm: int = 0
     last_epoch: int | None = None
     last_epoch_start: int = 0
+    #: Why the commitlog's disk is too full to write (None: it is not), from `DiskFull`.
+    disk_full: str | None = None
 
 
 class RoleCore:
@@ -195,7 +197,8 @@ class RoleCore:
         return self.cfg.broker_id
 
     def write_refusal(self) -> tuple[str, str] | None:
-        """Why a write must be refused now: ("fenced" | "slave" | "in-sync", remark), or None.
+        """Why a write must be refused now: ("fenced" | "slave" | "disk-full" | "in-sync",
+        remark), or None.
         Refused before anything is stored (never half done)."""
         s = self.state
         if s.fence is not None:
@@ -204,6 +207,12 @@ class RoleCore:
             return "fenced", "this master is fenced: it reaches no name server and no slave"
         if s.role is not Role.MASTER:
             return "slave", "the broker is a slave, so putMessage is forbidden (send to the master)"
+        if s.disk_full is not None:
+            # RocketMQ's answer while the store is not writeable because the disk is full.
+            return "disk-full", (
+                "service not available now: the broker's disk is full "
+                f"({s.disk_full}); writes resume once retention frees space"
+            )
         if self.ha.in_sync_count() < self.cfg.min_in_sync_replicas:
             return "in-sync", (
                 f"in-sync replicas not enough: {self.ha.in_sync_count()} < "
@@ -223,6 +232,8 @@ class RoleCore:
             case e.LogGrew():
                 self.state.confirm = event.confirm_offset
                 self._log_grew(event.max_offset, out)
+            case e.DiskFull():
+                self._disk_full(event, out)
             case e.IdAssigned():
                 self.state.self_id = event.broker_id
                 self.ha.self_id = event.broker_id
@@ -306,6 +317,15 @@ class RoleCore:
             # Assume a master until the name servers say otherwise.
             mine = cfg.broker_id == MASTER_ID
             self._set_min(MASTER_ID, s.address if mine else None, out)
+
+    def _disk_full(self, ev: e.DiskFull, out: list[a.Action]) -> None:
+        s = self.state
+        if ev.full and s.disk_full is None:
+            out.append(a.Log(ERROR, f"disk full ({ev.why}): refusing writes"))
+        elif not ev.full and s.disk_full is not None:
+            out.append(a.Log(WARNING, f"disk usage back to {ev.why}: accepting writes again"))
+            out.append(a.WakeProducers())
+        s.disk_full = ev.why if ev.full else None
 
     def _tick(self, now_ms: int, out: list[a.Action]) -> None:
         s, cfg = self.state, self.cfg

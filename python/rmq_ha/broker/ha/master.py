@@ -28,6 +28,7 @@ from rmq_ha._native import (
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha.core import HaCore
 from rmq_ha.broker.ha.slave import first_error as _leaf
+from rmq_ha.errors import QuarantinedRecordError
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,13 @@ class HaMaster:
         self._accepting: Callable[[], bool] = lambda: True
         self._scopes: dict[int, trio.CancelScope] = {}
         self.connections: dict[int, trio.abc.Stream] = {}
+        #: Per connected slave, the lowest commitlog offset it still needs (where the master
+        #: started it, then its last ack): retention keeps it (issue 15).
+        self.needs: dict[int, int] = {}
+        #: Called with the offset of a quarantined range a slave needs (self-repair, issue 15).
+        self.on_damaged: Callable[[int], None] = lambda _off: None
+        self._repaired = trio.Event()
+        self._held: set[tuple[int, int]] = set()
 
     # ---- called by the broker -------------------------------------------------------------
 
@@ -97,6 +105,11 @@ class HaMaster:
         for scope in list(self._scopes.values()):
             scope.cancel()
 
+    def notify_repaired(self) -> None:
+        """A quarantined range was repaired: senders held at one look again."""
+        self._repaired.set()
+        self._repaired = trio.Event()
+
     def woke(self) -> None:
         """Producers waiting for acks re-check (an ack arrived or the set changed)."""
         self._progress.set()
@@ -128,6 +141,7 @@ class HaMaster:
                     if old is not None:
                         await old.aclose()
                     self.connections[bid] = stream
+                    self.needs[bid] = start
                     self.on_event(ev.SlaveConnected(bid, learner))
                     async with trio.open_nursery() as n:
                         n.start_soon(self._read_acks, stream, dec, bid)
@@ -142,6 +156,7 @@ class HaMaster:
             self._scopes.pop(key, None)
             if broker_id is not None and self.connections.get(broker_id) is stream:
                 del self.connections[broker_id]
+                self.needs.pop(broker_id, None)
                 self.on_event(ev.SlaveDisconnected(broker_id))
 
     def _handshake(self) -> bytes:
@@ -169,6 +184,16 @@ class HaMaster:
 
     def _start_offset(self, ack: int, sync_last: bool) -> int:
         native = self.store.native
+        if 0 < ack < native.min_offset:
+            # Retention deleted what this slave still needs: it can never catch up from here
+            # (RocketMQ would send it heartbeats for ever). Refuse, loudly (issue 15).
+            msg = (
+                f"slave needs commitlog offset {ack}, below this master's min offset "
+                f"{native.min_offset} (deleted by retention): it cannot catch up; reset its "
+                "store (rmq-ha admin reset-replica) so it syncs from this master's log"
+            )
+            log.error("HA: %s", msg)
+            raise ValueError(msg)
         if ack > 0:
             return ack
         if sync_last:
@@ -190,6 +215,8 @@ class HaMaster:
                 self._on_ack(broker_id, int(rec[1]))  # type: ignore[call-overload]
 
     def _on_ack(self, broker_id: int, ack: int) -> None:
+        if broker_id in self.needs:
+            self.needs[broker_id] = ack
         self.on_event(ev.SlaveAcked(broker_id, ack, self.store.native.max_offset))
 
     async def _write(self, stream: trio.SocketStream, broker_id: int, start: int) -> None:
@@ -206,7 +233,12 @@ class HaMaster:
                     raise ValueError(f"no epoch covers offset {pos}")
                 epoch, epoch_start, epoch_end = entry
                 limit = min(end, epoch_end)
-                buf = native.read_range(pos, self.batch_bytes, limit)
+                try:
+                    buf = native.read_range(pos, self.batch_bytes, limit)
+                except QuarantinedRecordError as e:
+                    await self._held_at_damage(stream, broker_id, pos, e)
+                    last_send = trio.current_time()
+                    continue
                 n = len(buf)
                 if n == 0:
                     raise ValueError(f"nothing readable at {pos} below {limit}")
@@ -223,6 +255,31 @@ class HaMaster:
                 continue
             await stream.send_all(self._heartbeat(pos))
             last_send = trio.current_time()
+
+    async def _held_at_damage(
+        self, stream: trio.SocketStream, broker_id: int, pos: int, e: QuarantinedRecordError
+    ) -> None:
+        """The slave needs bytes this master has quarantined (issue 15). Never send them and
+        never drop the slave for it: ask for a repair from an in-sync replica, keep the
+        connection alive with heartbeats, and look again after a repair or a heartbeat
+        interval. A range no replica has intact holds this slave here (store-health shows it)."""
+        size = e.size if e.size is not None else 0
+        first = (broker_id, pos) not in self._held
+        self._held.add((broker_id, pos))
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "HA: slave %s needs [%d, %d), quarantined here (%s); holding its transfer until "
+            "the record is repaired from a replica",
+            broker_id,
+            pos,
+            pos + size,
+            e,
+        )
+        self.on_damaged(pos)
+        repaired = self._repaired
+        with trio.move_on_after(self.heartbeat_interval_ms / 1000):
+            await repaired.wait()
+        await stream.send_all(self._heartbeat(pos))
 
     def _confirm(self) -> int:
         if self.controller_mode:

@@ -111,7 +111,8 @@ class HaSlave:
                 except Exception as e:  # a protocol error: reconnect; the log says why
                     log.warning("HA: session with %s failed: %s", addr, e)
             self._session_scope = None
-            self.status.state = "READY"
+            # A refusal stays visible (SUSPEND) until a handshake agrees again.
+            self.status.state = "SUSPEND" if self.status.refused else "READY"
             if self._master != addr:
                 continue  # pointed at another master: connect to it now, not after RETRY_S
             with trio.move_on_after(RETRY_S):
@@ -177,7 +178,8 @@ class HaSlave:
         if point is None:
             raise NoConsistentPointError(
                 f"no epoch of this replica ({local}) matches the master's ({master_entries}); "
-                "an operator must decide (wipe this replica's store to resync it)"
+                "an operator must decide (rmq-ha admin reset-replica --confirm, with this "
+                "broker stopped, backs its log up and lets it resync)"
             )
         if point < local_max:
             log.warning("HA: truncating the log from %d back to %d (diverged)", local_max, point)

@@ -6,12 +6,20 @@ Outcomes follow RocketMQ's store statuses and their response codes:
   PULL_NOT_FOUND;
 * offset > max, or below min -> PULL_OFFSET_MOVED with nextBeginOffset corrected to max/min;
 * an empty queue asked for a non-zero offset -> PULL_OFFSET_MOVED to 0;
-* units exist but none matches the tag filter -> PULL_RETRY_IMMEDIATELY past them.
+* units exist but none matches the tag filter -> PULL_RETRY_IMMEDIATELY past them;
+* a damaged (quarantined) record (issue 15): the records before it are served; while it may
+  still be repaired from a replica (damagedRecordWaitMs from the first reader) the pull stops
+  before it — held until a repair or the end of the wait, then PULL_NOT_FOUND at the same
+  offset —; after that it is skipped (counted, logged) and the records after it are served,
+  or PULL_RETRY_IMMEDIATELY past it when nothing else is there.
 A pull that carries a commit offset also commits it (sysFlag bit 0).
 """
 
 from __future__ import annotations
 
+import trio
+
+from rmq_ha.broker.core.storage import record_queue_offset
 from rmq_ha.broker.ports import Ports
 from rmq_ha.errors import OffsetOutOfRangeError
 from rmq_ha.net.connection import Connection
@@ -95,7 +103,7 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
             status, nxt = Resp.PULL_NOT_FOUND, h.queue_offset
         else:
             try:
-                bufs, nxt, qmin, qmax = store.get_messages(
+                bufs, nxt, qmin, qmax, skipped = store.read_queue(
                     h.topic,
                     h.queue_id,
                     h.queue_offset,
@@ -105,10 +113,29 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
                 )
             except OffsetOutOfRangeError:
                 continue  # retention moved the minimum between the checks: look again
+            wait_until = None
+            if skipped:
+                # Damaged records (docs/store.md "Damaged records in pulls"): serve what is
+                # before one still waited for; past the wait, skip it (counted, logged).
+                verdict = p.storage.judge(skipped, h.topic, h.queue_id)
+                if verdict.serve_below is not None:
+                    bufs = [b for b in bufs if record_queue_offset(b) < verdict.serve_below]
+                    nxt, wait_until = verdict.serve_below, verdict.wait_until_ms
             if bufs:
                 body = b"".join(memoryview(b) for b in bufs)
                 return _respond(cmd, Resp.SUCCESS, nxt, qmin, qmax, body)
-            return _respond(cmd, Resp.PULL_RETRY_IMMEDIATELY, nxt, qmin, qmax)
+            if wait_until is None:
+                # Filtered out, or only skipped damaged records: move past them.
+                return _respond(cmd, Resp.PULL_RETRY_IMMEDIATELY, nxt, qmin, qmax)
+            # The first record is damaged and may still be repaired: hold the pull until a
+            # repair or the end of the wait (within the suspend timeout), then look again.
+            left_s = min(timeout_s, max(0.0, wait_until / 1000 - trio.current_time()))
+            if left_s <= 0:
+                return _respond(cmd, Resp.PULL_NOT_FOUND, h.queue_offset, qmin, qmax)
+            deadline = trio.current_time() + timeout_s
+            await p.storage.wait_repair(left_s)
+            timeout_s = max(0.0, deadline - trio.current_time())
+            continue
         if timeout_s <= 0:
             return _respond(cmd, status, nxt, qmin, qmax)
         arrived = await p.hold.wait(h.topic, h.queue_id, h.queue_offset, timeout_s)

@@ -190,6 +190,7 @@ async def append_and_respond(
 _REFUSAL_CODES = {
     "fenced": Resp.SERVICE_NOT_AVAILABLE,
     "slave": Resp.SERVICE_NOT_AVAILABLE,
+    "disk-full": Resp.SERVICE_NOT_AVAILABLE,  # RocketMQ: the store is not writeable
     "in-sync": Resp.SYSTEM_ERROR,  # IN_SYNC_REPLICAS_NOT_ENOUGH, as the client sees it
 }
 

@@ -16,6 +16,7 @@ metadata sync from its master.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -27,6 +28,7 @@ from rmq_ha.broker.core.role import RoleCore
 from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.config import BrokerConfig
+from rmq_ha.errors import RemotingError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
@@ -218,6 +220,19 @@ class NamesrvShell:
             except Exception as e:  # the master may be gone; the next period retries
                 log.debug("metadata sync from %s failed: %s", master, e)
 
+    async def group_addrs(self) -> dict[int, str]:
+        """This group's registered replicas (id -> remoting address) from the first name
+        server that knows it (GET_BROKER_CLUSTER_INFO); {} when none does."""
+        for addr in self.cfg.namesrv_addrs:
+            try:
+                got = await _cluster_group(self.outbound, addr, self.cfg.broker_name)
+            except (OSError, ValueError, RemotingError) as e:
+                log.debug("cluster info from %s failed: %s", addr, e)
+                continue
+            if got:
+                return got
+        return {}
+
     async def sync_from_master(self, addr: str) -> None:
         out = self.outbound
         r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_TOPIC_CONFIG), 3.0)
@@ -236,3 +251,14 @@ class NamesrvShell:
         r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_DELAY_OFFSET), 3.0)
         if r.code == Resp.SUCCESS and r.body and not self.core.acting and not self.delay_running():
             self.delay.adopt(r.body)
+
+
+async def _cluster_group(
+    outbound: RemotingClient, addr: str, broker_name: str
+) -> dict[int, str] | None:
+    r = await outbound.invoke(addr, RemotingCommand.request(RC.GET_BROKER_CLUSTER_INFO), 3.0)
+    if r.code != Resp.SUCCESS or not r.body:
+        return None
+    table = json.loads(r.body).get("brokerAddrTable", {})
+    addrs = table.get(broker_name, {}).get("brokerAddrs", {})
+    return {int(k): str(v) for k, v in addrs.items()}

@@ -295,7 +295,9 @@ class DelayService(SpecialService):
         self.scans[level] = self.scans.get(level, 0) + 1
         delay_ms = self.levels_ms[qid]
         offset = self.offsets.get(level)
-        recs, nxt = read_queue(store, SCHEDULE_TOPIC, qid, offset, BATCH)
+        recs, nxt = read_queue(
+            store, SCHEDULE_TOPIC, qid, offset, BATCH, storage=self.ports.storage
+        )
         if not recs:
             if nxt != offset:  # retention cut the queue below our offset: skip the gap
                 self.offsets.update(level, nxt)

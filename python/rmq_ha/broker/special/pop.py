@@ -491,7 +491,9 @@ class PopService(SpecialService):
             offset = min(max(offset, qmin), qmax)
             if offset >= qmax:
                 return None
-            recs, nxt = read_queue(store, topic, qid, offset, max_nums, tag_codes)
+            recs, nxt = read_queue(
+                store, topic, qid, offset, max_nums, tag_codes, storage=ports.storage
+            )
             recs = recs[:max_nums]
             if recs:
                 nxt = _int(recs[-1]["queue_offset"]) + 1
@@ -722,7 +724,9 @@ class PopService(SpecialService):
         if st.read_pos is None:
             st.read_pos = ports.offsets.query(REVIVE_GROUP, self.revive_topic, qid) or 0
         while True:
-            recs, nxt = read_queue(store, self.revive_topic, qid, st.read_pos, REVIVE_BATCH)
+            recs, nxt = read_queue(
+                store, self.revive_topic, qid, st.read_pos, REVIVE_BATCH, storage=self.ports.storage
+            )
             if not recs:
                 st.read_pos = max(st.read_pos, nxt)
                 break

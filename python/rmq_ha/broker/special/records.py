@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from typing import Final
 
 from rmq_ha._native import Store, StoreBuffer, decode_stored_record
+from rmq_ha.broker.core.storage import record_queue_offset
+from rmq_ha.broker.ports import Storage
 from rmq_ha.errors import OffsetOutOfRangeError
 
 Record = dict[str, object]
@@ -44,22 +46,31 @@ def read_queue(
     offset: int,
     max_count: int,
     tag_codes: Sequence[int] | None = None,
+    *,
+    storage: Storage | None = None,
 ) -> tuple[list[Record], int]:
     """Up to `max_count` records from `offset` on, and the offset to read next. An offset
     below the queue's minimum (retention) reads from the minimum; at or past the maximum
-    reads nothing."""
+    reads nothing. Damaged (quarantined) records are read around (issue 15): with `storage`
+    the read stops before one still waited for (its repair from a replica may come) and
+    skips it after the wait (`Storage.judge`); without it, it is skipped at once."""
     qmin = store.queue_min_offset(topic, queue_id)
     qmax = store.queue_max_offset(topic, queue_id)
     offset = max(offset, qmin)
     if offset >= qmax:
         return [], offset
     try:
-        bufs, nxt, _, _ = store.get_messages(
+        bufs, nxt, _, _, skipped = store.read_queue(
             topic, queue_id, offset, max_count, READ_MAX_BYTES, tag_codes
         )
     except OffsetOutOfRangeError:
         # Retention moved the minimum between the two looks: start over from the new one.
         return [], store.queue_min_offset(topic, queue_id)
+    if skipped and storage is not None:
+        verdict = storage.judge(skipped, topic, queue_id)
+        if verdict.serve_below is not None:
+            bufs = [b for b in bufs if record_queue_offset(b) < verdict.serve_below]
+            nxt = verdict.serve_below
     return list(iter_records(bufs)), nxt
 
 

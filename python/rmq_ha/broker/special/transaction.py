@@ -293,7 +293,9 @@ class TransactionService(SpecialService):
         if self._op_read is None:
             self._op_read = self.ports.offsets.query(SYS_GROUP, OP_TOPIC, 0) or 0
         while True:
-            recs, nxt = read_queue(store, OP_TOPIC, 0, self._op_read, BATCH)
+            recs, nxt = read_queue(
+                store, OP_TOPIC, 0, self._op_read, BATCH, storage=self.ports.storage
+            )
             if not recs:
                 self._op_read = max(self._op_read, nxt)
                 return
@@ -331,7 +333,7 @@ class TransactionService(SpecialService):
         sent = 0
         stop = False
         while pos < end and not stop:
-            recs, nxt = read_queue(store, HALF_TOPIC, 0, pos, BATCH)
+            recs, nxt = read_queue(store, HALF_TOPIC, 0, pos, BATCH, storage=self.ports.storage)
             if not recs:
                 if nxt <= pos:
                     break

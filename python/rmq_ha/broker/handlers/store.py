@@ -1,0 +1,66 @@
+"""The store's health and self-repair requests (issue 15):
+
+* RMQHA_STORE_HEALTH (ours): the storage services' view as JSON: the store's counters and
+  offsets, the quarantine list, what the last open found (cuts, quarantines, rebuilt consume
+  queues) and the broker's damage and retention counters (`rmq-ha admin store-health`).
+* RMQHA_READ_COMMITLOG (ours): exact commitlog bytes for a replica repairing a quarantined
+  range. Answered only when every byte is held and none is quarantined here; the asking store
+  checks them again (CRCs, positions, sizes, queue) before writing them back.
+* DELETE_EXPIRED_COMMITLOG (329, RocketMQ's `deleteExpiredCommitLog`): a retention round now,
+  whatever the hour (the usual rules: expired files, never past what replication or dispatch
+  needs).
+"""
+
+from __future__ import annotations
+
+import json
+
+from rmq_ha.broker.ports import Ports
+from rmq_ha.errors import StoreError
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+
+#: The largest range one RMQHA_READ_COMMITLOG answers (a quarantined range lies in one segment
+#: and is one damaged record or run of bytes; frames stay below the 16 MiB limit).
+MAX_READ_BYTES = 8 << 20
+
+
+def register(d: Dispatcher, p: Ports) -> None:
+    async def store_health(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        body = json.dumps(p.storage.health(), default=str).encode()
+        return cmd.response(Resp.SUCCESS, None, None, body)
+
+    async def read_commitlog(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return read_range(p, cmd)
+
+    async def delete_expired(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await p.storage.manual_round()
+        return cmd.response(Resp.SUCCESS, None)
+
+    d.register(RC.RMQHA_STORE_HEALTH, store_health)
+    d.register(RC.RMQHA_READ_COMMITLOG, read_commitlog)
+    d.register(RC.DELETE_EXPIRED_COMMITLOG, delete_expired)
+
+
+def read_range(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
+    ext = cmd.ext_fields or {}
+    try:
+        offset, size = int(ext["offset"]), int(ext["size"])
+    except (KeyError, ValueError):
+        return cmd.response(Resp.SYSTEM_ERROR, "offset and size (integers) are required")
+    if offset < 0 or not 0 < size <= MAX_READ_BYTES:
+        return cmd.response(
+            Resp.SYSTEM_ERROR, f"bad range: offset {offset}, size {size} (1..{MAX_READ_BYTES})"
+        )
+    try:
+        buf = p.store.native.read_range(offset, size, offset + size)
+    except StoreError as e:  # quarantined here too, deleted, or past the end
+        return cmd.response(Resp.SYSTEM_ERROR, f"not held intact: {e}")
+    if len(buf) != size:
+        return cmd.response(
+            Resp.SYSTEM_ERROR, f"only {len(buf)} of {size} bytes at {offset} are held here"
+        )
+    return cmd.response(Resp.SUCCESS, None, None, buf.tobytes())
