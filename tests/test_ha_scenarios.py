@@ -91,6 +91,25 @@ async def test_two_replicas_with_min_in_sync_two_refuse_writes_instead_of_losing
         assert_no_loss(acked, await read_all(c.ns_addrs[0], TOPIC))
 
 
+async def test_an_idle_group_takes_its_slaves_in_at_the_handshake(tmp_path: Path) -> None:
+    """Found by the torn-master campaign on `controller-mis2`: slaves that connect to an empty
+    (or idle) master ack only at their handshake and then every haSendHeartbeatInterval; the
+    handshake's ack was not counted, so with minInSyncReplicas=2 a fresh group refused every
+    write until the first heartbeat ack (5 s by default; here 600 s, so without the fix the
+    set never grows during the test)."""
+    c = HaCluster(
+        tmp_path,
+        replicas=3,
+        broker={"minInSyncReplicas": 2, "haSendHeartbeatInterval": 600_000},
+    )
+    async with started(c):
+        m = await c.master()
+        await c.wait_sync_state_set(m, 3, timeout_s=60)
+        acked = Acked()
+        assert await send_values(c.ns_addrs[0], TOPIC, [f"a{i}" for i in range(10)], acked) == []
+        assert_no_loss(acked, await read_all(c.ns_addrs[0], TOPIC))
+
+
 async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it_dies(
     tmp_path: Path,
 ) -> None:

@@ -136,13 +136,19 @@ class HaMaster:
                     broker_id = bid = int(first[3])  # type: ignore[call-overload]
                     log.info("HA: slave %s (id %s, learner=%s) connected", peer, broker_id, learner)
                     await stream.send_all(self._handshake())
-                    start = await self._first_ack(stream, dec, rest, sync_last)
+                    first_ack, start = await self._first_ack(stream, dec, rest, sync_last)
                     old = self.connections.pop(bid, None)
                     if old is not None:
                         await old.aclose()
                     self.connections[bid] = stream
                     self.needs[bid] = start
                     self.on_event(ev.SlaveConnected(bid, learner))
+                    # The handshake's ack counts like any other: a slave that agreed on the
+                    # epochs and already holds everything (an idle master, an empty group)
+                    # joins the SyncStateSet now, not at its next heartbeat ack
+                    # (haSendHeartbeatInterval, 5 s by default; with minInSyncReplicas=2 the
+                    # group refused every write until then).
+                    self.on_event(ev.SlaveAcked(bid, first_ack, self.store.native.max_offset))
                     async with trio.open_nursery() as n:
                         n.start_soon(self._read_acks, stream, dec, bid)
                         await self._write(stream, bid, start)
@@ -170,13 +176,14 @@ class HaMaster:
         dec: HaMasterSideDecoder,
         pending: list[tuple[object, ...]],
         sync_last: bool,
-    ) -> int:
+    ) -> tuple[int, int]:
+        """The slave's first ack after the handshake, and where streaming starts."""
         with trio.fail_after(30):
             while True:
                 for rec in pending:
                     if rec[0] == "ack":
                         ack = int(rec[1])  # type: ignore[call-overload]
-                        return self._start_offset(ack, sync_last)
+                        return ack, self._start_offset(ack, sync_last)
                 data = await stream.receive_some(RECV_BYTES)
                 if not data:
                     raise trio.BrokenResourceError("slave closed before its first ack")
