@@ -5,7 +5,14 @@ its tail, checked by the checker. Before the fix such a master died on every ele
 (EpochConflictError in change_to_master: seen in 4 of 4 seeds of this schedule on the old code)
 and the group stayed masterless. The test asks for a valid verdict, a drain that read every
 queue, and no broker that died on a role change. Network namespaces when root, loopback
-processes otherwise."""
+processes otherwise.
+
+The topology is `controller-mis2` (minInSyncReplicas=2): with the default of 1 a master killed
+within a few hundred ms of its election may have acknowledged writes alone (the single-copy
+window, docs/ha.md) and then lose them with its tail, which the checker rightly reports
+(an acknowledged queue offset reused). That loss is documented and inherent to
+minInSyncReplicas=1; this test is about what must hold whatever the window: no crash loop, no
+loss of what two replicas acknowledged."""
 
 import json
 import os
@@ -37,7 +44,7 @@ def test_torn_tails_overlapping_master_kills_end_with_a_master_and_a_full_drain(
     argv = [
         sys.executable, "-m", "rmq_ha.cli", "campaign", "run",
         "--hosts", hosts, "--n", "5", "--subnet", SUBNET, "--prefix", PREFIX,
-        "--state-dir", str(state.root), "--topology", "controller", "--workload", "queue",
+        "--state-dir", str(state.root), "--topology", "controller-mis2", "--workload", "queue",
         "--nemesis", "file-truncate-master,file-bitflip-master,kill-master", "--overlap", "2",
         "--time", "36", "--first-fault", "3", "--fault-duration", "5", "--between", "3",
         "--recovery", "5", "--rate", "60", "--concurrency", "3", "--consumers", "1",

@@ -33,6 +33,8 @@ from rmq_ha.store import AsyncStore
 log = logging.getLogger(__name__)
 
 TICK_S = 0.1
+#: The first pause between asks of a new master for its HA address (then doubling to 0.3 s).
+FIND_MASTER_RETRY_S = 0.02
 
 
 class Special(Protocol):
@@ -189,11 +191,14 @@ class RoleShell:
     async def _find_master_ha(self, master_addr: str, epoch: int) -> None:
         """The HA address of the controller's master: asked of the master itself (906), so a
         slave follows as soon as the master has taken its role however slow the name servers
-        are (the new master acknowledges writes alone until a slave rejoins, issue 13);
-        otherwise from a name server's answer to our registration (the core takes only its
-        master's)."""
+        are (the new master acknowledges writes alone until a slave rejoins, issue 13). The
+        notice often reaches a slave a few ms before the master has taken its role, so the ask
+        is repeated quickly at first (FIND_MASTER_RETRY_S, doubling to 0.3 s); a name
+        server's answer to a registration (the core takes only its master's) is the fallback,
+        every few tries."""
         s = self.core.state
         p = self.peers
+        wait, tries = FIND_MASTER_RETRY_S, 0
         while s.role is Role.SLAVE and s.epoch == epoch and s.following is None:
             if p.ask_master_ha is not None:
                 ha_addr = await p.ask_master_ha(master_addr)
@@ -201,10 +206,13 @@ class RoleShell:
                     self.feed(ev.MasterHaFound(epoch, ha_addr))
                     await p.register()
                     return
-            await p.register()
-            if s.following is not None:
-                return
-            await trio.sleep(0.3)
+            tries += 1
+            if p.ask_master_ha is None or tries % 4 == 0:
+                await p.register()
+                if s.following is not None:
+                    return
+            await trio.sleep(wait)
+            wait = min(wait * 2, 0.3)
 
     # ---- running --------------------------------------------------------------------------
 
