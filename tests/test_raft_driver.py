@@ -17,6 +17,7 @@ from rmq_ha.protocol.codes import RequestCode
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.raft.config import RaftConfig
 from rmq_ha.raft.driver import NotLeaderError, RaftDriver
+from rmq_ha.raft.messages import ElectionOutcome
 from rmq_ha.sim.statemachine import ListStateMachine
 
 FAST = RaftConfig(
@@ -128,3 +129,40 @@ async def test_three_drivers_elect_replicate_fail_over_and_recover(tmp_path: Pat
                 await trio.sleep(0.02)
         assert [d for _, d in nodes[old].sm.items] == [b"v%d" % i for i in range(10)] + [b"after"]
         n.cancel_scope.cancel()
+
+
+@pytest.mark.timeout(60)
+async def test_a_request_whose_connection_closes_unanswered_fails_at_once(tmp_path: Path) -> None:
+    """Issue 14: both peers take the vote request off the wire and close the connection without
+    answering, as a peer killed just after the write does. Sent oneway, the request was lost
+    without a trace and the round waited its whole vote-response wait (here an hour); as a
+    request, the closed connection fails it, the core gets UNKNOWN answers, and the round ends."""
+    received: list[bytes] = []
+
+    async def die_after_reading(stream: trio.SocketStream) -> None:
+        data = await stream.receive_some(1 << 16)
+        received.append(bytes(data))
+        await stream.aclose()
+
+    async with trio.open_nursery() as n:
+        peers = {"n0": "127.0.0.1:1"}  # never dialled: it is this node
+        for peer in ("n1", "n2"):
+            listeners = await n.start(trio.serve_tcp, die_after_reading, 0)
+            port = listeners[0].socket.getsockname()[1]
+            peers[peer] = f"127.0.0.1:{port}"
+        config = RaftConfig(
+            heart_beat_time_interval_ms=100,
+            min_vote_interval_ms=10,
+            max_vote_interval_ms=20,
+            vote_response_wait_ms=3_600_000,
+        )
+        async with RemotingClient() as client:
+            d = RaftDriver("n0", peers, ListStateMachine(), tmp_path / "n0", client=client,
+                           config=config, rng=random.Random(5))  # fmt: skip
+            await n.start(d.run)
+            with trio.fail_after(30):
+                while d.status().last_election_outcome is None:
+                    await trio.sleep(0.01)
+            assert d.status().last_election_outcome is ElectionOutcome.NO_QUORUM_OF_VALID_VOTES
+            assert len(received) >= 2
+            n.cancel_scope.cancel()

@@ -22,8 +22,11 @@ class RaftConfig:
     min_vote_interval_ms: int = 300
     max_vote_interval_ms: int = 1000
     #: A vote round waits at most this plus a random [0, max_vote_interval_ms) for its
-    #: responses (DLedger hard-codes 2000).
-    vote_response_wait_ms: int = 2000
+    #: responses. None (the default): one heartbeat interval. DLedger hard-codes 2000 ms, which
+    #: is one interval at its default heartbeat but ten at a 200 ms one, and a round whose
+    #: request was lost waits it in full; a voter answering late costs little, since the next
+    #: round in the same term gets its vote again.
+    vote_response_wait_ms: int | None = None
     #: An unanswered append or snapshot push is sent again after this long.
     max_push_time_out_ms: int = 1000
     #: An idle follower whose commit index lags is sent a commit-only push at most this often
@@ -48,7 +51,9 @@ class RaftConfig:
             raise ValueError("max_heart_beat_leak must be positive")
         if not 0 <= self.min_vote_interval_ms <= self.max_vote_interval_ms:
             raise ValueError("need 0 <= min_vote_interval_ms <= max_vote_interval_ms")
-        if self.vote_response_wait_ms < 0 or self.max_push_time_out_ms <= 0:
+        if (
+            self.vote_response_wait_ms is not None and self.vote_response_wait_ms < 0
+        ) or self.max_push_time_out_ms <= 0:
             raise ValueError("timeouts must not be negative")
         if self.commit_push_interval_ms < 0:
             raise ValueError("commit_push_interval_ms must not be negative")
@@ -58,6 +63,13 @@ class RaftConfig:
             raise ValueError("max_pending_proposals must be positive")
         if self.snapshot_threshold_entries < 0 or self.snapshot_trailing_entries < 0:
             raise ValueError("snapshot settings must not be negative")
+
+    @property
+    def vote_wait_ms(self) -> int:
+        """How long a vote round waits for its responses, before the random part."""
+        if self.vote_response_wait_ms is None:
+            return self.heart_beat_time_interval_ms
+        return self.vote_response_wait_ms
 
     @property
     def follower_timeout_ms(self) -> int:

@@ -6,10 +6,17 @@ I/O, no clock, no randomness but the `random.Random` passed in.
 
 Election follows DLedger's `DLedgerLeaderElector` (seed 003): every node starts as CANDIDATE;
 a candidate runs vote rounds at `nextTimeToRequestVote`, increasing the term only after a
-WAIT_TO_VOTE_NEXT parse or when `needIncreaseTermImmediately` is set (a message with a bigger
+WAIT_TO_VOTE_NEXT parse or when `needIncreaseTermImmediately` is set (a heartbeat with a bigger
 term arrived, in which case it only catches up and votes later); voters compare ledgers before
 terms; a leader runs heartbeat rounds and steps down after `maxHeartBeatLeak` intervals without
 a quorum; a follower becomes a candidate after max(2, maxHeartBeatLeak) silent intervals.
+
+Three departures from DLedger shorten a failover and bound it under scheduling delay (issue 14,
+measured in the simulator, tests/test_raft_sim_failover.py): a vote request with a bigger term
+from a candidate whose ledger is not behind is granted at once in that term (Raft's rule; DLedger
+answers TERM_NOT_READY and waits for a revote, which on a busy machine split vote after vote); a
+vote round waits one heartbeat interval for answers by default (DLedger: 2000 ms); and
+ALREADY_HAS_LEADER backs off one heartbeat interval (DLedger: maxHeartBeatLeak intervals).
 
 Replication is Raft's: a leader pushes entries after (prevIndex, prevTerm), one push in flight
 per follower, retried after maxPushTimeOutMs; followers cut diverged suffixes; an index commits
@@ -437,9 +444,12 @@ class RaftNode:
             self._next_term()
             self._last_parse_result = ParseResult.WAIT_TO_REVOTE
         if self._need_increase_term_immediately:
-            # Only catch up now; vote after a random interval, so the node whose bigger term
-            # woke us can win first.
-            self._next_time_to_request_vote_ms = self._next_vote_time(now)
+            # Only catch up now; vote ourselves only after the round of the node whose bigger
+            # term woke us could end (its revote follows our TERM_NOT_READY at once), plus a
+            # random interval. DLedger waits the random interval only: when the revote arrives
+            # later than that (a busy machine), we have voted for ourselves, both rounds fail,
+            # both move to the next term, and the same happens there (20 terms were seen).
+            self._next_time_to_request_vote_ms = self._next_vote_time(now) + self._cfg.vote_wait_ms
             self._need_increase_term_immediately = False
             return
         self._start_vote_round(now)
@@ -509,7 +519,7 @@ class RaftNode:
     def _start_vote_round(self, now: int) -> None:
         cfg = self._cfg
         term = self._term
-        wait = cfg.vote_response_wait_ms
+        wait = cfg.vote_wait_ms
         if cfg.max_vote_interval_ms > 0:
             wait += self._rng.randrange(cfg.max_vote_interval_ms)
         tally = VoteTally(term, self._new_request_id(), now + wait)
@@ -520,7 +530,7 @@ class RaftNode:
                 VoteRequest(self.node_id, peer, term, end_index, end_term, tally.request_id)
             )
         result, response_term = self._handle_vote(
-            self.node_id, term, end_index, end_term, self_vote=True
+            self.node_id, term, end_index, end_term, now, self_vote=True
         )
         self._count_vote(tally, self.node_id, result, response_term, now)
 
@@ -552,9 +562,13 @@ class RaftNode:
             self._next_time_to_request_vote_ms = self._next_vote_time(now)
             self._change_role_to_candidate(tally.known_max_term_in_group)
         elif outcome is ElectionOutcome.ALREADY_HAS_LEADER:
+            # A voter still follows a leader. If that leader is dead, the voter notices within
+            # about one heartbeat interval of us (its last heartbeat came from the same rounds
+            # as ours), so try again then; DLedger waits maxHeartBeatLeak intervals, which made
+            # a failover whose other candidate stalled take twice the detection time. If the
+            # leader lives, a round in the same term disturbs nobody: it is refused again.
             self._next_time_to_request_vote_ms = (
-                self._next_vote_time(now)
-                + cfg.heart_beat_time_interval_ms * cfg.max_heart_beat_leak
+                self._next_vote_time(now) + cfg.heart_beat_time_interval_ms
             )
         elif outcome is ElectionOutcome.BIGGER_LEDGER_IN_GROUP:
             self._next_time_to_request_vote_ms = (
@@ -570,8 +584,23 @@ class RaftNode:
         if outcome is ElectionOutcome.PASSED:
             self._change_role_to_leader(tally.term, now)
 
+    def _catch_up_to_vote(self, term: int, now: int) -> None:
+        """A candidate with an up-to-date ledger asks for a vote in a bigger term: take that
+        term (no vote cast in it yet), stop leading or following, and hold back our own next
+        round until the candidate's could have ended, so that it wins undisturbed."""
+        self._change_role_to_candidate(term)
+        self._term = term
+        self._voted_for = None
+        self._hard_state_dirty = True
+        self._need_increase_term_immediately = False
+        self._last_parse_result = ParseResult.WAIT_TO_REVOTE
+        self._vote_round = None
+        self._next_time_to_request_vote_ms = max(
+            self._next_time_to_request_vote_ms, self._next_vote_time(now) + self._cfg.vote_wait_ms
+        )
+
     def _handle_vote(
-        self, src: str, term: int, end_index: int, end_term: int, *, self_vote: bool
+        self, src: str, term: int, end_index: int, end_term: int, now: int, *, self_vote: bool
     ) -> tuple[VoteResult, int]:
         """DLedger's handleVote: the result and the term to answer with."""
         if src not in self._member_set:
@@ -589,10 +618,12 @@ class RaftNode:
         if term < self._term:
             return VoteResult.REJECT_EXPIRED_VOTE_TERM, self._term
         if term > self._term:
-            # Catch up first (needIncreaseTermImmediately), vote in a later round.
-            self._change_role_to_candidate(term)
-            self._need_increase_term_immediately = True
-            return VoteResult.REJECT_TERM_NOT_READY, self._term
+            # Raft's rule: adopt the term and vote in it now (term and vote are persisted
+            # together before the answer leaves). DLedger instead answers TERM_NOT_READY,
+            # catches up, and lets the candidate revote; on a busy machine the revote arrived
+            # after this node had voted for itself in the new term, both rounds failed, and the
+            # same happened one term higher, up to 20 terms (docs/PERF.md).
+            self._catch_up_to_vote(term, now)
         if self._voted_for is not None and self._voted_for != src and not self._hooks.vote_twice:
             if self._leader_id is not None:
                 return VoteResult.REJECT_ALREADY_HAS_LEADER, self._term
@@ -691,7 +722,7 @@ class RaftNode:
                 self._finish_heart_beat_round(now)
         elif isinstance(msg, VoteRequest):
             result, term = self._handle_vote(
-                msg.src, msg.term, msg.ledger_end_index, msg.ledger_end_term, self_vote=False
+                msg.src, msg.term, msg.ledger_end_index, msg.ledger_end_term, now, self_vote=False
             )
             self._sends.append(VoteResponse(self.node_id, msg.src, term, result, msg.request_id))
         elif isinstance(msg, VoteResponse):

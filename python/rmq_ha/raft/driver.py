@@ -3,14 +3,24 @@
 One task owns the node and calls it serially (the core's contract): it waits for the next of
 an inbound message, a proposal, or the node's next tick time; calls the node; makes the
 returned `persist` operations durable (in a worker thread, fsync'd) before anything else; then
-queues `send` messages to per-peer sender tasks; then resolves proposals. Messages to a peer go
-out oneway on code RMQHA_RAFT_MESSAGE; a peer that cannot be reached gets the core's
-`failure_response` fed back, as DLedger's failed futures do. Queues are bounded; a full peer
-queue drops the message (Raft retries).
+queues `send` messages to per-peer sender tasks; then resolves proposals. Queues are bounded;
+a full peer queue drops the message (Raft retries).
+
+Transport, code RMQHA_RAFT_MESSAGE: a Raft request (vote, heartbeat, append, snapshot) goes out
+as a remoting request, and the remoting response carries the receiver's Raft response (written
+after the receiver made its state durable). So a request that cannot get an answer fails
+definitely and at once: connection refused, or the connection closes with the request
+outstanding, as when the peer was killed just before or after the write. The core then gets its
+`failure_response`, as DLedger's failed futures do, and a vote round does not wait out its
+deadline for a dead peer. (Sent oneway, as before issue 14, such a frame was lost without a
+trace: a round waited its whole vote-response wait.) A request unanswered within
+`request_timeout_s` fails too, and its connection is closed. Oneway frames are still accepted,
+and a Raft response to one goes back oneway.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -27,15 +37,31 @@ from rmq_ha.protocol.codes import RequestCode
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.raft.config import RaftConfig
 from rmq_ha.raft.core import NodeStatus, RaftNode, StateMachine
-from rmq_ha.raft.messages import Message, failure_response
+from rmq_ha.raft.messages import (
+    AppendRequest,
+    AppendResponse,
+    HeartBeatRequest,
+    HeartBeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+    failure_response,
+)
 from rmq_ha.raft.outputs import ProposalStatus, Ready, RoleState
 from rmq_ha.raft.storage import RaftStorage
 from rmq_ha.raft.wire import RaftWireError, decode, encode
 
 log = logging.getLogger(__name__)
 
+_REQUEST_TYPES = (VoteRequest, HeartBeatRequest, AppendRequest, InstallSnapshotRequest)
+_RESPONSE_TYPES = (VoteResponse, HeartBeatResponse, AppendResponse, InstallSnapshotResponse)
+
 INBOX_DEPTH = 4096
 PEER_QUEUE_DEPTH = 1024
+#: Raft requests awaiting their answer, per peer.
+PEER_INFLIGHT = 64
 
 
 class NotLeaderError(RmqHaError):
@@ -54,6 +80,28 @@ class ProposalOutcomeUnknown(RmqHaError):
 
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+class _Inbound:
+    """A Raft request that came as a remoting request: its Raft response goes back as the
+    remoting response, through `answer`."""
+
+    __slots__ = ("answer", "done", "msg")
+
+    def __init__(self, msg: Message) -> None:
+        self.msg = msg
+        self.answer: Message | None = None
+        self.done = trio.Event()
+
+
+def _answers(resp: Message, req: Message) -> bool:
+    return (
+        isinstance(resp, _RESPONSE_TYPES)
+        and isinstance(req, _REQUEST_TYPES)
+        and resp.dst == req.src
+        and resp.src == req.dst
+        and resp.request_id == req.request_id
+    )
 
 
 class _Proposal:
@@ -92,6 +140,9 @@ class RaftDriver:
         self._peer_queues: dict[str, trio.MemorySendChannel[Message]] = {}
         self._by_proposal_id: dict[int, _Proposal] = {}
         self._nursery: trio.Nursery | None = None
+        hb_ms = (config or RaftConfig()).heart_beat_time_interval_ms
+        #: A Raft request not answered within this fails (and its connection is closed).
+        self.request_timeout_s = max(2.0, 2 * hb_ms / 1000)
 
     # -- status --------------------------------------------------------------------------------
 
@@ -142,20 +193,31 @@ class RaftDriver:
             item: Any = None
             with trio.move_on_after(wait_s):
                 item = await self._inbox.receive()
+            inbound: _Inbound | None = None
             if item is None:
                 ready = node.tick(now_ms())
             elif isinstance(item, _Proposal):
                 pid, ready = node.propose(item.data, now_ms())
                 self._by_proposal_id[pid] = item
+            elif isinstance(item, _Inbound):
+                inbound = item
+                ready = node.receive(item.msg, now_ms())
             else:
                 ready = node.receive(item, now_ms())
-            await self._handle(ready)
+            try:
+                await self._handle(ready, inbound)
+            finally:
+                if inbound is not None:
+                    inbound.done.set()
 
-    async def _handle(self, ready: Ready) -> None:
+    async def _handle(self, ready: Ready, inbound: _Inbound | None = None) -> None:
         if ready.persist:
             # Durable before anything leaves this node or is acknowledged (the core's contract).
             await trio.to_thread.run_sync(self.storage.apply, ready.persist)
         for msg in ready.send:
+            if inbound is not None and inbound.answer is None and _answers(msg, inbound.msg):
+                inbound.answer = msg  # goes back as the remoting response
+                continue
             q = self._peer_queues.get(msg.dst)
             if q is None:
                 continue
@@ -195,26 +257,71 @@ class RaftDriver:
                 self._on_role_change(ready.role)
 
     async def _sender(self, peer: str, addr: str, recv: trio.MemoryReceiveChannel[Message]) -> None:
+        """Sends this peer's messages in order: requests as remoting requests, each answer
+        awaited in its own task (at most PEER_INFLIGHT at once); responses oneway."""
+        assert self._nursery is not None
+        slots = trio.Semaphore(PEER_INFLIGHT)
         async with recv:
             async for msg in recv:
+                if isinstance(msg, _REQUEST_TYPES):
+                    await slots.acquire()
+                    self._nursery.start_soon(self._request, peer, addr, msg, slots)
+                    continue
                 cmd = RemotingCommand.request(RequestCode.RMQHA_RAFT_MESSAGE, None, encode(msg))
                 try:
-                    with trio.fail_after(2):
+                    with trio.fail_after(self.request_timeout_s):
                         await self._client.invoke_oneway(addr, cmd)
                 except (RemotingError, trio.TooSlowError, OSError) as e:
                     log.debug("raft %s -> %s: %s", self.node_id, peer, e)
                     self._client.close_connection(addr)
-                    fail = failure_response(msg)
-                    if fail is not None:
-                        try:
-                            self._inbox_send.send_nowait(fail)
-                        except (trio.WouldBlock, trio.BrokenResourceError):
-                            pass
+
+    async def _request(self, peer: str, addr: str, msg: Message, slots: trio.Semaphore) -> None:
+        try:
+            cmd = RemotingCommand.request(RequestCode.RMQHA_RAFT_MESSAGE, None, encode(msg))
+            try:
+                with trio.fail_after(self.request_timeout_s):
+                    resp = await self._client.invoke(addr, cmd, self.request_timeout_s)
+            except (RemotingError, trio.TooSlowError, OSError) as e:
+                # Refused, closed before the answer (the peer died), or no answer in time.
+                log.debug("raft %s -> %s: %s", self.node_id, peer, e)
+                if isinstance(e, RemotingTimeoutError | trio.TooSlowError):
+                    self._client.close_connection(addr)
+                self._feed(failure_response(msg))
+                return
+            if not resp.body:
+                return  # the peer dropped it (inbox full, not for it): as if lost
+            try:
+                answer = decode(resp.body)
+            except RaftWireError as e:
+                log.warning("dropped a malformed raft answer from %s: %s", peer, e)
+                return
+            if _answers(answer, msg):
+                self._feed(answer)
+        finally:
+            slots.release()
+
+    def _feed(self, msg: Message | None) -> None:
+        if msg is None:
+            return
+        try:
+            self._inbox_send.send_nowait(msg)
+        except (trio.WouldBlock, trio.BrokenResourceError):
+            pass
 
     # -- inputs --------------------------------------------------------------------------------
 
     async def handle_message(self, conn: Connection, cmd: RemotingCommand) -> None:
-        """Remoting handler for RMQHA_RAFT_MESSAGE (oneway)."""
+        """Remoting handler for RMQHA_RAFT_MESSAGE. A request gets its answer on `conn` from
+        here (a response whose body is the Raft response, empty if there is none), so this
+        works behind a handler that returns nothing; a oneway frame gets none."""
+        answer = await self._take(conn, cmd)
+        if not cmd.is_oneway:
+            body = encode(answer) if answer is not None else None
+            with contextlib.suppress(RemotingError):
+                await conn.send(cmd.response(0, None, body=body))
+        return None
+
+    async def _take(self, conn: Connection, cmd: RemotingCommand) -> Message | None:
         try:
             msg = decode(cmd.body or b"")
         except RaftWireError as e:
@@ -223,11 +330,19 @@ class RaftDriver:
         if msg.dst != self.node_id or msg.src not in self.peers:
             log.warning("dropped a raft message for %s from %s", msg.dst, msg.src)
             return None
+        item: Message | _Inbound = msg
+        if not cmd.is_oneway and isinstance(msg, _REQUEST_TYPES):
+            item = _Inbound(msg)
         try:
-            self._inbox_send.send_nowait(msg)
+            self._inbox_send.send_nowait(item)
         except trio.WouldBlock:
             log.debug("raft inbox full: dropped a message from %s", msg.src)
-        return None
+            return None
+        if not isinstance(item, _Inbound):
+            return None
+        with trio.move_on_after(self.request_timeout_s):
+            await item.done.wait()
+        return item.answer
 
     async def propose(self, data: bytes, timeout_s: float) -> Any:
         """Appends `data` and returns the state machine's result once it is applied here."""

@@ -34,7 +34,9 @@ class VoteResult(enum.Enum):
     REJECT_ALREADY_VOTED = "REJECT_ALREADY_VOTED"
     #: The voter already voted for someone else in this term and follows a leader.
     REJECT_ALREADY_HAS_LEADER = "REJECT_ALREADY_HAS_LEADER"
-    #: The candidate's term is ahead; the voter catches up first and votes next round.
+    #: The candidate's term is ahead; the voter catches up first and votes next round
+    #: (DLedger's rule; this core's voters take the term and vote at once, see core.py, but
+    #: still count this answer).
     REJECT_TERM_NOT_READY = "REJECT_TERM_NOT_READY"
     #: The vote term is below the voter's ledgerEndTerm; the response carries that term.
     REJECT_TERM_SMALL_THAN_LEDGER = "REJECT_TERM_SMALL_THAN_LEDGER"
@@ -61,7 +63,8 @@ class ElectionOutcome(enum.Enum):
 
     #: 1. Someone answered with a bigger term: adopt it, then vote with a bigger term.
     BIGGER_TERM_IN_GROUP = "BIGGER_TERM_IN_GROUP"
-    #: 2. Someone already follows a leader: wait a vote interval plus leak * heartbeat.
+    #: 2. Someone already follows a leader: wait a vote interval plus one heartbeat interval
+    #:    (DLedger: plus maxHeartBeatLeak intervals).
     ALREADY_HAS_LEADER = "ALREADY_HAS_LEADER"
     #: 3. Fewer than a quorum answered at all.
     NO_QUORUM_OF_VALID_VOTES = "NO_QUORUM_OF_VALID_VOTES"

@@ -12,8 +12,9 @@ and must not make the next call until step 1 is done (calls are serial). Message
 on state that is not yet durable, so a crash at any point loses nothing another node was told.
 
 Besides, the driver calls `tick` no later than `RaftNode.next_tick_ms()` (asked after every
-call), and feeds `failure_response(msg)` back when a request cannot be delivered (connection
-refused), as DLedger's failed futures do; a silent loss needs nothing.
+call), and feeds `failure_response(msg)` back when a request cannot get an answer (connection
+refused, or closed with the request outstanding), as DLedger's failed futures do; a silent loss
+needs nothing, but costs a vote round its whole wait.
 """
 
 from __future__ import annotations

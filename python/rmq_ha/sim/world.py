@@ -80,6 +80,11 @@ class SimConfig:
     propose_min_ms: int = 500
     propose_max_ms: int = 4000
     tick_jitter_ms: int = 10
+    #: Scheduling delay: the chance that a node, about to run (a message or a tick), runs late
+    #: instead, as a starved or paused process does, by up to `late_max_ms`; everything it was
+    #: sent meanwhile waits and is handled, in order, once it runs again. Off by default.
+    late: float = 0.0
+    late_max_ms: int = 0
     #: A run needing more events than this is reported (a livelock or message storm).
     max_events: int = 200_000
     raft: RaftConfig = field(default_factory=RaftConfig)
@@ -144,6 +149,7 @@ class _Node:
         "crash_in_fsync",
         "inbox",
         "incarnation",
+        "late_until",
         "name",
         "pending",
         "seen_commit",
@@ -166,6 +172,8 @@ class _Node:
         self.seen_commit = -1
         #: Crash during the next fsync, losing (part of) its batch.
         self.crash_in_fsync = False
+        #: Runs late (scheduling delay) until then: inputs wait in `inbox`.
+        self.late_until = 0
 
 
 class Simulation:
@@ -268,9 +276,11 @@ class Simulation:
             assert node.sm is not None
             self.checker.final_state(node.name, node.sm.items)
 
-    def _loop(self, until: int) -> None:
+    def _loop(self, until: int, stop: Callable[[], bool] | None = None) -> None:
         queue = self._queue
         while queue and queue[0][0] <= until:
+            if stop is not None and stop():
+                return
             when, _, kind, name, payload = heapq.heappop(queue)
             self.now = when
             self.events += 1
@@ -344,6 +354,7 @@ class Simulation:
         node.core, node.sm = core, sm
         node.seen_commit = core.commit_index
         node.tick_at = -1
+        node.late_until = 0
         if first_tick_ms is None:
             self._schedule_tick(node)
         else:
@@ -377,10 +388,27 @@ class Simulation:
     def _feed(self, node: _Node, kind: int, payload: object) -> None:
         if node.core is None:
             return
-        if node.pending is not None:
+        if (
+            node.pending is not None
+            or (node.late_until and node.inbox)  # it has not caught up since running late
+            or self._running_late(node)
+        ):
             node.inbox.append((kind, payload))
             return
         self._call(node, kind, payload)
+
+    def _running_late(self, node: _Node) -> bool:
+        """True while `node` runs late; may start a new delay (scheduling-delay faults)."""
+        if node.late_until > self.now:
+            return True
+        cfg = self.cfg
+        if cfg.late and self.faults_on and self.rng.random() < cfg.late:
+            node.late_until = self.now + 1 + int(self.rng.random() * cfg.late_max_ms)
+            if self.tracing:
+                self._log(f"{node.name} runs late until {node.late_until}")
+            self._schedule_tick(node)  # wakes it then
+            return True
+        return False
 
     def _call(self, node: _Node, kind: int, payload: object) -> None:
         core = node.core
@@ -497,7 +525,7 @@ class Simulation:
         core = node.core
         if core is None:
             return
-        when = max(core.next_tick_ms(), self.now)
+        when = max(core.next_tick_ms(), self.now, node.late_until)
         if self.now <= node.tick_at <= when:
             return  # an earlier tick is already due
         if self.cfg.tick_jitter_ms:
@@ -512,8 +540,20 @@ class Simulation:
         node.tick_at = -1
         if node.pending is not None:
             return  # rescheduled when the fsync completes
+        if node.late_until:
+            if node.late_until > self.now:
+                self._schedule_tick(node)
+                return
+            # It runs again: first what it was sent meanwhile, in order.
+            while node.inbox and node.pending is None and node.core is not None:
+                kind, payload = node.inbox.popleft()
+                self._call(node, kind, payload)
+            if node.core is None or node.pending is not None:
+                return
         if node.core.next_tick_ms() > self.now:
             self._schedule_tick(node)
+            return
+        if self._running_late(node):
             return
         self._call(node, _TICK, None)
 
@@ -619,6 +659,45 @@ class Simulation:
             self._log("SETTLE: faults stop, all nodes up, network healed")
         self._at(self.now + 500, _CHECK)
 
+    def _serving_leader(self) -> _Node | None:
+        leaders = [
+            n
+            for n in self.nodes.values()
+            if n.core is not None and n.core.role is Role.LEADER and n.core.serving
+        ]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def failovers(self, kills: int, limit_ms: int, out: FailoverResult) -> None:
+        """See `run_failover_seed`."""
+        hb = self.cfg.raft.heart_beat_time_interval_ms
+        leak = self.cfg.raft.max_heart_beat_leak
+        for name in self.names:
+            self._start(self.nodes[name], first_tick_ms=self.rng.randrange(0, 200))
+        for _ in range(kills):
+            deadline = self.now + limit_ms
+            self._loop(deadline, stop=self._converged)
+            if not self._converged():
+                raise Violation(f"not stable {limit_ms} ms after the last restart")
+            self._loop(self.now + self.rng.randrange((leak + 1) * hb, (leak + 2) * hb))
+            old = self._serving_leader()
+            if old is None:
+                continue  # scheduling delay deposed it meanwhile: wait for the next one
+            assert old.core is not None
+            t0, term0 = self.now, old.core.term
+            if self.tracing:
+                self._log(f"KILL leader {old.name} (term {term0})")
+            self._crash(old)
+            self._loop(t0 + limit_ms, stop=lambda: self._serving_leader() is not None)
+            new = self._serving_leader()
+            if new is None:
+                raise Violation(f"no leader {limit_ms} ms after {old.name} crashed")
+            assert new.core is not None
+            out.failover_ms.append(self.now - t0)
+            out.terms.append(new.core.term - term0)
+            if self.tracing:
+                self._log(f"FAILOVER {self.now - t0} ms, {new.core.term - term0} terms")
+            self._start(old)
+
     def _converged(self) -> bool:
         cores = [n.core for n in self.nodes.values()]
         leaders = [c for c in cores if c is not None and c.role is Role.LEADER and c.serving]
@@ -633,6 +712,66 @@ class Simulation:
         first = self.nodes[self.names[0]].sm
         assert first is not None
         return all(n.sm is not None and n.sm.items == first.items for n in self.nodes.values())
+
+
+def failover_config(raft: RaftConfig | None = None, **overrides: object) -> SimConfig:
+    """A quiet network like `rmq-ha bench controller`'s loopback (no loss, 1-2 ms delays, fast
+    fsyncs, a dead peer's requests refused at once) and its Raft timing (200 ms heartbeats,
+    maxHeartBeatLeak 3, vote interval 30-100 ms); `overrides` are SimConfig fields, e.g.
+    `late`/`late_max_ms` for scheduling delay."""
+    if raft is None:
+        raft = RaftConfig(
+            heart_beat_time_interval_ms=200,
+            max_heart_beat_leak=3,
+            min_vote_interval_ms=30,
+            max_vote_interval_ms=100,
+        )
+    base = SimConfig(
+        nodes=3,
+        loss=0.0,
+        duplicate=0.0,
+        delay_min_ms=1,
+        delay_max_ms=2,
+        slow=0.0,
+        refuse=1.0,
+        fsync_min_ms=0,
+        fsync_max_ms=2,
+        fsync_stall=0.0,
+        torn_write=0.0,
+        tick_jitter_ms=1,
+        raft=raft,
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+@dataclass
+class FailoverResult:
+    """Leader crashes in one seed: for each, the virtual milliseconds from the crash until
+    another node leads and serves (its no-op committed), and the term increments it took."""
+
+    seed: int
+    ok: bool
+    error: str | None = None
+    failover_ms: list[int] = field(default_factory=list)
+    terms: list[int] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+
+
+def run_failover_seed(
+    seed: int, config: SimConfig, kills: int = 1, limit_ms: int = 60_000, trace: bool = False
+) -> FailoverResult:
+    """Starts a group, then `kills` times: waits until it is stable (one serving leader, every
+    node caught up), waits a random 4-5 heartbeat intervals, crashes the leader, runs until
+    another node serves, and restarts the crashed node. Faults are `config`'s (its nemesis is
+    not run); a seed that finds no leader within `limit_ms` fails."""
+    sim = Simulation(seed, config=config, trace=trace)
+    result = FailoverResult(seed, ok=True)
+    try:
+        sim.failovers(kills, limit_ms, result)
+    except (Violation, StorageError, InvariantViolation) as exc:
+        result.ok, result.error = False, f"{type(exc).__name__}: {exc}"
+    result.trace = sim.trace
+    return result
 
 
 def run_seed(
