@@ -259,9 +259,10 @@ class Cluster:
         return "\n".join(f"--- {p.describe()}:\n{p.tail()}" for p in self.procs)
 
 
-def start_rmq_ha(workdir: Path, timeout: float = 30.0) -> Cluster:
+def start_rmq_ha(workdir: Path, timeout: float = 30.0, broker_conf: Iterable[str] = ()) -> Cluster:
     """Starts `rmq-ha namesrv` and `rmq-ha broker -c broker.conf`; each writes host:port to its
-    --ready-file once it listens. Ready when the namesrv lists the broker."""
+    --ready-file once it listens. Ready when the namesrv lists the broker. `broker_conf`: more
+    `key=value` lines for broker.conf."""
     workdir.mkdir(parents=True, exist_ok=True)
     ns_ready = workdir / "namesrv.ready"
     br_ready = workdir / "broker.ready"
@@ -291,6 +292,7 @@ def start_rmq_ha(workdir: Path, timeout: float = 30.0) -> Cluster:
                     f"storePathRootDir={workdir / 'store'}",
                     "autoCreateTopicEnable=true",
                     "flushDiskType=ASYNC_FLUSH",
+                    *broker_conf,
                     "",
                 ]
             )
