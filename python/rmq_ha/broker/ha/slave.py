@@ -185,6 +185,10 @@ class HaSlave:
             log.warning("HA: truncating the log from %d back to %d (diverged)", local_max, point)
             native.truncate_to(point)
             self.status.truncated_to = point
+            # The role core must know the log is shorter now: its max offset goes into the
+            # controller heartbeats (elections) and is where it would start an epoch if
+            # elected before more bytes arrive (found by the group simulator, issue 14).
+            self.on_event(ev.LogGrew(native.max_offset, native.confirm_offset))
         self.epochs.truncate_suffix_by_offset(point)
 
     def _apply(self, rec: tuple[object, ...]) -> None:
