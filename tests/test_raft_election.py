@@ -1,7 +1,8 @@
 """Pure tests of the election rules changed for issue 14 (the controller's failover tail): the
-vote-response wait follows the heartbeat interval, ALREADY_HAS_LEADER backs off one interval, a
-voter takes a bigger term and votes in it at once, and a node that caught up with a bigger term
-holds back its own round. Times are the core's virtual milliseconds; nothing here reads a clock."""
+vote-response wait follows the heartbeat interval, ALREADY_HAS_LEADER backs off a vote interval,
+a voter takes a bigger term and votes in it at once, candidates denied by competitors wait a
+tie-break per competitor with a smaller id, and a node that caught up with a bigger term holds
+back its own round. Times are the core's virtual milliseconds; nothing here reads a clock."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_a_refused_round_ends_without_waiting() -> None:
     assert n.status().last_election_outcome is ElectionOutcome.NO_QUORUM_OF_VALID_VOTES
 
 
-def test_already_has_leader_backs_off_one_heartbeat_interval_not_leak_intervals() -> None:
+def test_already_has_leader_backs_off_a_vote_interval_not_leak_intervals() -> None:
     for seed in range(50):
         voter = node("n1", persisted=PersistedState(HardState(0, "n2")), seed=seed)
         voter.receive(HeartBeatRequest("n2", "n1", 0, 1), 0)  # voted for n2 and follows it
@@ -93,8 +94,8 @@ def test_already_has_leader_backs_off_one_heartbeat_interval_not_leak_intervals(
         cand.receive(answer, 502)
         st = cand.status()
         assert st.last_election_outcome is ElectionOutcome.ALREADY_HAS_LEADER
-        # A vote interval plus one heartbeat interval (DLedger: plus 3 intervals, 600 ms).
-        assert 502 + 30 + 200 <= st.next_time_to_request_vote_ms < 502 + 100 + 200
+        # A vote interval (DLedger: plus 3 heartbeat intervals, 600 ms).
+        assert 502 + 30 <= st.next_time_to_request_vote_ms < 502 + 100
         assert cand.term == 0  # and the next round stays in this term: no leader is disturbed
 
 
@@ -151,3 +152,47 @@ def test_after_a_bigger_heartbeat_term_the_own_round_waits_a_vote_wait_too() -> 
     assert st.term == 4 and not st.need_increase_term_immediately
     assert 1000 + 200 + 30 <= st.next_time_to_request_vote_ms < 1000 + 200 + 100
     assert ready.send  # the not-ready answer went back
+
+
+def _split(seed: int) -> dict[str, RaftNode]:
+    """n0 is dead; n1 and n2 were followers of it in term 0 (voted for it) and time out
+    together: each one's round in term 0 is denied by the other (REJECT_ALREADY_VOTED)."""
+    ps = PersistedState(HardState(0, "n0"))
+    nodes = {m: node(m, persisted=ps, seed=seed) for m in ("n1", "n2")}
+    sends = [m for n in nodes.values() for m in votes(n.tick(1000).send)]
+    for m in sends:
+        if m.dst == "n0":
+            reply: Message | None = VoteResponse("n0", m.src, -1, VoteResult.UNKNOWN, m.request_id)
+        else:
+            (reply,) = nodes[m.dst].receive(m, 1001).send
+        assert reply is not None
+        nodes[reply.dst].receive(reply, 1002)
+    return nodes
+
+
+def test_after_a_split_the_bigger_id_waits_two_vote_intervals_more() -> None:
+    for seed in range(50):
+        nodes = _split(seed)
+        n1, n2 = nodes["n1"].status(), nodes["n2"].status()
+        assert n1.last_election_outcome is ElectionOutcome.NOT_ENOUGH_ACCEPTS
+        assert n2.last_election_outcome is ElectionOutcome.NOT_ENOUGH_ACCEPTS
+        # n1 has no competitor with a smaller id: a plain vote interval.
+        assert 1002 + 30 <= n1.next_time_to_request_vote_ms < 1002 + 100
+        # n2 has one (n1): two vote intervals (2 x 100 ms) more, so n1's next round goes first.
+        assert 1002 + 30 + 200 <= n2.next_time_to_request_vote_ms < 1002 + 100 + 200
+        assert n2.next_time_to_request_vote_ms - n1.next_time_to_request_vote_ms > 100
+
+
+def test_after_a_split_the_next_round_is_no_race() -> None:
+    for seed in range(50):
+        nodes = _split(seed)
+        n1, n2 = nodes["n1"], nodes["n2"]
+        t = n1.next_tick_ms()
+        (to_n2,) = [r for r in votes(n1.tick(t).send) if r.dst == "n2"]
+        assert to_n2.term == 1
+        # n2 is still in term 0, waiting: it takes term 1 and votes for n1.
+        assert n2.next_tick_ms() > t
+        (answer,) = n2.receive(to_n2, t + 1).send
+        assert isinstance(answer, VoteResponse) and answer.result is VoteResult.ACCEPT
+        n1.receive(answer, t + 2)
+        assert n1.role is Role.LEADER and n1.term == 1

@@ -38,22 +38,33 @@ def _failovers(config: SimConfig) -> tuple[list[int], list[int]]:
 
 
 @pytest.mark.timeout(120)
-def test_failover_on_a_quiet_network_meets_the_goal() -> None:
-    """The bench's goal, p99 <= (maxHeartBeatLeak + 1) = 4 intervals, in virtual time (no
-    machine noise: this is the algorithm's own share of the figure)."""
-    ms, terms = _failovers(failover_config())
+@pytest.mark.parametrize(
+    ("overrides", "p99_ms"),
+    [
+        # Loopback, fast disk: the algorithm's own share of the bench figure.
+        ({}, 4 * HB),
+        # Slow fsyncs (2-30 ms) and timers firing up to 10 ms late: a busy machine's disk and
+        # scheduler. Before issue 14 this took up to 9 terms (p99 5.5 intervals).
+        ({"fsync_min_ms": 2, "fsync_max_ms": 30, "tick_jitter_ms": 10}, 5 * HB),
+    ],
+)
+def test_failover_meets_the_goal_in_virtual_time(overrides: dict[str, int], p99_ms: int) -> None:
+    """The bench's goal is p99 <= (maxHeartBeatLeak + 1) = 4 intervals; 5 with slow fsyncs,
+    which every commit of the new leader's no-op pays twice."""
+    ms, terms = _failovers(failover_config(**overrides))
     assert len(ms) == SEEDS * KILLS
-    assert _quantile(ms, 99) <= 4 * HB, sorted(ms)[-10:]
-    assert _quantile(ms, 50) <= 3.5 * HB
-    assert max(terms) <= 3
+    assert _quantile(ms, 99) <= p99_ms, sorted(ms)[-10:]
+    assert _quantile(ms, 50) <= 4 * HB
+    assert max(terms) <= 2, sorted(terms)[-10:]
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("late", "late_max_ms", "max_ms"),
     [
-        # Starved: a third of a node's steps run late, by up to one interval.
+        # Starved: a third of a node's steps run late, by up to one interval; half by up to 2.
         (0.3, 1 * HB, 40 * HB),
+        (0.5, 2 * HB, 60 * HB),
         # Paused now and then by up to 3 and up to 5 intervals (the follower timeout is 3).
         (0.05, 3 * HB, 30 * HB),
         (0.02, 5 * HB, 30 * HB),
@@ -64,10 +75,11 @@ def test_elections_converge_in_few_terms_under_scheduling_delay(
 ) -> None:
     ms, terms = _failovers(failover_config(late=late, late_max_ms=late_max_ms))
     # A kill is skipped when a pause deposed the leader just before it; nearly all happen.
-    assert len(ms) >= SEEDS * KILLS * 0.95
-    # Before issue 14 (DLedger's TERM_NOT_READY + revote, 2000 ms vote wait) the starved case
-    # took up to 17 terms and 280 intervals over these seeds.
-    assert max(terms) <= 4, sorted(terms)[-10:]
+    assert len(ms) >= SEEDS * KILLS * 0.9
+    # Before issue 14 (DLedger's TERM_NOT_READY + revote, 2000 ms vote wait, no tie-break) the
+    # starved cases took up to 17 and 18 terms and 280 and 300 intervals over these seeds, and
+    # in 39 of 500 seeds of the second no leader at all within 60 s.
+    assert max(terms) <= 3, sorted(terms)[-10:]
     assert _quantile(terms, 99) <= 2
     assert max(ms) <= max_ms, sorted(ms)[-10:]
 

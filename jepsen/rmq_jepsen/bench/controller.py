@@ -20,6 +20,7 @@ import math
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -306,7 +307,10 @@ def run(args: argparse.Namespace) -> int:
         args.min_vote_ms if args.min_vote_ms is not None else args.heartbeat_ms * 3 // 20
     )
     args.max_vote_ms = args.max_vote_ms if args.max_vote_ms is not None else args.heartbeat_ms // 2
-    with _workdir(args.dir) as root, Progress(console=Console(stderr=True)) as progress:
+    with (
+        _workdir(args.dir, args.keep) as root,
+        Progress(console=Console(stderr=True)) as progress,
+    ):
         report = trio.run(_bench, args, root, progress)
     if args.json:
         print(json.dumps(report, sort_keys=True))
@@ -316,12 +320,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _workdir(base: str | None) -> Iterator[Path]:
+def _workdir(base: str | None, keep: bool = False) -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="rmq-ha-bench-controller-", dir=base))
     try:
         yield root
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if keep:
+            print(f"kept {root} (the controllers' stores and logs)", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def add_parser(sub: Any) -> None:
@@ -334,4 +341,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--min-vote-ms", type=int, help="minVoteIntervalMs (default: 15%% of hb)")
     p.add_argument("--max-vote-ms", type=int, help="maxVoteIntervalMs (default: 50%% of hb)")
     p.add_argument("--dir", default=None, help="where the controllers store (default: temp)")
+    p.add_argument(
+        "--keep", action="store_true", help="keep the working directory (logs) afterwards"
+    )
     p.set_defaults(func=run)

@@ -244,6 +244,8 @@ class RaftDriver:
             if p is not None:
                 p.result = applied.result
                 p.done.set()
+        for event in ready.events:  # election outcomes, step-downs: rare, and what a
+            log.info("raft %s", event)  # failover's log must show
         if ready.role is not None:
             log.info(
                 "raft %s: %s term %d leader %s serving %s",

@@ -25,6 +25,9 @@ class VoteTally:
     bigger_ledger_num: int = 0
     already_has_leader: bool = False
     known_max_term_in_group: int = -1
+    #: Members that answered REJECT_ALREADY_VOTED: in a round where this node's own vote
+    #: counted, other candidates of the same term (a split vote).
+    already_voted: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.known_max_term_in_group = self.term

@@ -63,8 +63,8 @@ class ElectionOutcome(enum.Enum):
 
     #: 1. Someone answered with a bigger term: adopt it, then vote with a bigger term.
     BIGGER_TERM_IN_GROUP = "BIGGER_TERM_IN_GROUP"
-    #: 2. Someone already follows a leader: wait a vote interval plus one heartbeat interval
-    #:    (DLedger: plus maxHeartBeatLeak intervals).
+    #: 2. Someone already follows a leader: wait a vote interval (DLedger: plus
+    #:    maxHeartBeatLeak heartbeat intervals), then vote again in the same term.
     ALREADY_HAS_LEADER = "ALREADY_HAS_LEADER"
     #: 3. Fewer than a quorum answered at all.
     NO_QUORUM_OF_VALID_VOTES = "NO_QUORUM_OF_VALID_VOTES"
@@ -75,7 +75,8 @@ class ElectionOutcome(enum.Enum):
     PASSED = "PASSED"
     #: 6. Accepted + not-ready-term reach a quorum: vote again at once with the same term.
     REVOTE_IMMEDIATELY = "REVOTE_IMMEDIATELY"
-    #: 7. Anything else: vote next time with a bigger term.
+    #: 7. Anything else: vote next time with a bigger term (after a tie-break wait, see
+    #:    `RaftNode._tie_break`).
     NOT_ENOUGH_ACCEPTS = "NOT_ENOUGH_ACCEPTS"
 
     @property
