@@ -180,9 +180,17 @@ def test_known_bug_the_confirm_offset_skips_members_that_have_not_acked() -> Non
 
 @pytest.mark.xfail(strict=True, reason=KNOWN_BUGS["ack-across-epochs"][1])
 def test_known_bug_a_write_is_acknowledged_after_its_bytes_were_cut() -> None:
-    # minInSyncReplicas=2: 22 acknowledged writes lost.
+    # minInSyncReplicas=2: 6 acknowledged writes lost.
     without = tuple(f for f in FIXES if f != "ack-across-epochs")
-    result = run_group_seed(1075, fixes=without)
+    result = run_group_seed(2887, fixes=without)
+    assert result.min_in_sync == 2
+    assert result.ok, result.error
+
+
+@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS["no-common-first-epoch"][1])
+def test_known_bug_a_slave_suspends_for_ever_behind_an_empty_new_master() -> None:
+    without = tuple(f for f in FIXES if f != "no-common-first-epoch")
+    result = run_group_seed(1027, fixes=without)
     assert result.min_in_sync == 2
     assert result.ok, result.error
 
@@ -197,7 +205,7 @@ def test_known_bug_a_write_is_acknowledged_after_its_bytes_were_cut() -> None:
     "(torn_leader_losses)",
 )
 def test_known_limit_min_in_sync_2_loses_writes_when_a_torn_replica_leads() -> None:
-    result = run_group_seed(95)
+    result = run_group_seed(45)
     assert result.ok and result.min_in_sync == 2
     assert result.torn_leader_losses == 0
 
@@ -210,7 +218,7 @@ def test_known_limit_min_in_sync_2_loses_writes_when_a_torn_replica_leads() -> N
     "operator acts (the main seeds accept this end and count it: masterless_by_rule)",
 )
 def test_known_limit_an_uncoverable_debt_leaves_the_group_masterless() -> None:
-    result = run_group_seed(196)
+    result = run_group_seed(954)
     assert result.ok and result.min_in_sync == 1
     assert not result.masterless_by_rule
 
@@ -232,9 +240,10 @@ def _info(master: int, epoch: int, members: set[int], ss: int) -> e.MasterInfo:
 
 
 def test_a_master_restarted_inside_its_epoch_keeps_the_epochs_start() -> None:
-    """Seed 71 before the fix: a master killed and restarted before the controller noticed is
-    named master of the same epoch again; it re-appended the epoch at its max offset, which
-    replaced (3, 0) by (3, 16297), and its slaves, holding (3, 0), found no common epoch."""
+    """Found by the group simulator: a master killed and restarted before the controller
+    noticed is named master of the same epoch again; it re-appended the epoch at its max
+    offset, which replaced (3, 500) by (3, 16297), and its slaves, holding (3, 500), cut the
+    epoch's bytes at their handshake or, with no earlier epoch in common, SUSPENDed."""
     core = _restarted(last_epoch=3, last_start=500, max_offset=16297)
     out = core.step(_info(2, 3, {1, 2, 3}, 7), 10)
     assert not [x for x in out if isinstance(x, a.AppendEpoch)]
@@ -247,8 +256,9 @@ def test_a_master_restarted_inside_its_epoch_keeps_the_epochs_start() -> None:
 
 
 def test_a_slave_moved_to_another_master_stops_following_the_old_one() -> None:
-    """Seed 153 before the fix: FindMasterHa looks for the new master only while nothing is
-    followed, so a slave of 1 told that 3 is master kept following 1."""
+    """Found by the group simulator: FindMasterHa looks for the new master only while nothing
+    is followed, so a slave of 1 told that 3 is master kept following 1 (until a name
+    server's answer named 3; in the simulator, which has none, for ever)."""
     core = _restarted(last_epoch=1, last_start=0, max_offset=100)
     core.step(_info(1, 2, {1}, 3), 10)
     assert core.step(e.MasterHaFound(2, "10.0.0.1:10912"), 11) == [a.Follow("10.0.0.1:10912")]
@@ -274,9 +284,9 @@ class _FakeStore:
 
 
 def test_a_slave_tells_the_role_core_when_its_handshake_cut_the_log(tmp_path: Path) -> None:
-    """Seed 107 before the fix: the core kept the pre-truncation max offset, reported it in
-    heartbeats (so the controller elected on it) and, elected, started its epoch past its
-    log's end."""
+    """Found by the group simulator: the core kept the pre-truncation max offset, reported it
+    in heartbeats (so the controller elected on it) and, elected, started its epoch past its
+    log's end; writes then went into the previous epoch."""
     from rmq_ha.broker.ha.slave import HaSlave
 
     epochs = EpochFile(tmp_path / "epochs")

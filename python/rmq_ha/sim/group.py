@@ -129,6 +129,8 @@ class GroupConfig:
     #: Mean gap between two random faults.
     fault_every_ms: int = 700
     loss: float = 0.02
+    #: Each broker's clock runs up to this much fast or slow (and starts anywhere).
+    clock_drift: float = 0.1
     delay_ms: tuple[int, int] = (1, 15)
     reorder: float = 0.05
     produce_every_ms: int = 60
@@ -359,6 +361,14 @@ class Replica:
     token: object = field(default_factory=object)
     suspended: bool = False
 
+    #: Clock skew: this broker's clock starts at `clock_base` and runs at `clock_rate` (the
+    #: role core only ever sees its own clock).
+    clock_base: int = 0
+    clock_rate: float = 1.0
+
+    def clock(self, now: int) -> int:
+        return self.clock_base + int(now * self.clock_rate)
+
     @property
     def name(self) -> str:
         return f"b{self.bid}"
@@ -498,6 +508,25 @@ _OVER_TRUNCATE = False
 #: The send path's wait for replication gives up when the master's epoch changed since the
 #: append (see KNOWN_BUGS["ack-across-epochs"]); the real shell does not.
 _ACK_CHECKS_EPOCH = False
+#: See KNOWN_BUGS["no-common-first-epoch"].
+_EMPTY_MASTER_AGREES = False
+
+
+def consistent_point(
+    local: list[tuple[int, int]],
+    local_max: int,
+    master: list[tuple[int, int]],
+    master_max: int,
+) -> int | None:
+    """The real `find_consistent_point`, and, with the workaround on, the case it misses: a
+    master holding no byte past the start of its first epoch, where this replica's log starts
+    too, agrees with it up to that start."""
+    point = find_consistent_point(local, local_max, master, master_max)
+    if point is None and _EMPTY_MASTER_AGREES and local and master:
+        start = master[0][1]
+        if master_max <= start and local[0][1] == start:
+            return start
+    return point
 
 
 def _recompute_confirm_freezing(self: Any, master_max: int) -> int:
@@ -544,6 +573,14 @@ KNOWN_BUGS["ack-across-epochs"] = (
     "handshake and elected again within slaveTimeout acknowledges the old write, whose "
     "bytes were cut and replaced",
 )
+KNOWN_BUGS["no-common-first-epoch"] = (
+    lambda: mock.patch(f"{__name__}._EMPTY_MASTER_AGREES", True),
+    "a replica elected with an empty log at the start of the group's first epoch appends "
+    "its epoch at the same offset, which replaces the first entry (#9689); a slave holding "
+    "bytes of that first epoch then shares no epoch with it, find_consistent_point answers "
+    "None although the master holds nothing to disagree with, and the slave SUSPENDs for "
+    "ever (with minInSyncReplicas=2 the group never acknowledges a write again)",
+)
 FIXES = tuple(KNOWN_BUGS)
 
 
@@ -568,6 +605,9 @@ class GroupSim:
         self._seq = 0
         self.result = GroupResult(seed, min_in_sync=self.cfg.min_in_sync_replicas)
         self.replicas = {i: Replica(i) for i in range(1, self.cfg.replicas + 1)}
+        for r in self.replicas.values():
+            r.clock_base = self.rng.randint(0, 10**9)
+            r.clock_rate = self.rng.uniform(1 - self.cfg.clock_drift, 1 + self.cfg.clock_drift)
         self.role_cfg = RoleConfig(
             controller_mode=True,
             all_ack=True,
@@ -967,7 +1007,7 @@ class GroupSim:
     def _step(self, r: Replica, event: e.Event) -> None:
         assert r.core is not None
         was_master = r.core.is_master
-        actions = r.core.step(event, self.now)
+        actions = r.core.step(event, r.clock(self.now))
         if not was_master and r.core.is_master and r.torn_lost:
             self._torn_leader(r)
         self._run_actions(r, actions)
@@ -1322,7 +1362,7 @@ class GroupSim:
             return
         local = list(s.epochs.entries)
         if local and not _SKIP_TRUNCATION:
-            point = find_consistent_point(local, s.log.max, entries, master_max)
+            point = consistent_point(local, s.log.max, entries, master_max)
             if point is None:
                 self.log(f"b{s.bid} SUSPEND: no epoch of {local} matches {entries}")
                 s.suspended = True
