@@ -170,15 +170,15 @@ def _split(seed: int) -> dict[str, RaftNode]:
     return nodes
 
 
-def test_after_a_split_the_bigger_id_waits_two_vote_intervals_more() -> None:
+def test_after_a_split_the_smallest_id_goes_first_and_the_others_wait() -> None:
     for seed in range(50):
         nodes = _split(seed)
         n1, n2 = nodes["n1"].status(), nodes["n2"].status()
         assert n1.last_election_outcome is ElectionOutcome.NOT_ENOUGH_ACCEPTS
         assert n2.last_election_outcome is ElectionOutcome.NOT_ENOUGH_ACCEPTS
-        # n1 has no competitor with a smaller id: a plain vote interval.
-        assert 1002 + 30 <= n1.next_time_to_request_vote_ms < 1002 + 100
-        # n2 has one (n1): two vote intervals (2 x 100 ms) more, so n1's next round goes first.
+        # n1 has no competitor with a smaller id: it goes first, after minVoteIntervalMs.
+        assert n1.next_time_to_request_vote_ms == 1002 + 30
+        # n2 has one (n1): a random vote interval plus two maxVoteIntervalMs (2 x 100 ms).
         assert 1002 + 30 + 200 <= n2.next_time_to_request_vote_ms < 1002 + 100 + 200
         assert n2.next_time_to_request_vote_ms - n1.next_time_to_request_vote_ms > 100
 
@@ -196,3 +196,13 @@ def test_after_a_split_the_next_round_is_no_race() -> None:
         assert isinstance(answer, VoteResponse) and answer.result is VoteResult.ACCEPT
         n1.receive(answer, t + 2)
         assert n1.role is Role.LEADER and n1.term == 1
+
+
+def test_a_denied_round_without_competitors_waits_a_random_interval() -> None:
+    # Its own vote was for the dead leader and the others did not answer: no tie-break.
+    n = node("n2", persisted=PersistedState(HardState(0, "n0")))
+    for r in votes(n.tick(1000).send):
+        n.receive(VoteResponse(r.dst, "n2", -1, VoteResult.UNKNOWN, r.request_id), 1001)
+    st = n.status()
+    assert st.last_election_outcome is ElectionOutcome.NO_QUORUM_OF_VALID_VOTES
+    assert 1001 + 30 <= st.next_time_to_request_vote_ms < 1001 + 100

@@ -45,12 +45,12 @@ def _failovers(config: SimConfig) -> tuple[list[int], list[int]]:
         ({}, 4 * HB),
         # Slow fsyncs (2-30 ms) and timers firing up to 10 ms late: a busy machine's disk and
         # scheduler. Before issue 14 this took up to 9 terms (p99 5.5 intervals).
-        ({"fsync_min_ms": 2, "fsync_max_ms": 30, "tick_jitter_ms": 10}, 5 * HB),
+        ({"fsync_min_ms": 2, "fsync_max_ms": 30, "tick_jitter_ms": 10}, 4.5 * HB),
     ],
 )
-def test_failover_meets_the_goal_in_virtual_time(overrides: dict[str, int], p99_ms: int) -> None:
-    """The bench's goal is p99 <= (maxHeartBeatLeak + 1) = 4 intervals; 5 with slow fsyncs,
-    which every commit of the new leader's no-op pays twice."""
+def test_failover_meets_the_goal_in_virtual_time(overrides: dict[str, int], p99_ms: float) -> None:
+    """The bench's goal is p99 <= (maxHeartBeatLeak + 1) = 4 intervals; 4.5 with slow fsyncs,
+    four of which lie on the path (the vote, its grant, the no-op on leader and follower)."""
     ms, terms = _failovers(failover_config(**overrides))
     assert len(ms) == SEEDS * KILLS
     assert _quantile(ms, 99) <= p99_ms, sorted(ms)[-10:]

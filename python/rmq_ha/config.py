@@ -34,6 +34,18 @@ class FlushDiskType(enum.Enum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
+class MetricsExporterType(enum.Enum):
+    """RocketMQ 5's metricsExporterType; rmq_ha has the Prometheus endpoint only (RocketMQ's
+    OTLP_GRPC and LOG exporters are refused with a clear error)."""
+
+    DISABLE = "DISABLE"
+    PROM = "PROM"
+
+
+#: RocketMQ's exporter types rmq_ha does not have.
+_UNSUPPORTED_EXPORTERS = {"OTLP_GRPC", "LOG"}
+
+
 class BrokerRole(enum.Enum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
@@ -62,6 +74,18 @@ class NamesrvConfig:
         "enableControllerInNamesrv",
         False,
         "also run the controller (keys of ControllerConfig in the same file)",
+    )
+    # -- metrics (RocketMQ 5's keys; docs/operations.md) --------------------------------------
+    metrics_exporter_type: MetricsExporterType = rmq(
+        "metricsExporterType",
+        MetricsExporterType.DISABLE,
+        "PROM: serve Prometheus metrics over HTTP (RocketMQ 5); DISABLE: none",
+    )
+    metrics_prom_exporter_host: str = rmq(
+        "metricsPromExporterHost", "", "address the endpoint binds; empty: listenHost"
+    )
+    metrics_prom_exporter_port: int = rmq(
+        "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
     )
 
 
@@ -99,6 +123,18 @@ class ControllerConfig:
     max_heart_beat_leak: int = rmq("maxHeartBeatLeak", 3, "DLedger")
     min_vote_interval_ms: int = rmq("minVoteIntervalMs", 300, "DLedger")
     max_vote_interval_ms: int = rmq("maxVoteIntervalMs", 1000, "DLedger")
+    # -- metrics (RocketMQ 5's keys; docs/operations.md) --------------------------------------
+    metrics_exporter_type: MetricsExporterType = rmq(
+        "metricsExporterType",
+        MetricsExporterType.DISABLE,
+        "PROM: serve Prometheus metrics over HTTP (RocketMQ 5); DISABLE: none",
+    )
+    metrics_prom_exporter_host: str = rmq(
+        "metricsPromExporterHost", "", "address the endpoint binds; empty: this node's peer host"
+    )
+    metrics_prom_exporter_port: int = rmq(
+        "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
+    )
 
     @property
     def peers(self) -> dict[str, str]:
@@ -267,6 +303,18 @@ class BrokerConfig:
     pop_from_retry_probability: int = rmq(
         "popFromRetryProbability", 20, "percent of pops that try the retry topic first"
     )
+    # -- metrics (RocketMQ 5's keys; docs/operations.md) --------------------------------------
+    metrics_exporter_type: MetricsExporterType = rmq(
+        "metricsExporterType",
+        MetricsExporterType.DISABLE,
+        "PROM: serve Prometheus metrics over HTTP (RocketMQ 5); DISABLE: none",
+    )
+    metrics_prom_exporter_host: str = rmq(
+        "metricsPromExporterHost", "", "address the endpoint binds; empty: brokerIP1"
+    )
+    metrics_prom_exporter_port: int = rmq(
+        "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
+    )
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -309,6 +357,12 @@ _BOOL_FALSE = {"false", "0", "no", "off"}
 
 def _convert(key: str, typ: Any, raw: Any) -> Any:
     if isinstance(typ, type) and issubclass(typ, enum.Enum):
+        if typ is MetricsExporterType and str(raw).strip() in _UNSUPPORTED_EXPORTERS:
+            raise ConfigError(
+                f"bad config {key}: {str(raw).strip()} is a RocketMQ exporter rmq_ha does not "
+                "have; use PROM (a Prometheus endpoint) or DISABLE",
+                key,
+            )
         try:
             return typ(str(raw).strip())
         except ValueError:
@@ -372,6 +426,12 @@ def _validate(record: Any) -> None:
                 f.name.endswith(("_ms", "_bytes", "_nums", "_size")) or "interval" in f.name
             ) and v <= 0:
                 raise ConfigError(f"bad config {key}: {v} must be positive", key)
+    host = getattr(record, "metrics_prom_exporter_host", "")
+    if any(c.isspace() or c in "/;," for c in host):
+        raise ConfigError(
+            f"bad config metricsPromExporterHost: {host!r} is not a host name or address",
+            "metricsPromExporterHost",
+        )
     if isinstance(record, ControllerConfig):
         _validate_controller(record)
     if isinstance(record, BrokerConfig):

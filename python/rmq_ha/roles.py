@@ -2,17 +2,22 @@
 until SIGINT/SIGTERM.
 
 `--ready-file PATH` writes "host:port" to PATH (atomically) once the role is listening, so
-scripts and tests can wait for readiness without parsing logs."""
+scripts and tests can wait for readiness without parsing logs; `--metrics-file PATH` writes the
+Prometheus endpoint's "host:port" (metricsExporterType=PROM; useful with
+metricsPromExporterPort=0) before the ready file. `--log-format json` logs one JSON object per
+line (time, level, logger, message, exception)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import functools
+import json
 import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +36,15 @@ def _write_ready(path: str | None, addr: str) -> None:
     os.replace(tmp, p)
 
 
-async def _run(serve: Any, cfg: Any, ready_file: str | None) -> None:
+async def _run(
+    serve: Any, cfg: Any, ready_file: str | None, metrics_file: str | None = None
+) -> None:
     # The signal receiver is open before the ready file exists, so a SIGTERM sent as soon as
     # the file appears still shuts down cleanly (exit status 0).
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            addr = await nursery.start(serve, cfg)
+            on_metrics = functools.partial(_write_ready, metrics_file)
+            addr = await nursery.start(functools.partial(serve, cfg, on_metrics=on_metrics))
             _write_ready(ready_file, addr)
             print(f"ready {addr}", flush=True)
             async for _ in signals:
@@ -66,18 +74,36 @@ def _load(
     return dataclasses.replace(cfg, **set_) if set_ else cfg
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+class JsonFormatter(logging.Formatter):
+    """`--log-format json`: one JSON object per line, for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
+            + f".{int(record.msecs):03d}"
+            + time.strftime("%z", self.converter(record.created)),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def _setup_logging(level: str, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
     from rmq_ha.nameserver.server import serve
 
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     try:
         cfg = _load(
             config.NamesrvConfig,
@@ -91,27 +117,33 @@ def run_namesrv(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"rmq-ha namesrv: {e}", file=sys.stderr)
         return 2
-    trio.run(_run, functools.partial(serve, controller_cfg=ccfg), cfg, args.ready_file)
+    trio.run(
+        _run,
+        functools.partial(serve, controller_cfg=ccfg),
+        cfg,
+        args.ready_file,
+        args.metrics_file,
+    )
     return 0
 
 
 def run_controller(args: argparse.Namespace) -> int:
     from rmq_ha.controller.role import serve
 
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     try:
         cfg = _load(config.ControllerConfig, args, {})
     except ConfigError as e:
         print(f"rmq-ha controller: {e}", file=sys.stderr)
         return 2
-    trio.run(_run, serve, cfg, args.ready_file)
+    trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
     return 0
 
 
 def run_broker(args: argparse.Namespace) -> int:
     from rmq_ha.broker.broker import serve
 
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     try:
         cfg = _load(
             config.BrokerConfig,
@@ -121,8 +153,24 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"rmq-ha broker: {e}", file=sys.stderr)
         return 2
-    trio.run(_run, serve, cfg, args.ready_file)
+    trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
     return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ready-file", help="write host:port here once listening")
+    p.add_argument(
+        "--metrics-file",
+        help="write the metrics endpoint's host:port here once it listens "
+        "(metricsExporterType=PROM)",
+    )
+    p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one JSON object per log line",
+    )
 
 
 def add_parsers(sub: Any) -> None:
@@ -130,20 +178,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-c", "--config", help="TOML or RocketMQ .conf/.properties file")
     p.add_argument("--listen-port", type=int, help="overrides listenPort (0: any free port)")
     p.add_argument("--listen-host", help="overrides listenHost")
-    p.add_argument("--ready-file", help="write host:port here once listening")
-    p.add_argument("--log-level", default="info")
+    _common(p)
     p.set_defaults(func=run_namesrv)
 
     b = sub.add_parser("broker", help="run a broker")
     b.add_argument("-c", "--config", help="TOML or RocketMQ .conf/.properties file")
     b.add_argument("--listen-port", type=int, help="overrides listenPort (0: any free port)")
     b.add_argument("-n", "--namesrv", help="overrides namesrvAddr (host:port;host:port)")
-    b.add_argument("--ready-file", help="write host:port here once listening")
-    b.add_argument("--log-level", default="info")
+    _common(b)
     b.set_defaults(func=run_broker)
 
     c = sub.add_parser("controller", help="run a controller node (DLedger-style Raft group)")
     c.add_argument("-c", "--config", help="TOML or RocketMQ .conf/.properties file")
-    c.add_argument("--ready-file", help="write host:port here once listening")
-    c.add_argument("--log-level", default="info")
+    _common(c)
     c.set_defaults(func=run_controller)

@@ -44,6 +44,14 @@ FAST_BROKER = {
 }
 
 
+#: Metrics on a free loopback port (issue 20; the port is read from --metrics-file).
+METRICS_ON = {
+    "metricsExporterType": "PROM",
+    "metricsPromExporterHost": "127.0.0.1",
+    "metricsPromExporterPort": 0,
+}
+
+
 @dataclass
 class ProcessCluster:
     """Name servers and brokers as processes: started in that order (each waits for its ready
@@ -79,8 +87,12 @@ class HaCluster(ProcessCluster):
     broker_name: str = "broker-a"
     broker_env: dict[str, str] = field(default_factory=dict)
     broker_ports: list[int] = field(default_factory=list)
+    #: Every process serves Prometheus metrics on a free loopback port and writes its
+    #: host:port to <tmp>/<name>.metrics (`metrics_addr`).
+    metrics: bool = False
 
     def __post_init__(self) -> None:
+        extra: dict[str, Any] = METRICS_ON if self.metrics else {}
         # One call, so that no broker port repeats a name server's.
         got = free_ports(3 + self.replicas)
         ports, self.broker_ports = got[:3], got[3:]
@@ -96,8 +108,12 @@ class HaCluster(ProcessCluster):
                 **FAST_CONTROLLER,
                 "listenPort": ports[i],
                 "enableControllerInNamesrv": "true",
+                **extra,
             }
-            self.namesrvs.append(role_proc(self.tmp, "namesrv", f"namesrv-{i}", values))
+            name = f"namesrv-{i}"
+            self.namesrvs.append(
+                role_proc(self.tmp, "namesrv", name, values, args=self._args(name))
+            )
         for i in range(self.replicas):
             values = {
                 "brokerClusterName": "HaCluster",
@@ -106,6 +122,7 @@ class HaCluster(ProcessCluster):
                 "namesrvAddr": ";".join(self.ns_addrs),
                 "storePathRootDir": str(self.tmp / f"broker-{i}"),
                 **FAST_BROKER,
+                **extra,
             }
             if self.controller_mode:
                 values |= {
@@ -121,11 +138,25 @@ class HaCluster(ProcessCluster):
                 }
             values |= self.broker
             self.brokers.append(
-                role_proc(self.tmp, "broker", f"broker-{i}", values, self.broker_env)
+                role_proc(
+                    self.tmp,
+                    "broker",
+                    f"broker-{i}",
+                    values,
+                    self.broker_env,
+                    args=self._args(f"broker-{i}"),
+                )
             )
+
+    def _args(self, name: str) -> list[str]:
+        return ["--metrics-file", str(self.tmp / f"{name}.metrics")] if self.metrics else []
 
     def broker_addr(self, i: int) -> str:
         return f"127.0.0.1:{self.broker_ports[i]}"
+
+    def metrics_addr(self, proc: Proc) -> str:
+        """host:port of a process's metrics endpoint (`metrics=True`), as it wrote it."""
+        return (self.tmp / f"{proc.name}.metrics").read_text().strip()
 
     # ---- state --------------------------------------------------------------------------
 

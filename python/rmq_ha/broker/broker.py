@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,11 +38,14 @@ from rmq_ha.broker.io.role import Peers, RoleShell
 from rmq_ha.broker.io.storage import StorageService
 from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
+from rmq_ha.broker.metrics import BrokerSnapshot, ReplicaLag, families
 from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.special.services import SpecialServices
 from rmq_ha.broker.topics import TopicConfigManager
+from rmq_ha.clock import monotonic_ms
 from rmq_ha.config import BrokerConfig, BrokerRole
+from rmq_ha.metrics import SnapshotCollector, endpoint, registry_of, serve_metrics
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -204,6 +207,8 @@ class Broker:
         self.ha.slave.on_visible = self._wake_pulls
         server.handler = self._on_request
         self.dispatcher = self._dispatcher()
+        #: "host:port" of the Prometheus endpoint once it listens (metricsExporterType=PROM).
+        self.metrics_address: str | None = None
 
     def _dispatcher(self) -> Dispatcher:
         d = Dispatcher("broker")
@@ -343,7 +348,101 @@ class Broker:
             "specialServices": self.special.running,
             # Issue 15: damage, repair and retention counters (rmq-ha admin store-health).
             "store": self.storage.counters(),
+            # Issue 20: where Prometheus scrapes this broker (None: metrics disabled).
+            "metricsAddress": self.metrics_address,
         }
+
+    # ---- metrics (issue 20; broker/metrics.py) ----------------------------------------------
+
+    def metrics_snapshot(self) -> BrokerSnapshot:
+        """What the metrics endpoint shows, read now from the components' public state."""
+        native = self.store.native
+        s = self.core.state
+        ha = self.core.ha
+        now = monotonic_ms()
+        master_max = native.max_offset
+        replicas: list[ReplicaLag] = []
+        if self.core.is_master:
+            members = ha.effective_set()
+            for rid, r in sorted(ha.replicas.items()):
+                behind = max(0, master_max - max(r.ack, 0))
+                replicas.append(
+                    ReplicaLag(
+                        rid,
+                        behind,
+                        0 if behind == 0 else max(0, now - r.last_caught_up_ms),
+                        rid in members,
+                    )
+                )
+        st = native.status()
+        report = native.open_report
+        counters = self.storage
+        lag: dict[tuple[str, str], int] = {}
+        groups: set[str] = set(self.clients.consumers)
+        for key, queues in self.offsets.table.items():
+            topic, _, group = key.partition("@")
+            groups.add(group)
+            lag[(topic, group)] = sum(
+                max(0, native.queue_max_offset(topic, qid) - off) for qid, off in queues.items()
+            )
+        ctl = self.controller
+        return BrokerSnapshot(
+            role=s.role.value,
+            fenced=s.fence is not None,
+            epoch=s.epoch,
+            last_epoch=self.ha.last_epoch()[0],
+            broker_id=s.self_id,
+            min_offset=native.min_offset,
+            max_offset=master_max,
+            confirm_offset=native.confirm_offset,
+            flushed_offset=native.flushed_offset,
+            dispatched_offset=native.dispatched_offset,
+            sync_state_set=len(ha.sync_state_set) if self.core.is_master else 0,
+            effective_sync_state_set=len(ha.effective_set()) if self.core.is_master else 0,
+            sync_state_set_epoch=ha.sync_state_set_epoch,
+            replicas=replicas,
+            slave_state=self.ha.slave.status.state,
+            acting_master=s.acting,
+            isolated=self.core.isolated,
+            isolated_fence=s.isolated_fence,
+            owes_catch_up=s.catch_up is not None,
+            disk_full=counters.disk_full,
+            special_services=self.special.running,
+            controller_answer_age_ms=(
+                None if ctl is None or ctl.last_answer_ms is None else now - ctl.last_answer_ms
+            ),
+            controller_heartbeat_age_ms=(
+                None
+                if ctl is None or ctl.last_heartbeat_ms is None
+                else now - ctl.last_heartbeat_ms
+            ),
+            store={
+                "quarantined_records": int(st.get("quarantined_records") or 0),  # type: ignore[call-overload]
+                "quarantined_bytes": int(st.get("quarantined_bytes") or 0),  # type: ignore[call-overload]
+                "quarantined_at_runtime": int(st.get("quarantined_at_runtime") or 0),  # type: ignore[call-overload]
+                "repaired": counters.repaired,
+                "repair_refused": counters.repair_refused,
+                "skipped_damaged": counters.damage.skipped_units,
+                "retention_deleted_files": counters.deleted_files,
+                "cut_bytes": int(report.get("cut_bytes") or 0),  # type: ignore[call-overload]
+                "cut_below_durable": int(bool(report.get("cut_below_durable"))),
+            },
+            topics=len(self.topics.table),
+            consumer_groups=len(groups),
+            producer_connections=sum(len(g) for g in self.clients.producers.values()),
+            consumer_connections=sum(len(g.clients) for g in self.clients.consumers.values()),
+            consumer_lag=lag,
+        )
+
+    def metrics_collector(self) -> SnapshotCollector:
+        base = {
+            "cluster": self.cfg.cluster_name,
+            "node_type": "broker",
+            "node_id": self.cfg.broker_name,
+        }
+        return SnapshotCollector(
+            lambda: families(self.metrics_snapshot(), self.ports.traffic, base)
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -351,6 +450,11 @@ class Broker:
         native = self.store.native
         async with self.outbound, trio.open_nursery() as nursery:
             self._nursery = nursery
+            where = endpoint(self.cfg, self.cfg.broker_ip)
+            if where is not None:
+                self.metrics_address = await nursery.start(
+                    serve_metrics, registry_of(self.metrics_collector()), *where
+                )
             await self.ha.bind()
             await nursery.start(self.server.serve)
             self.topics.persist()
@@ -427,9 +531,15 @@ async def open_broker(cfg: BrokerConfig) -> AsyncIterator[Broker]:
 
 
 async def serve(
-    cfg: BrokerConfig, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    cfg: BrokerConfig,
+    *,
+    on_metrics: Callable[[str], None] | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs the broker until cancelled; reports its address when listening."""
+    """Runs the broker until cancelled; reports its address when listening (and the metrics
+    endpoint's to `on_metrics`, first, when metrics are on)."""
     async with open_broker(cfg) as broker:
+        if on_metrics is not None and broker.metrics_address is not None:
+            on_metrics(broker.metrics_address)
         task_status.started(broker.address)
         await trio.sleep_forever()

@@ -9,13 +9,14 @@ and parked pulls are components of their own with small APIs of their own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rmq_ha.broker.clients import ClientManager
 from rmq_ha.broker.core.storage import ReadVerdict
 from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
+from rmq_ha.broker.metrics import Traffic
 from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.config import BrokerConfig
 from rmq_ha.net.client import RemotingClient
@@ -144,3 +145,5 @@ class Ports:
     #: The client this broker uses towards other brokers and name servers.
     outbound: RemotingClient
     storage: Storage
+    #: Messages and bytes in and out (rocketmq_messages_in_total ...; broker/metrics.py).
+    traffic: Traffic = field(default_factory=Traffic)

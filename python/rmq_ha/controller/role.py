@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -48,6 +49,14 @@ from rmq_ha.controller.messages import (
 from rmq_ha.controller.requests import handle, stale_event_code
 from rmq_ha.controller.state import ControllerState
 from rmq_ha.errors import RemotingError, RemotingTimeoutError
+from rmq_ha.metrics import (
+    Families,
+    Histogram,
+    SnapshotCollector,
+    endpoint,
+    registry_of,
+    serve_metrics,
+)
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher, RequestHandler
@@ -63,6 +72,7 @@ from rmq_ha.protocol.headers import (
 from rmq_ha.protocol.models import SyncStateSet
 from rmq_ha.raft.config import RaftConfig
 from rmq_ha.raft.driver import NotLeaderError, ProposalOutcomeUnknown, RaftDriver
+from rmq_ha.raft.messages import Role as RaftRole
 from rmq_ha.raft.outputs import RoleState
 
 log = logging.getLogger(__name__)
@@ -73,6 +83,9 @@ PROPOSE_TIMEOUT_S = 5.0
 ELECT_TRY_TIMEOUT_S = 3.0
 NOTIFY_TIMEOUT_S = 3.0
 NOT_LEADER_REMARK = "The controller is not in leader state"
+
+#: Buckets (s) of the master-election duration histogram.
+ELECTION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 #: The leader-only requests (RocketMQ section 3.6).
 LEADER_CODES = tuple(wire.REQUEST_CODES.values())
@@ -179,6 +192,11 @@ class ControllerNode:
         self._electing: set[str] = set()
         self._watched: set[int] = set()
         self._notified_epoch: dict[str, int] = {}
+        # Metrics (issue 20): Raft leaderships won here, master elections run here (by
+        # result) and how long they took.
+        self.leader_elections = 0
+        self.master_elections: dict[str, int] = {}
+        self.election_seconds = Histogram(ELECTION_BUCKETS_S)
 
     @property
     def address(self) -> str:
@@ -237,6 +255,8 @@ class ControllerNode:
             task_status.started(self.address)
 
     def _on_role_change(self, role: RoleState) -> None:
+        if role.serving and role.role is RaftRole.LEADER:
+            self.leader_elections += 1
         if role.serving:
             log.info("controller %s leads (term %d) and serves", self.node_id, role.term)
 
@@ -307,6 +327,7 @@ class ControllerNode:
             req = wire.decode_request(cmd)
         except wire.InvalidControllerRequest as e:
             return cmd.response(Code.CONTROLLER_INVALID_REQUEST, str(e))
+        started = trio.current_time()
         try:
             resp = await self.execute(req)
         except NotLeaderError:
@@ -315,6 +336,7 @@ class ControllerNode:
             return cmd.response(Code.SYSTEM_ERROR, f"controller: {e}")
         cluster = None
         if isinstance(req, ElectMasterRequest):
+            self._note_election(resp, trio.current_time() - started)
             cluster = self._after_elect(req.broker_name, resp)
         return wire.encode_response(cmd, req, resp, cluster)
 
@@ -349,6 +371,7 @@ class ControllerNode:
 
     async def _elect_task(self, broker_name: str) -> None:
         """triggerElectMaster: up to electMasterMaxRetryCount tries while leading."""
+        started = trio.current_time()
         try:
             for attempt in range(self.cfg.elect_master_max_retry_count):
                 if not self.driver.serving:
@@ -360,10 +383,17 @@ class ControllerNode:
                     log.warning("elect %s (try %d): %s", broker_name, attempt + 1, e)
                     continue
                 log.info("elect %s: %s %s", broker_name, resp.code.name, resp.remark)
+                self._note_election(resp, trio.current_time() - started)
                 self._after_elect(broker_name, resp)
                 return
         finally:
             self._electing.discard(broker_name)
+
+    def _note_election(self, resp: ElectMasterResponse, took_s: float) -> None:
+        result = resp.code.name
+        self.master_elections[result] = self.master_elections.get(result, 0) + 1
+        if resp.code == Code.SUCCESS:
+            self.election_seconds.observe(took_s)
 
     def _after_elect(self, broker_name: str, resp: ElectMasterResponse) -> str | None:
         """Pushes the role-change notice after a successful election; returns the group's
@@ -412,6 +442,85 @@ class ControllerNode:
             except RemotingError as e:
                 log.warning("could not notify %s of the role change: %s", addr, e)
 
+    # -- metrics (docs/operations.md) --------------------------------------------------------
+
+    def metrics_families(self) -> list[Any]:
+        """The controller's metrics, read now (Raft through the driver's status)."""
+        f = Families(
+            {
+                "cluster": self.cfg.controller_dleger_group,
+                "node_type": "controller",
+                "node_id": self.node_id,
+            }
+        )
+        try:
+            st = self.driver.status()
+        except RuntimeError:  # the driver is not running yet
+            st = None
+        if st is not None:
+            f.gauge("rmq_ha_controller_raft_term", "This node's Raft term", st.term)
+            f.gauge(
+                "rmq_ha_controller_raft_is_leader",
+                "1 on the serving leader (its no-op entry committed)",
+                st.serving and st.role is RaftRole.LEADER,
+            )
+            f.gauge(
+                "rmq_ha_controller_raft_role",
+                "1 for this node's Raft role",
+                labels=("role",),
+                samples=(((r.value,), 1.0 if r is st.role else 0.0) for r in RaftRole),
+            )
+            f.gauge(
+                "rmq_ha_controller_raft_leader_known",
+                "1 when this node knows a leader",
+                st.leader_id is not None,
+            )
+            f.gauge("rmq_ha_controller_raft_commit_index", "Raft commit index", st.commit_index)
+            f.gauge("rmq_ha_controller_raft_applied_index", "Raft applied index", st.applied_index)
+        f.counter(
+            "rmq_ha_controller_raft_leader_elections_total",
+            "Times this node became the serving Raft leader",
+            self.leader_elections,
+        )
+        f.counter(
+            "rmq_ha_controller_master_elections_total",
+            "Broker master elections this node ran as leader, by answer code",
+            labels=("result",),
+            samples=(((k,), v) for k, v in sorted(self.master_elections.items())),
+        )
+        f.histogram(
+            "rmq_ha_controller_master_election_duration_seconds",
+            "Successful master elections: from the request (or the controller's trigger) "
+            "to the committed result",
+            self.election_seconds,
+        )
+        sets = sorted(self.state.broker_sets.items())
+        f.gauge("rmq_ha_controller_broker_groups", "Broker groups (brokerName) known", len(sets))
+        f.gauge(
+            "rmq_ha_controller_live_brokers",
+            "Brokers whose heartbeats reach this node",
+            len(self.live.view()),
+        )
+        f.gauge(
+            "rmq_ha_controller_group_master_epoch",
+            "The group's master epoch",
+            labels=("broker_name",),
+            samples=(((name,), bs.master_epoch) for name, bs in sets),
+        )
+        f.gauge(
+            "rmq_ha_controller_group_has_master",
+            "1 when the group has a master",
+            labels=("broker_name",),
+            samples=(((name,), bs.master_broker_id is not None) for name, bs in sets),
+        )
+        f.gauge(
+            "rmq_ha_controller_group_sync_state_set_size",
+            "Members of the group's SyncStateSet",
+            labels=("broker_name",),
+            samples=(((name,), len(bs.sync_state_set)) for name, bs in sets),
+        )
+        return f.out
+
     # -- scans ---------------------------------------------------------------------------------
 
     async def _scan_not_active_loop(self) -> None:
@@ -433,7 +542,19 @@ class ControllerNode:
 
 
 async def serve(
-    cfg: ControllerConfig, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    cfg: ControllerConfig,
+    *,
+    on_metrics: Callable[[str], None] | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs a standalone controller node until cancelled; reports its address when ready."""
-    await ControllerNode(cfg).run(task_status=task_status)
+    """Runs a standalone controller node until cancelled; reports its address when ready (and
+    its metrics endpoint's to `on_metrics` first, when metricsExporterType=PROM)."""
+    node = ControllerNode(cfg)
+    async with trio.open_nursery() as n:
+        where = endpoint(cfg, node.address.rpartition(":")[0])
+        if where is not None:
+            reg = registry_of(SnapshotCollector(node.metrics_families))
+            addr = await n.start(serve_metrics, reg, *where)
+            if on_metrics is not None:
+                on_metrics(addr)
+        task_status.started(await n.start(node.run))

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from rmq_ha import faults
 from rmq_ha.clock import wall_ms
 from rmq_ha.config import ControllerConfig, NamesrvConfig
+from rmq_ha.metrics import Families, SnapshotCollector, endpoint, registry_of, serve_metrics
 from rmq_ha.nameserver.routes import MinIdChange, RouteTable
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
@@ -147,15 +148,39 @@ class Nameserver:
         for addr in change.recipients:
             self._nursery.start_soon(one, addr)
 
-    async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self,
+        *,
+        on_metrics: Callable[[str], None] | None = None,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         async with self.outbound, trio.open_nursery() as nursery:
             self._nursery = nursery
+            where = endpoint(self.cfg, self.cfg.listen_host)
+            if where is not None:
+                reg = registry_of(SnapshotCollector(self.metrics_families))
+                addr = await nursery.start(serve_metrics, reg, *where)
+                if on_metrics is not None:
+                    on_metrics(addr)
             await nursery.start(self.server.serve)
             if self.controller is not None:
                 await nursery.start(self.controller.run)
             nursery.start_soon(self._scan_loop)
             log.info("name server ready on %s", self.address)
             task_status.started(self.address)
+
+    def metrics_families(self) -> list[Any]:
+        """The name server's metrics (ours), and its embedded controller's."""
+        f = Families({"node_type": "nameserver", "node_id": self.address})
+        r = self.routes
+        f.gauge("rmq_ha_namesrv_live_brokers", "Brokers registered and alive", len(r.live))
+        f.gauge("rmq_ha_namesrv_broker_groups", "Broker groups (brokerName) routed", len(r.groups))
+        f.gauge("rmq_ha_namesrv_clusters", "Clusters", len(r.clusters))
+        f.gauge("rmq_ha_namesrv_topics", "Topics with a route", len(r.topics))
+        out = f.out
+        if self.controller is not None:
+            out += self.controller.metrics_families()
+        return out
 
     async def _scan_loop(self) -> None:
         while True:
@@ -282,8 +307,12 @@ async def serve(
     cfg: NamesrvConfig,
     *,
     controller_cfg: ControllerConfig | None = None,
+    on_metrics: Callable[[str], None] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Runs a name server (with its embedded controller when enableControllerInNamesrv) until
-    cancelled; reports its address when listening."""
-    await Nameserver(cfg, controller_cfg=controller_cfg).serve(task_status=task_status)
+    cancelled; reports its address when listening (and its metrics endpoint's to
+    `on_metrics`, first, when metricsExporterType=PROM)."""
+    await Nameserver(cfg, controller_cfg=controller_cfg).serve(
+        on_metrics=on_metrics, task_status=task_status
+    )

@@ -15,10 +15,11 @@ Departures from DLedger that shorten a failover and bound its terms under slow f
 scheduling delay (issue 14, measured in the simulator, tests/test_raft_sim_failover.py): a vote
 request with a bigger term from a candidate whose ledger is not behind is granted at once in that
 term (Raft's rule; DLedger answers TERM_NOT_READY and waits for a revote, which on a busy machine
-split vote after vote); after a round other candidates denied, a candidate waits two vote
-intervals more per competitor with a smaller id (a tie-break, so the next round is no race); a
-vote round waits one heartbeat interval for answers by default (DLedger: 2000 ms); and
-ALREADY_HAS_LEADER backs off a vote interval (DLedger: plus maxHeartBeatLeak intervals).
+split vote after vote); after a round other candidates denied, the one with the smallest id
+goes first and the others wait two vote intervals more per smaller one (a tie-break, so the next
+round is no race); a vote round waits one heartbeat interval for answers by default (DLedger:
+2000 ms); and ALREADY_HAS_LEADER backs off a vote interval (DLedger: plus maxHeartBeatLeak
+intervals).
 
 Replication is Raft's: a leader pushes entries after (prevIndex, prevTerm), one push in flight
 per follower, retried after maxPushTimeOutMs; followers cut diverged suffixes; an index commits
@@ -470,17 +471,24 @@ class RaftNode:
         lo, hi = self._cfg.min_vote_interval_ms, self._cfg.max_vote_interval_ms
         return now + lo + (self._rng.randrange(hi - lo) if hi > lo else 0)
 
-    def _tie_break(self, tally: VoteTally) -> int:
-        """Extra wait, after a round that other candidates denied us, for each of them with a
-        smaller id. The survivors of a leader's death time out on the same heartbeat, so their
-        next rounds start only a random vote interval apart; when that is less than a durable
-        write of the self-vote plus a round trip (tens of ms on a busy machine, against a
-        30-100 ms interval at a 200 ms heartbeat), both vote for themselves, and again one term
-        higher: 27 terms in the simulator with 5-50 ms fsyncs, 20 in the bench on a loaded
-        machine. Waiting two vote intervals per smaller competitor makes the next round no
-        race: the smallest goes first and the others, still in the old term, vote for it."""
+    def _after_denied_round(self, tally: VoteTally, now: int) -> int:
+        """When to vote next after a round that other candidates denied us (NOT_ENOUGH_ACCEPTS),
+        with a tie-break. The survivors of a leader's death time out on the same heartbeat, so
+        their next rounds start only a random vote interval apart; when that is less than a
+        durable write of the self-vote plus a round trip (tens of ms on a busy machine, against
+        a 30-100 ms interval at a 200 ms heartbeat), both vote for themselves, and again one
+        term higher: 27 terms in the simulator with 5-50 ms fsyncs, 20 in the bench on a loaded
+        machine. So the candidates that answered REJECT_ALREADY_VOTED are ordered by id: one
+        with none smaller goes after minVoteIntervalMs, the others wait a random vote interval
+        plus two maxVoteIntervalMs per smaller one, and find it in the next term, where they,
+        still in the old one, vote for it at once. Without such answers: a random interval."""
+        cfg = self._cfg
+        if not tally.already_voted:
+            return self._next_vote_time(now)
         smaller = sum(1 for m in tally.already_voted if m < self.node_id)
-        return smaller * 2 * self._cfg.max_vote_interval_ms
+        if smaller == 0:
+            return now + cfg.min_vote_interval_ms
+        return self._next_vote_time(now) + smaller * 2 * cfg.max_vote_interval_ms
 
     def _change_role_to_candidate(self, term: int) -> None:
         if term < self._term:
@@ -590,7 +598,7 @@ class RaftNode:
                 self._next_vote_time(now) + cfg.max_vote_interval_ms
             )
         elif outcome is ElectionOutcome.NOT_ENOUGH_ACCEPTS:
-            self._next_time_to_request_vote_ms = self._next_vote_time(now) + self._tie_break(tally)
+            self._next_time_to_request_vote_ms = self._after_denied_round(tally, now)
         elif outcome is ElectionOutcome.NO_QUORUM_OF_VALID_VOTES:
             self._next_time_to_request_vote_ms = self._next_vote_time(now)
         # REVOTE_IMMEDIATELY keeps nextTimeToRequestVote, which has passed: vote again now.

@@ -75,8 +75,8 @@ class ElectionOutcome(enum.Enum):
     PASSED = "PASSED"
     #: 6. Accepted + not-ready-term reach a quorum: vote again at once with the same term.
     REVOTE_IMMEDIATELY = "REVOTE_IMMEDIATELY"
-    #: 7. Anything else: vote next time with a bigger term (after a tie-break wait, see
-    #:    `RaftNode._tie_break`).
+    #: 7. Anything else: vote next time with a bigger term (when, see
+    #:    `RaftNode._after_denied_round`).
     NOT_ENOUGH_ACCEPTS = "NOT_ENOUGH_ACCEPTS"
 
     @property

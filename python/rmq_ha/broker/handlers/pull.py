@@ -123,6 +123,7 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
                     nxt, wait_until = verdict.serve_below, verdict.wait_until_ms
             if bufs:
                 body = b"".join(memoryview(b) for b in bufs)
+                p.traffic.got(h.topic, h.consumer_group, len(bufs), len(body))
                 return _respond(cmd, Resp.SUCCESS, nxt, qmin, qmax, body)
             if wait_until is None:
                 # Filtered out, or only skipped damaged records: move past them.

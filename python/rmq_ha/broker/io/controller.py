@@ -22,6 +22,7 @@ import trio
 from rmq_ha import faults
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleCore
+from rmq_ha.clock import monotonic_ms
 from rmq_ha.config import BrokerConfig
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient
@@ -63,6 +64,10 @@ class ControllerShell:
         self.broker_id: int | None = None
         self.running = trio.Event()
         self.replica_addrs: dict[int, str] = {}
+        #: monotonic ms of the controller's last answer and of the last heartbeat written to
+        #: a controller's socket (heartbeats are oneway: they have no answer); for metrics.
+        self.last_answer_ms: int | None = None
+        self.last_heartbeat_ms: int | None = None
 
     # ---- identity -----------------------------------------------------------------------
 
@@ -153,6 +158,7 @@ class ControllerShell:
         self._master_info(reg, "register")
 
     def _master_info(self, info: m.MasterInfo, source: str) -> None:
+        self.last_answer_ms = monotonic_ms()
         self.feed(
             ev.MasterInfo(
                 info.master_broker_id,
@@ -187,6 +193,7 @@ class ControllerShell:
         body = SyncStateSet.from_json(cmd.body) if cmd.body else SyncStateSet()
         if h.master_broker_id is None or h.master_epoch is None or self.broker_id is None:
             return
+        self.last_answer_ms = monotonic_ms()
         self.feed(
             ev.MasterInfo(
                 h.master_broker_id,
@@ -224,6 +231,7 @@ class ControllerShell:
             try:
                 with trio.fail_after(1.0):
                     await self.outbound.invoke_oneway(addr, cmd)
+                self.last_heartbeat_ms = monotonic_ms()
             except (RemotingError, trio.TooSlowError, OSError) as e:
                 log.debug("heartbeat to controller %s failed: %s", addr, e)
                 self.outbound.close_connection(addr)
@@ -260,6 +268,8 @@ class ControllerShell:
             return
         if info.ok:
             self._master_info(info, "poll")
+        else:
+            self.last_answer_ms = monotonic_ms()
 
     async def report(self, members: frozenset[int], master_epoch: int, ss_epoch: int) -> None:
         """ProposeSyncStateSet: ALTER_SYNC_STATE_SET; the answer goes back as an event."""

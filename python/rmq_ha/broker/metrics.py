@@ -1,0 +1,304 @@
+"""The broker's metrics (docs/operations.md): RocketMQ 5's names where RocketMQ has the metric,
+`rmq_ha_*` for what HA needs.
+
+Two parts: `Traffic`, the only per-request work (a dict update per send or pull, keyed by topic
+and message type or consumer group, so cardinality is bounded by the topic and group tables),
+and `BrokerSnapshot`, a plain record broker.py fills at scrape time from its components;
+`families` turns it into Prometheus families. Nothing here reaches into the broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.core import Metric
+
+from rmq_ha.metrics import Families
+
+
+class Traffic:
+    """Messages and bytes in (stored by sends) and out (served to pulls), RocketMQ's
+    rocketmq_messages_in_total / _out_total and rocketmq_throughput_in_total / _out_total."""
+
+    def __init__(self) -> None:
+        #: (topic, message_type) -> [messages, body bytes]
+        self.inbound: dict[tuple[str, str], list[int]] = {}
+        #: (topic, consumer_group) -> [messages, record bytes]
+        self.outbound: dict[tuple[str, str], list[int]] = {}
+
+    def put(self, topic: str, message_type: str, messages: int, nbytes: int) -> None:
+        c = self.inbound.get((topic, message_type))
+        if c is None:
+            self.inbound[(topic, message_type)] = [messages, nbytes]
+        else:
+            c[0] += messages
+            c[1] += nbytes
+
+    def got(self, topic: str, group: str, messages: int, nbytes: int) -> None:
+        c = self.outbound.get((topic, group))
+        if c is None:
+            self.outbound[(topic, group)] = [messages, nbytes]
+        else:
+            c[0] += messages
+            c[1] += nbytes
+
+
+@dataclass
+class ReplicaLag:
+    broker_id: int
+    lag_bytes: int
+    #: ms since the replica last held everything the master had (0 while caught up).
+    lag_ms: int
+    in_sync_state_set: bool
+
+
+@dataclass
+class BrokerSnapshot:
+    role: str  # NONE | MASTER | SLAVE (the role core's)
+    fenced: bool
+    epoch: int
+    last_epoch: int | None
+    broker_id: int | None
+    min_offset: int
+    max_offset: int
+    confirm_offset: int
+    flushed_offset: int
+    dispatched_offset: int
+    sync_state_set: int
+    effective_sync_state_set: int
+    sync_state_set_epoch: int
+    replicas: list[ReplicaLag]
+    slave_state: str
+    acting_master: bool
+    isolated: bool
+    isolated_fence: bool
+    owes_catch_up: bool
+    disk_full: bool
+    special_services: bool
+    controller_answer_age_ms: int | None
+    controller_heartbeat_age_ms: int | None
+    store: dict[str, int]
+    topics: int
+    consumer_groups: int
+    producer_connections: int
+    consumer_connections: int
+    #: (topic, consumer group) -> messages not yet consumed (queue max - committed offset)
+    consumer_lag: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+#: The HA slave's connection states (broker/ha/slave.py).
+SLAVE_STATES = ("READY", "HANDSHAKE", "TRANSFER", "SUSPEND")
+ROLES = ("NONE", "MASTER", "SLAVE")
+
+
+def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[Metric]:
+    f = Families(base)
+    # ---- RocketMQ 5's names --------------------------------------------------------------
+    f.counter(
+        "rocketmq_messages_in_total",
+        "Messages stored by sends (RocketMQ's name)",
+        labels=("topic", "message_type"),
+        samples=((k, v[0]) for k, v in traffic.inbound.items()),
+    )
+    f.counter(
+        "rocketmq_throughput_in_total",
+        "Message body bytes stored by sends (RocketMQ's name)",
+        labels=("topic", "message_type"),
+        samples=((k, v[1]) for k, v in traffic.inbound.items()),
+    )
+    f.counter(
+        "rocketmq_messages_out_total",
+        "Messages served to pulls (RocketMQ's name)",
+        labels=("topic", "consumer_group"),
+        samples=((k, v[0]) for k, v in traffic.outbound.items()),
+    )
+    f.counter(
+        "rocketmq_throughput_out_total",
+        "Stored record bytes served to pulls (RocketMQ's name)",
+        labels=("topic", "consumer_group"),
+        samples=((k, v[1]) for k, v in traffic.outbound.items()),
+    )
+    f.gauge(
+        "rocketmq_storage_size",
+        "Commitlog bytes held: max offset - min offset (RocketMQ's name)",
+        s.max_offset - s.min_offset,
+    )
+    f.gauge(
+        "rocketmq_storage_flush_behind_bytes",
+        "Commitlog bytes not yet fsynced (RocketMQ's name)",
+        max(0, s.max_offset - s.flushed_offset),
+    )
+    f.gauge(
+        "rocketmq_storage_dispatch_behind_bytes",
+        "Commitlog bytes not yet in the consume queues (RocketMQ's name)",
+        max(0, s.max_offset - s.dispatched_offset),
+    )
+    f.gauge("rocketmq_topic_number", "Topics in the topic table (RocketMQ's name)", s.topics)
+    f.gauge(
+        "rocketmq_consumer_group_number",
+        "Consumer groups with committed offsets or online consumers (RocketMQ's name)",
+        s.consumer_groups,
+    )
+    f.gauge(
+        "rocketmq_consumer_lag_messages",
+        "Messages of the topic the group has not committed yet (RocketMQ's name)",
+        labels=("topic", "consumer_group"),
+        samples=((k, v) for k, v in s.consumer_lag.items()),
+    )
+    f.gauge(
+        "rocketmq_producer_connections",
+        "Producer connections (RocketMQ's name)",
+        s.producer_connections,
+    )
+    f.gauge(
+        "rocketmq_consumer_connections",
+        "Consumer connections (RocketMQ's name)",
+        s.consumer_connections,
+    )
+    # ---- HA (ours) -----------------------------------------------------------------------
+    f.gauge(
+        "rmq_ha_broker_role",
+        "1 for the broker's current role (NONE: controller mode before a role is given)",
+        labels=("role",),
+        samples=(((r,), 1.0 if r == s.role else 0.0) for r in ROLES),
+    )
+    f.gauge(
+        "rmq_ha_broker_is_master",
+        "1 when the broker is master and not fenced (the status answer's role MASTER)",
+        1.0 if s.role == "MASTER" and not s.fenced else 0.0,
+    )
+    f.gauge("rmq_ha_broker_fenced", "1 while writes and registration are refused", s.fenced)
+    f.gauge("rmq_ha_broker_epoch", "The master epoch this broker leads or follows", s.epoch)
+    f.gauge(
+        "rmq_ha_broker_last_epoch",
+        "The epoch file's last epoch (-1: none)",
+        -1 if s.last_epoch is None else s.last_epoch,
+    )
+    f.gauge(
+        "rmq_ha_broker_id",
+        "This replica's broker id (-1: not assigned yet)",
+        -1 if s.broker_id is None else s.broker_id,
+    )
+    f.gauge("rmq_ha_max_offset_bytes", "The commitlog's max (end) offset", s.max_offset)
+    f.gauge("rmq_ha_min_offset_bytes", "The commitlog's min offset", s.min_offset)
+    f.gauge(
+        "rmq_ha_confirm_offset_bytes",
+        "The confirm offset: what consumers may read (held by the SyncStateSet)",
+        s.confirm_offset,
+    )
+    f.gauge(
+        "rmq_ha_replication_lag_bytes",
+        "Master only: bytes the replica has not acknowledged (max offset - its ack)",
+        labels=("replica_id",),
+        samples=(((str(r.broker_id),), r.lag_bytes) for r in s.replicas),
+    )
+    f.gauge(
+        "rmq_ha_replication_lag_ms",
+        "Master only: ms since the replica last held everything (0 while caught up)",
+        labels=("replica_id",),
+        samples=(((str(r.broker_id),), r.lag_ms) for r in s.replicas),
+    )
+    f.gauge(
+        "rmq_ha_replica_connected",
+        "Master only: 1 per connected HA replica, in_sync_state_set says if it is a member",
+        labels=("replica_id", "in_sync_state_set"),
+        samples=(
+            ((str(r.broker_id), "true" if r.in_sync_state_set else "false"), 1.0)
+            for r in s.replicas
+        ),
+    )
+    f.gauge(
+        "rmq_ha_sync_state_set_size",
+        "Master only: members of the committed SyncStateSet (0 on a slave)",
+        s.sync_state_set,
+    )
+    f.gauge(
+        "rmq_ha_effective_sync_state_set_size",
+        "Master only: members of the committed set joined with a pending proposal",
+        s.effective_sync_state_set,
+    )
+    f.gauge("rmq_ha_sync_state_set_epoch", "The SyncStateSet epoch", s.sync_state_set_epoch)
+    f.gauge(
+        "rmq_ha_slave_state",
+        "1 for the HA client's state (a slave's connection to its master)",
+        labels=("state",),
+        samples=(((st,), 1.0 if st == s.slave_state else 0.0) for st in SLAVE_STATES),
+    )
+    if s.controller_answer_age_ms is not None:
+        f.gauge(
+            "rmq_ha_controller_answer_age_ms",
+            "Controller mode: ms since the controller last answered (register, replica-info "
+            "poll, election, role-change notice)",
+            s.controller_answer_age_ms,
+        )
+    if s.controller_heartbeat_age_ms is not None:
+        f.gauge(
+            "rmq_ha_controller_heartbeat_age_ms",
+            "Controller mode: ms since a heartbeat last reached a controller's socket",
+            s.controller_heartbeat_age_ms,
+        )
+    f.gauge(
+        "rmq_ha_acting_master", "1 while a classic slave acts for its dead master", s.acting_master
+    )
+    f.gauge(
+        "rmq_ha_isolated", "1 while the broker reaches no name server and no replica", s.isolated
+    )
+    f.gauge(
+        "rmq_ha_isolated_fenced", "1 while FMQ fencing refuses the data plane", s.isolated_fence
+    )
+    f.gauge(
+        "rmq_ha_owes_catch_up",
+        "1 while this replica lost data it once held and may not lead (issue 13)",
+        s.owes_catch_up,
+    )
+    f.gauge("rmq_ha_disk_full", "1 while the commitlog's disk refuses writes", s.disk_full)
+    f.gauge(
+        "rmq_ha_special_services_running",
+        "1 while delay, transaction and pop services run here",
+        s.special_services,
+    )
+    st = s.store
+    f.gauge(
+        "rmq_ha_store_quarantined_records",
+        "Damaged records quarantined now (skipped by reads until repaired)",
+        st.get("quarantined_records", 0),
+    )
+    f.gauge(
+        "rmq_ha_store_quarantined_bytes", "Bytes quarantined now", st.get("quarantined_bytes", 0)
+    )
+    f.counter(
+        "rmq_ha_store_quarantined_at_runtime_total",
+        "Records quarantined while running (reads or HA transfers found them damaged)",
+        st.get("quarantined_at_runtime", 0),
+    )
+    f.counter(
+        "rmq_ha_store_repaired_total",
+        "Quarantined records repaired from a replica",
+        st.get("repaired", 0),
+    )
+    f.counter(
+        "rmq_ha_store_repair_refused_total",
+        "Repairs whose bytes failed the checks",
+        st.get("repair_refused", 0),
+    )
+    f.counter(
+        "rmq_ha_store_skipped_damaged_total",
+        "Queue units reads skipped because their record is damaged",
+        st.get("skipped_damaged", 0),
+    )
+    f.gauge(
+        "rmq_ha_store_recovery_cut_bytes",
+        "Bytes the last open cut as a torn or damaged tail",
+        st.get("cut_bytes", 0),
+    )
+    f.gauge(
+        "rmq_ha_store_recovery_cut_below_durable",
+        "1 when the last open cut bytes below the durable point (a loss of fsynced data)",
+        st.get("cut_below_durable", 0),
+    )
+    f.counter(
+        "rmq_ha_store_retention_deleted_files_total",
+        "Commitlog segments deleted by retention",
+        st.get("retention_deleted_files", 0),
+    )
+    return f.out
