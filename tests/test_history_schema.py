@@ -19,8 +19,9 @@ def test_round_trip_send_poll_and_fault(tmp_path):
             h.Value(topic="T", value=7, queue_id=1, queue_offset=4, broker="b0", status="SEND_OK"),
             node="n1",
         ),
+        h.Op(2, 25, 4, "invoke", "poll", h.Value(topic="T", group="g")),
         h.Op(
-            2,
+            3,
             30,
             4,
             "ok",
@@ -28,17 +29,18 @@ def test_round_trip_send_poll_and_fault(tmp_path):
             h.Value(topic="T", group="g", messages=[h.Read("T", 1, 4, 7, "k", "b0")]),
         ),
         h.Op(
-            3,
+            4,
             40,
             h.NEMESIS_PROCESS,
             "info",
             "fault-start",
             h.Value(fault="kill", fault_id=1, targets=["n1"]),
         ),
-        h.Op(4, 50, 5, "fail", "send", h.Value(topic="T", value=8), error="boom", definite=True),
+        h.Op(5, 45, 5, "invoke", "send", h.Value(topic="T", value=8)),
+        h.Op(6, 50, 5, "fail", "send", h.Value(topic="T", value=8), error="boom", definite=True),
     ]
     buf = io.StringIO()
-    assert h.write(buf, ops) == 5
+    assert h.write(buf, ops) == 7
     p = tmp_path / "history.jsonl"
     p.write_text(buf.getvalue())
     assert list(h.read(p)) == ops
@@ -54,7 +56,7 @@ def test_round_trip_send_poll_and_fault(tmp_path):
         ('{"index":0,"time_ns":1,"process":1,"type":"ok","f":"enqueue","value":{}}', "f 'enqueue'"),
         (
             '{"index":0,"time_ns":1,"process":1,"type":"ok","f":"send","value":{}}',
-            "without a value",
+            "without value.value",
         ),
         (
             '{"index":0,"time_ns":1,"process":-1,"type":"info","f":"fault-start",'
@@ -123,3 +125,54 @@ def _top_level_fields(struct_body: str) -> list[str]:
             cur += ch
     out.append(cur)
     return out
+
+
+def test_send_statuses_are_the_clients_send_status_names():
+    """The history's status enum (rmq_ha.history.SEND_STATUSES) is the client's SendStatus."""
+    from rmq_ha.client.message import SendStatus
+
+    assert set(h.SEND_STATUSES) == {s.value for s in SendStatus}
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        (
+            '{"index":1,"time_ns":"soon","process":1,"type":"ok","f":"send","value":{"value":1}}',
+            "time_ns: expected an integer, got 'soon'",
+        ),
+        (
+            '{"index":1,"time_ns":2,"process":1,"type":"ok","f":"send","value":17}',
+            "value: expected an object, got 17",
+        ),
+        (
+            '{"index":1,"time_ns":2,"process":1,"type":"OK","f":"send","value":{"value":1}}',
+            "type 'OK' is not one of",
+        ),
+        (
+            '{"index":1,"time_ns":2,"process":1,"type":"ok","f":"send","value":{"value":1,'
+            '"status":"OK"}}',
+            "status 'OK' is not one of",
+        ),
+        (
+            '{"index":1,"time_ns":2,"process":1,"type":"ok","f":"poll","value":{}}',
+            "poll ok without value.messages",
+        ),
+        (
+            '{"index":1,"time_ns":2,"process":1,"type":"ok","f":"send","value":{"value":1}',
+            "not JSON",
+        ),
+        (
+            '{"index":1,"time_ns":2,"process":2,"type":"ok","f":"send","value":{"value":1}}',
+            "ok of send without an invoke",
+        ),
+    ],
+)
+def test_issue_18_lines_are_refused_with_their_line_number(tmp_path, line, why):
+    p = tmp_path / "h.jsonl"
+    p.write_text(
+        '{"index":0,"time_ns":1,"process":1,"type":"invoke","f":"send","value":{"value":1}}\n'
+        + line
+    )
+    with pytest.raises(h.HistoryError, match=f"h.jsonl:2: .*{why}"):
+        list(h.read(p))

@@ -147,9 +147,7 @@ class Value:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Value:
-        unknown = set(d) - set(_VALUE_FIELDS)
-        if unknown:
-            raise HistoryError(f"value has unknown fields {sorted(unknown)}")
+        _check_type(d, "value", "value")
         kw = dict(d)
         if kw.get("messages") is not None:
             kw["messages"] = [Read(**m) for m in kw["messages"]]
@@ -209,15 +207,27 @@ class Op:
         }
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> Op:
+    def from_json(d: Any) -> Op:
+        """One decoded JSON line; every field's type is checked against the schema
+        (``OP_FIELDS``), unknown fields are refused, then the op against the rules."""
+        if not isinstance(d, dict):
+            raise HistoryError(f"not a JSON object: {_show(d)}")
+        _check_fields(d, OP_FIELDS, "")
+        for name in REQUIRED_OP_FIELDS:
+            if d.get(name) is None:
+                raise HistoryError(f"{name} is missing")
+        raw = d.get("value")
+        kw = dict(raw) if raw else {}
+        if kw.get("messages") is not None:
+            kw["messages"] = [Read(**m) for m in kw["messages"]]
         op = Op(
-            index=int(d["index"]),
-            time_ns=int(d["time_ns"]),
-            process=int(d["process"]),
+            index=d["index"],
+            time_ns=d["time_ns"],
+            process=d["process"],
             node=d.get("node"),
-            type=str(d["type"]),
-            f=str(d["f"]),
-            value=Value.from_json(d.get("value") or {}),
+            type=d["type"],
+            f=d["f"],
+            value=Value(**kw),
             error=d.get("error"),
             definite=d.get("definite"),
         )
@@ -229,34 +239,213 @@ class HistoryError(ValueError):
     """A history line that does not follow the schema."""
 
 
+# ---- the rules, as data --------------------------------------------------------------------
+# Both readers apply exactly these: `read` / `validate` here, and the checker's Spark
+# validation (rmq_check.validate), which builds its expressions from the same tables; a test
+# (tests/spark/test_check_validate.py) runs every rule through both.
+
+#: SendStatus names (rmq_ha.client.message.SendStatus; a test keeps them equal).
+SEND_STATUSES: Final = (
+    "SEND_OK",
+    "FLUSH_DISK_TIMEOUT",
+    "FLUSH_SLAVE_TIMEOUT",
+    "SLAVE_NOT_AVAILABLE",
+)
+OFFSET_DETAILS: Final = ("max", "min", "search")
+#: Field types, in schema order: "int" (32-bit), "bigint" (64-bit), "string", "boolean",
+#: "array<string>", "array<read>" (READ_FIELDS), "value" (VALUE_FIELD_TYPES).
+READ_FIELDS: Final = (
+    ("topic", "string"),
+    ("queue_id", "int"),
+    ("queue_offset", "bigint"),
+    ("value", "bigint"),
+    ("key", "string"),
+    ("broker", "string"),
+)
+VALUE_FIELD_TYPES: Final = (
+    ("topic", "string"),
+    ("queue_id", "int"),
+    ("queue_offset", "bigint"),
+    ("value", "bigint"),
+    ("key", "string"),
+    ("broker", "string"),
+    ("status", "string"),
+    ("group", "string"),
+    ("messages", "array<read>"),
+    ("offset", "bigint"),
+    ("master", "string"),
+    ("epoch", "int"),
+    ("fault", "string"),
+    ("fault_id", "int"),
+    ("targets", "array<string>"),
+    ("detail", "string"),
+    ("delay_ms", "bigint"),
+    ("txn", "string"),
+    ("invisible_ms", "bigint"),
+    ("applied_ns", "bigint"),
+    ("healing_ns", "bigint"),
+)
+OP_FIELDS: Final = (
+    ("index", "bigint"),
+    ("time_ns", "bigint"),
+    ("process", "int"),
+    ("node", "string"),
+    ("type", "string"),
+    ("f", "string"),
+    ("value", "value"),
+    ("error", "string"),
+    ("definite", "boolean"),
+)
+assert tuple(n for n, _ in VALUE_FIELD_TYPES) == VALUE_FIELDS
+#: Fields every line carries (not null).
+REQUIRED_OP_FIELDS: Final = ("index", "time_ns", "process", "type", "f")
+#: Fields every message of a poll / drain / pop carries.
+REQUIRED_READ_FIELDS: Final = ("topic", "queue_id", "queue_offset")
+#: value fields an op must carry, per f and type ("*": every type of that f).
+REQUIRED_VALUE_FIELDS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
+    ("send", "*"): ("value",),
+    ("poll", "ok"): ("messages",),
+    ("drain", "ok"): ("messages",),
+    ("pop", "ok"): ("messages",),
+    ("offsets", "*"): ("topic", "queue_id", "detail"),
+    ("offsets", "ok"): ("offset",),
+    ("metadata", "*"): ("broker",),
+    ("fault-start", "*"): ("fault", "fault_id"),
+    ("fault-stop", "*"): ("fault", "fault_id"),
+}
+#: Allowed values of value fields, when present: (f or "*", field) -> values.
+VALUE_ENUMS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
+    ("*", "txn"): TXN_STATES,
+    ("*", "fault"): FAULT_KINDS,
+    ("send", "status"): SEND_STATUSES,
+    ("offsets", "detail"): OFFSET_DETAILS,
+}
+#: value fields only some functions may carry.
+ONLY_ON: Final[dict[str, tuple[str, ...]]] = {
+    "applied_ns": ("fault-stop",),
+    "healing_ns": ("fault-stop",),
+}
+#: Integer fields that may not be negative (process: -1 is the nemesis, checked apart).
+NON_NEGATIVE: Final = ("index", "time_ns")
+_INT_RANGE: Final = {"int": 1 << 31, "bigint": 1 << 63}
+
+
+def _show(x: Any) -> str:
+    s = json.dumps(x) if not isinstance(x, str) else repr(x)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _check_fields(d: dict[str, Any], fields: tuple[tuple[str, str], ...], where: str) -> None:
+    known = dict(fields)
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise HistoryError(f"{where.rstrip('.') or 'the op'} has unknown fields {unknown}")
+    for name, t in fields:
+        _check_type(d.get(name), t, where + name)
+
+
+def _check_type(x: Any, t: str, name: str) -> None:
+    if x is None:
+        return
+    if t in _INT_RANGE:
+        lim = _INT_RANGE[t]
+        if isinstance(x, bool) or not isinstance(x, int) or not -lim <= x < lim:
+            bits = "" if t == "bigint" else " (32-bit)"
+            raise HistoryError(f"{name}: expected an integer{bits}, got {_show(x)}")
+    elif t == "string":
+        if not isinstance(x, str):
+            raise HistoryError(f"{name}: expected a string, got {_show(x)}")
+    elif t == "boolean":
+        if not isinstance(x, bool):
+            raise HistoryError(f"{name}: expected true or false, got {_show(x)}")
+    elif t == "array<string>":
+        if not isinstance(x, list) or not all(isinstance(e, str) for e in x):
+            raise HistoryError(f"{name}: expected a list of strings, got {_show(x)}")
+    elif t == "array<read>":
+        if not isinstance(x, list):
+            raise HistoryError(f"{name}: expected a list of messages, got {_show(x)}")
+        for i, m in enumerate(x):
+            if not isinstance(m, dict):
+                raise HistoryError(f"{name}[{i}]: expected a message object, got {_show(m)}")
+            _check_fields(m, READ_FIELDS, f"{name}[{i}].")
+            for r in REQUIRED_READ_FIELDS:
+                if m.get(r) is None:
+                    raise HistoryError(f"{name}[{i}].{r} is missing")
+    elif t == "value":
+        if not isinstance(x, dict):
+            raise HistoryError(f"{name}: expected an object, got {_show(x)}")
+        _check_fields(x, VALUE_FIELD_TYPES, "value.")
+    else:  # pragma: no cover - the tables above use only these
+        raise AssertionError(t)
+
+
 def validate(op: Op) -> None:
-    """Raise HistoryError naming what is wrong with ``op``."""
+    """Raise HistoryError naming what is wrong with ``op`` (the rules above)."""
+    pre = f"op {op.index}: "
     if op.type not in TYPES:
-        raise HistoryError(f"op {op.index}: type {op.type!r} is not one of {TYPES}")
+        raise HistoryError(f"{pre}type {op.type!r} is not one of {TYPES}")
+    for name in NON_NEGATIVE:
+        if getattr(op, name) < 0:
+            raise HistoryError(f"{pre}{name} {getattr(op, name)} is negative")
     if op.process == NEMESIS_PROCESS:
         if op.f not in NEMESIS_FS:
-            raise HistoryError(f"op {op.index}: nemesis f {op.f!r} is not one of {NEMESIS_FS}")
-        if op.value.fault not in FAULT_KINDS:
-            raise HistoryError(f"op {op.index}: fault {op.value.fault!r} not in {FAULT_KINDS}")
-        if op.value.fault_id is None:
-            raise HistoryError(f"op {op.index}: nemesis op without fault_id")
-        if op.f != "fault-stop":
-            _no_fault_times(op)
-        return
-    _no_fault_times(op)
-    if op.f not in CLIENT_FS:
-        raise HistoryError(f"op {op.index}: f {op.f!r} is not one of {CLIENT_FS}")
+            raise HistoryError(f"{pre}nemesis f {op.f!r} is not one of {NEMESIS_FS}")
+        if op.type != "info":
+            raise HistoryError(f"{pre}nemesis type {op.type!r} is not 'info'")
+    elif op.process < 0:
+        raise HistoryError(f"{pre}process {op.process} is negative (only the nemesis is -1)")
+    elif op.f not in CLIENT_FS:
+        raise HistoryError(f"{pre}f {op.f!r} is not one of {CLIENT_FS}")
+    for name, fs in ONLY_ON.items():
+        if getattr(op.value, name) is not None and op.f not in fs:
+            raise HistoryError(f"{pre}only {' / '.join(fs)} carries {name}")
     if op.type == "fail" and op.definite is False:
-        raise HistoryError(f"op {op.index}: a fail is definite by definition")
-    if op.f == "send" and op.value.value is None:
-        raise HistoryError(f"op {op.index}: send without a value")
-    if op.value.txn is not None and op.value.txn not in TXN_STATES:
-        raise HistoryError(f"op {op.index}: txn {op.value.txn!r} is not one of {TXN_STATES}")
+        raise HistoryError(f"{pre}a fail is definite by definition")
+    for (f, t), names in REQUIRED_VALUE_FIELDS.items():
+        if f == op.f and t in ("*", op.type):
+            for name in names:
+                if getattr(op.value, name) is None:
+                    raise HistoryError(f"{pre}{op.f} {op.type} without value.{name}")
+    for (f, name), allowed in VALUE_ENUMS.items():
+        x = getattr(op.value, name)
+        if f in ("*", op.f) and x is not None and x not in allowed:
+            raise HistoryError(f"{pre}{name} {x!r} is not one of {allowed}")
 
 
-def _no_fault_times(op: Op) -> None:
-    if op.value.applied_ns is not None or op.value.healing_ns is not None:
-        raise HistoryError(f"op {op.index}: only fault-stop carries applied_ns / healing_ns")
+class Pairing:
+    """Invoke / completion pairing per client process, fed in file order: a process runs one
+    operation at a time, so its ops alternate invoke, completion (same f), ... (a last invoke
+    may stay open: the op never completed), with increasing index."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, Op] = {}
+
+    def feed(self, op: Op) -> None:
+        if op.process == NEMESIS_PROCESS:
+            return
+        prev = self._last.get(op.process)
+        self._last[op.process] = op
+        why = pairing_error(
+            op.type, op.f, op.index, None if prev is None else (prev.type, prev.f, prev.index)
+        )
+        if why:
+            raise HistoryError(f"op {op.index}: process {op.process}: {why}")
+
+
+def pairing_error(type_: str, f: str, index: int, prev: tuple[str, str, int] | None) -> str:
+    """What is wrong with an op of a client process given the previous op of that process
+    (type, f, index), or "" (the rule both readers apply)."""
+    if prev is not None and prev[2] >= index:
+        return f"index {index} does not follow the process's previous op (index {prev[2]})"
+    if type_ == "invoke":
+        if prev is not None and prev[0] == "invoke":
+            return f"invoke while its {prev[1]} invoke (index {prev[2]}) has not completed"
+        return ""
+    if prev is None or prev[0] != "invoke":
+        return f"{type_} of {f} without an invoke"
+    if prev[1] != f:
+        return f"{type_} of {f} completes a {prev[1]} invoke (index {prev[2]})"
+    return ""
 
 
 def dumps(op: Op) -> str:
@@ -273,33 +462,36 @@ def write(out: IO[str], ops: Iterable[Op]) -> int:
 
 
 def read(path: str | Path) -> Iterator[Op]:
-    """Parse a JSONL history, validating every line; errors name the line number."""
+    """Parse a JSONL history, validating every line (its fields' types, the rules above) and
+    the invoke / completion pairing of each process; errors name the file and line number."""
+    pairing = Pairing()
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                yield Op.from_json(json.loads(line))
-            except (KeyError, TypeError, ValueError) as e:
+                try:
+                    d = json.loads(line)
+                except ValueError as e:
+                    raise HistoryError(f"not JSON ({e})") from e
+                op = Op.from_json(d)
+                pairing.feed(op)
+            except (HistoryError, TypeError) as e:
                 raise HistoryError(f"{path}:{lineno}: {e}") from e
+            yield op
 
 
-_READ_DDL: Final = (
-    "struct<topic:string,queue_id:int,queue_offset:bigint,value:bigint,key:string,broker:string>"
-)
+def _ddl(t: str) -> str:
+    if t == "array<read>":
+        return "array<struct<" + ",".join(f"{n}:{_ddl(x)}" for n, x in READ_FIELDS) + ">>"
+    if t == "value":
+        return "struct<" + ",".join(f"{n}:{_ddl(x)}" for n, x in VALUE_FIELD_TYPES) + ">"
+    return t
 
-#: The explicit Spark schema of one JSONL line (``DataFrameReader.schema(SPARK_DDL)``).
-SPARK_DDL: Final = (
-    "index bigint, time_ns bigint, process int, node string, type string, f string, "
-    "value struct<"
-    "topic:string,queue_id:int,queue_offset:bigint,value:bigint,key:string,broker:string,"
-    "status:string,group:string,"
-    f"messages:array<{_READ_DDL}>,"
-    "offset:bigint,master:string,epoch:int,fault:string,fault_id:int,"
-    "targets:array<string>,detail:string,"
-    "delay_ms:bigint,txn:string,invisible_ms:bigint,applied_ns:bigint,healing_ns:bigint>, "
-    "error string, definite boolean"
-)
+
+#: The explicit Spark schema of one JSONL line (``DataFrameReader.schema(SPARK_DDL)``), from
+#: the field tables above.
+SPARK_DDL: Final = ", ".join(f"{n} {_ddl(t)}" for n, t in OP_FIELDS)
 
 
 def arrow_schema() -> Any:

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
+from rmq_check import validate
 from rmq_check.analyses import (
     NAMES,
     SAFETY,
+    UNKNOWN,
     aborted,
     availability,
     delay,
@@ -61,11 +63,51 @@ VALUE_EXAMPLES = (
 )
 
 
+def safety_names(cfg: Config) -> list[str]:
+    """The analyses whose failure fails the run in this mode (the table's "safety" column)."""
+    return [n for n in NAMES if n in SAFETY or (n == "duplicated" and cfg.exactly_once)]
+
+
+def applies(r: dict[str, Any]) -> bool:
+    """False when the history holds nothing the analysis looks at (no metadata ops, no
+    delayed sends, ...): its "unknown" then decides nothing."""
+    return bool(r.get("applies", True))
+
+
 def safety_failures(results: dict[str, Any], cfg: Config) -> list[str]:
-    out = [n for n in NAMES if n in SAFETY and results[n]["valid"] is False]
-    if cfg.exactly_once and results["duplicated"]["valid"] is False:
-        out.append("duplicated")
-    return out
+    return [n for n in safety_names(cfg) if n in results and results[n]["valid"] is False]
+
+
+def safety_undecided(results: dict[str, Any], cfg: Config) -> list[str]:
+    return [
+        n
+        for n in safety_names(cfg)
+        if n in results and results[n]["valid"] == UNKNOWN and applies(results[n])
+    ]
+
+
+def verdict(results: dict[str, Any], cfg: Config) -> dict[str, Any]:
+    """The run's verdict from its analyses, the one rule the table and the summary share:
+    false if a safety analysis failed; "unknown" if one that applies could not decide, or
+    the history cannot show loss (no operations, nothing acknowledged, no complete final
+    drain); true otherwise."""
+    a = results["analyses"]
+    failed = safety_failures(a, cfg)
+    undecided = safety_undecided(a, cfg)
+    why = list(results.get("unknown_because", []))
+    for n in undecided:
+        r = a[n]
+        extra = ""
+        if n in ("lost", "lost-write") and r.get("undecided"):
+            extra = f" ({r['undecided']} unread acknowledged values on those queues)"
+        why.append(f"{n} is unknown{extra}")
+    valid: Any = False if failed else (UNKNOWN if why else True)
+    return {
+        "valid": valid,
+        "safety": safety_names(cfg),
+        "safety_failed": failed,
+        "unknown_because": why,
+    }
 
 
 def check(
@@ -77,12 +119,20 @@ def check(
 ) -> dict[str, Any]:
     """All analyses over a loaded history DataFrame; the results as one JSON-able dict."""
     cfg = cfg or Config()
-    fr = Frames(ops, cfg)
     out: dict[str, Any] = {"analyses": {}, "timings_s": {}}
+    t = time.perf_counter()
+    validate.check(ops)  # raises HistoryInvalid (file, line, what) before any analysis
+    out["timings_s"]["validate"] = time.perf_counter() - t
+    fr = Frames(ops, cfg)
     try:
         t = time.perf_counter()
         out["stats"] = fr.stats()
         out["timings_s"]["stats"] = time.perf_counter() - t
+        out["unknown_because"] = _undecidable(fr)
+        if out["stats"]["ops"] == 0:
+            return {**out, **verdict(out, cfg), "guarantee": UNKNOWN}
+        out["drain"] = fr.drain()
+        out["timings_s"]["drain"] = time.perf_counter() - t
         for name, fn in ANALYSES.items():
             if only and name not in only:
                 continue
@@ -98,12 +148,36 @@ def check(
     finally:
         fr.close()
     a = out["analyses"]
-    failed = safety_failures(a, cfg) if not only else []
-    out["safety_failed"] = failed
-    out["valid"] = not failed
+    if not only:
+        out.update(verdict(out, cfg))
+    else:
+        out.update(safety=safety_names(cfg), safety_failed=[], valid=None)
     if "duplicated" in a:
         out["guarantee"] = a["duplicated"]["guarantee"]
     return out
+
+
+def _undecidable(fr: Frames) -> list[str]:
+    """Why the history as a whole cannot show that nothing was lost."""
+    st = fr.stats()
+    if st["ops"] == 0:
+        return ["the history holds no operations"]
+    if not st["counts"].get("send:ok"):
+        return ["no send completed ok: nothing was acknowledged, so nothing can be shown lost"]
+    cov = fr.drain()
+    if cov["complete"]:
+        return []
+    inc = cov["incomplete"]
+    if not cov["ran"]:
+        head = "there was no final drain"
+    else:
+        head = (
+            f"the final drain did not read {len(inc)} of the {cov['acked_queues']} queues "
+            "that acknowledged a send to their end"
+        )
+    names = ", ".join(f"{x['queue']} ({x['why']})" for x in inc[:10])
+    more = f", and {len(inc) - 10} more" if len(inc) > 10 else ""
+    return [f"{head}: lost and lost-write are unknown for {names}{more}"]
 
 
 def _example_values(analyses: dict[str, Any]) -> set[int]:

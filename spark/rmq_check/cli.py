@@ -9,6 +9,9 @@ from typing import Any
 
 EXIT_SAFETY = 1
 EXIT_ERROR = 2
+#: The history cannot decide: no operations, nothing acknowledged, or no complete final drain
+#: (docs/checker.md, "Verdict").
+EXIT_UNKNOWN = 3
 
 
 def add_parsers(sub: Any, bench_sub: Any) -> None:
@@ -17,7 +20,10 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
         help="check a bench history with Spark: results.json, plots, report.html",
         description="Check RUN_DIR/history.{parquet,jsonl} (or a history file). Writes "
         "results.json, PNG plots and report.html next to it (or to --out). Exit 0 if every "
-        "safety property held, 1 if one failed, 2 on bad input. Definitions: docs/checker.md.",
+        "safety property held, 1 if one failed, 2 on bad input (the first bad line is named), "
+        "3 if the history cannot decide (no operations, nothing acknowledged, or a final drain "
+        "that did not read every queue that acknowledged a send). Definitions: "
+        "docs/checker.md.",
     )
     p.add_argument("run_dir", help="run directory (or history file)")
     _spark_args(p)
@@ -66,6 +72,7 @@ def run_check(args: argparse.Namespace) -> int:
     from rmq_check.check import check, write_outputs
     from rmq_check.core import Config
     from rmq_check.load import find_history, load, session
+    from rmq_check.validate import HistoryInvalid
 
     err = Console(stderr=True)
     try:
@@ -93,8 +100,15 @@ def run_check(args: argparse.Namespace) -> int:
                 progress=lambda name: status.update(f"checking: {name}"),
             )
             write_outputs(results, out)
-    except Exception as e:  # bad input surfaces as a Spark/Py4J error
-        err.print(f"[red]check failed:[/] {type(e).__name__}: {str(e)[:2000]}")
+    except HistoryInvalid as e:
+        # one line per problem, no stack trace: "FILE:LINE: what is wrong"
+        for p in e.problems[:1]:
+            print(f"rmq-ha check: invalid history: {p}", file=sys.stderr)
+        if e.total > 1:
+            print(f"rmq-ha check: ({e.total - 1} more bad lines)", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as e:
+        print(f"rmq-ha check: failed: {_first_line(e)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         if own:
@@ -103,25 +117,44 @@ def run_check(args: argparse.Namespace) -> int:
         print((out / "results.json").read_text())
     else:
         print_verdict(results, out)
-    return EXIT_SAFETY if results["safety_failed"] else 0
+    return exit_code(results)
+
+
+def exit_code(results: dict[str, Any]) -> int:
+    if results["valid"] is False:
+        return EXIT_SAFETY
+    return 0 if results["valid"] is True else EXIT_UNKNOWN
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of an error (a Py4J error's Java message without its stack)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:500] if text else ''}"
 
 
 def print_verdict(results: dict[str, Any], out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
-    from rmq_check.analyses import NAMES, SAFETY
+    from rmq_check.analyses import NAMES
+    from rmq_check.report import shown_valid, verdict_line
 
+    c = Console()
+    c.print(f"verdict: [bold]{verdict_line(results)}[/]")
+    for why in results.get("unknown_because", []):
+        c.print(f"[yellow]unknown because[/] {why}")
     t = Table(title=f"rmq-ha check: {results['stats']['ops']} ops")
     for col in ("analysis", "valid", "count", "safety"):
         t.add_column(col)
+    safety = set(results["safety"])
     for n in NAMES:
         r = results["analyses"].get(n)
         if r is None:
             continue
         v = r["valid"]
         style = "green" if v is True else "red" if v is False else "yellow"
-        t.add_row(n, f"[{style}]{v}[/]", str(r["count"]), "yes" if n in SAFETY else "no")
-    c = Console()
+        t.add_row(
+            n, f"[{style}]{shown_valid(r)}[/]", str(r["count"]), "yes" if n in safety else "no"
+        )
     c.print(t)
     from rmq_check.report import delay_line, pop_line
 
@@ -130,8 +163,7 @@ def print_verdict(results: dict[str, Any], out: Path) -> None:
         c.print("delay: " + delay_line(a["delay"]))
     if "redelivery" in a.get("pop", {}):
         c.print("pop: " + pop_line(a["pop"]))
-    verdict = "VALID" if results["valid"] else "INVALID: " + ", ".join(results["safety_failed"])
-    c.print(f"guarantee: {results.get('guarantee')}; verdict: [bold]{verdict}[/]")
+    c.print(f"guarantee: {results.get('guarantee')}; verdict: [bold]{verdict_line(results)}[/]")
     c.print(f"report: {out / 'report.html'}")
 
 

@@ -61,6 +61,7 @@ class Frames:
         self._values: DataFrame | None = None
         self._positions: DataFrame | None = None
         self._pairs: DataFrame | None = None
+        self._drain: dict[str, Any] | None = None
 
     def persist(self, df: DataFrame) -> DataFrame:
         df = df.persist(self.cfg.persist)
@@ -354,6 +355,110 @@ class Frames:
         )
         self._positions = self.persist(p)
         return self._positions
+
+    # the final drain ---------------------------------------------------------------------
+    def drain(self) -> dict[str, Any]:
+        """How far the final drain read each queue that acknowledged a send.
+
+        The bench's drain (rmq_jepsen.workload.drain) asks each queue for its min and max
+        offset (``offsets`` ops) and then reads it (``drain`` ops, same process) from min to
+        max. A queue is *drained* when that process's last ``min`` and ``max`` answers exist
+        and it read a message at offset max - 1 (or min >= max: nothing to read). Every queue
+        that acknowledged a send (an ``ok`` send naming topic and queue_id) must be drained
+        before "never read" can mean "lost"."""
+        if self._drain is not None:
+            return self._drain
+        c = F.col
+        keys = ["topic", "broker", "queue_id"]
+
+        def q(prefix: str) -> list[Column]:
+            return [
+                c(prefix + "topic").alias("topic"),
+                F.coalesce(c(prefix + "broker"), F.lit("")).alias("broker"),
+                c(prefix + "queue_id").alias("queue_id"),
+            ]
+
+        ops = self.ops
+        acked = (
+            ops.where(
+                (c("f") == "send")
+                & (c("type") == "ok")
+                & (c("process") >= 0)
+                & c("value.topic").isNotNull()
+                & c("value.queue_id").isNotNull()
+            )
+            .select(*q("value."))
+            .distinct()
+        )
+        drainers = ops.where(c("f") == "drain").select("process").distinct()
+        detail = c("value.detail")
+        bounds = (
+            ops.where((c("f") == "offsets") & (c("type") == "ok") & detail.isin("min", "max"))
+            .join(F.broadcast(drainers), "process", "left_semi")
+            .select(*q("value."), "index", detail.alias("detail"), c("value.offset").alias("off"))
+            .groupBy(*keys)
+            .agg(
+                F.max(F.when(c("detail") == "min", F.struct("index", "off")))["off"].alias("lo"),
+                F.max(F.when(c("detail") == "max", F.struct("index", "off")))["off"].alias("hi"),
+            )
+        )
+        reads = (
+            ops.where((c("f") == "drain") & (c("type") == "ok"))
+            .select(F.explode("value.messages").alias("m"))
+            .select(*q("m."), c("m.queue_offset").alias("off"))
+            .groupBy(*keys)
+            .agg(F.max("off").alias("read_max"))
+        )
+        rows = (
+            acked.join(bounds, keys, "left")
+            .join(reads, keys, "left")
+            .select(
+                *keys,
+                "lo",
+                "hi",
+                "read_max",
+                qhash(c("topic"), c("broker"), c("queue_id")).alias("qh"),
+            )
+            .collect()
+        )
+        incomplete = []
+        for r in rows:
+            lo, hi, top = r["lo"], r["hi"], r["read_max"]
+            done = (
+                lo is not None
+                and hi is not None
+                and (lo >= hi or (top is not None and top >= hi - 1))
+            )
+            if not done:
+                why = (
+                    "no min/max offsets asked by the drain"
+                    if lo is None or hi is None
+                    else f"read to offset {top} of [{lo}, {hi})"
+                    if top is not None
+                    else f"nothing read of [{lo}, {hi})"
+                )
+                incomplete.append(
+                    {
+                        "queue": f"{r['broker']}/{r['topic']}/{r['queue_id']}",
+                        "qh": int(r["qh"]),
+                        "why": why,
+                    }
+                )
+        incomplete.sort(key=lambda x: str(x["queue"]))
+        self._drain = {
+            "ran": self.has("drain"),
+            "acked_queues": len(rows),
+            "complete": not incomplete,
+            "incomplete": incomplete,
+        }
+        return self._drain
+
+    def drain_complete(self) -> bool:
+        return bool(self.drain()["complete"])
+
+    def undrained(self) -> list[int]:
+        """Hashes (qh) of the acknowledging queues the drain did not read to their end."""
+        return [int(x["qh"]) for x in self.drain()["incomplete"]]
 
     # paired non-send ops ----------------------------------------------------------------
     def pairs(self) -> DataFrame:

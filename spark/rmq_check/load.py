@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from rmq_check.validate import CORRUPT, EXTRA, POS, RAW
 
+from rmq_ha import history as h
 from rmq_ha.history import SPARK_DDL
 
 HISTORY_NAMES = ("history.parquet", "history.jsonl", "history.json")
@@ -60,15 +63,111 @@ def find_history(path: str | Path) -> Path:
     return p
 
 
-def load(spark: Any, path: str | Path) -> DataFrame:
-    """The history as a DataFrame with exactly the schema of ``rmq_ha.history.SPARK_DDL``.
+def text_lines(spark: Any, path: str | Path) -> DataFrame:
+    """A text file's lines with their position (``validate.POS``): its split and its id in
+    the partition, which orders rows like the file and lets a bad line be numbered."""
+    t: DataFrame = spark.read.text(str(path))
+    return t.select(
+        F.col("value").alias("line"),
+        F.struct(
+            F.col("_metadata.file_path").alias("file"),
+            F.col("_metadata.file_block_start").alias("split"),
+            F.monotonically_increasing_id().alias("row"),
+        ).alias(POS),
+    )
 
-    Parquet is read with the schema too (columns the file lacks come back null); JSONL lines
-    that do not parse against it fail the read (FAILFAST) instead of becoming nulls."""
+
+def _names(fields: tuple[tuple[str, str], ...]) -> Column:
+    return F.array(*[F.lit(n) for n, _ in fields])
+
+
+def _unknown_keys(line: Column) -> Column:
+    """The JSON keys of a line, its value and its messages that the schema does not know,
+    as "[a, value.b]" ("" when there are none)."""
+    empty = F.array().cast("array<string>")
+
+    def keys(js: Column) -> Column:
+        return F.coalesce(F.json_object_keys(js), empty)
+
+    top = F.array_except(keys(line), _names(h.OP_FIELDS))
+    val = F.array_except(keys(F.get_json_object(line, "$.value")), _names(h.VALUE_FIELD_TYPES))
+    msgs = F.from_json(F.get_json_object(line, "$.value.messages"), "array<map<string,string>>")
+    msg_keys = F.coalesce(F.flatten(F.transform(msgs, lambda m: F.map_keys(m))), empty)
+    per_msg = F.array_except(msg_keys, _names(h.READ_FIELDS))
+    bad = F.concat(
+        top,
+        F.transform(val, lambda k: F.concat(F.lit("value."), k)),
+        F.transform(per_msg, lambda k: F.concat(F.lit("value.messages[]."), k)),
+    )
+    return F.when(
+        F.size(bad) > 0, F.concat(F.lit("["), F.array_join(bad, ", "), F.lit("]"))
+    ).otherwise(F.lit(""))
+
+
+def load(spark: Any, path: str | Path) -> DataFrame:
+    """The history as a DataFrame with the columns of ``rmq_ha.history.SPARK_DDL`` plus the
+    position of each row (``validate.POS``) and, for JSONL, the line's text (``validate.RAW``),
+    whether it parsed against the schema (``validate.CORRUPT``) and its unknown fields
+    (``validate.EXTRA``).
+
+    Nothing fails here: ``rmq_check.validate.check`` names every problem with its file and
+    line before any analysis. Parquet is read with the schema (columns the file lacks come
+    back null; a column the schema does not know, or of another type, is a problem)."""
+    from rmq_check.validate import HistoryInvalid, Problem
+
     p = find_history(path)
     is_parquet = p.suffix == ".parquet" or (p.is_dir() and any(p.glob("*.parquet")))
-    reader = spark.read.schema(SPARK_DDL)
-    df: DataFrame = (
-        reader.parquet(str(p)) if is_parquet else reader.option("mode", "FAILFAST").json(str(p))
+    if is_parquet:
+        probs = _parquet_schema_problems(spark, p)
+        if probs:
+            raise HistoryInvalid([Problem(str(p), x) for x in probs[:5]], len(probs))
+        df: DataFrame = spark.read.schema(SPARK_DDL).parquet(str(p))
+        return df.select(
+            *[F.col(n) for n, _ in h.OP_FIELDS],
+            F.struct(
+                F.col("_metadata.file_path").alias("file"),
+                F.lit(0).cast("long").alias("split"),
+                F.col("_metadata.row_index").alias("row"),
+            ).alias(POS),
+        )
+    t = text_lines(spark, p).where(F.trim(F.col("line")) != "")
+    j = F.from_json(
+        F.col("line"),
+        SPARK_DDL + ", _corrupt_record string",
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
     )
-    return df
+    t = t.select(j.alias("j"), "line", POS)
+    return t.select(
+        *[F.col("j." + n).alias(n) for n, _ in h.OP_FIELDS],
+        POS,
+        F.col("line").alias(RAW),
+        F.col("j._corrupt_record").isNotNull().alias(CORRUPT),
+        _unknown_keys(F.col("line")).alias(EXTRA),
+    )
+
+
+def _parquet_schema_problems(spark: Any, p: Path) -> list[str]:
+    from pyspark.sql.types import ArrayType, DataType, StructType
+
+    want = StructType.fromDDL(SPARK_DDL)
+    have = spark.read.parquet(str(p)).schema
+    out: list[str] = []
+
+    def walk(w: DataType, g: DataType, where: str) -> None:
+        if isinstance(w, StructType) and isinstance(g, StructType):
+            known = {f.name: f.dataType for f in w.fields}
+            for f in g.fields:
+                if f.name not in known:
+                    out.append(f"column {where}{f.name} is not in the history schema")
+                else:
+                    walk(known[f.name], f.dataType, f"{where}{f.name}.")
+        elif isinstance(w, ArrayType) and isinstance(g, ArrayType):
+            walk(w.elementType, g.elementType, where)
+        elif w != g:
+            out.append(
+                f"column {where.rstrip('.')} is {g.simpleString()}, the schema says "
+                f"{w.simpleString()}"
+            )
+
+    walk(want, have, "")
+    return out

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rmq_check.analyses import NAMES, SAFETY
+from rmq_check.analyses import NAMES
 
 CSS = """
 body{font-family:sans-serif;margin:2em;max-width:1100px}
@@ -21,12 +21,28 @@ def _cls(v: Any) -> str:
     return "true" if v is True else "false" if v is False else "unknown"
 
 
+def verdict_line(results: dict[str, Any]) -> str:
+    """VALID, INVALID: <failed analyses>, or UNKNOWN (the history cannot decide)."""
+    v = results.get("valid")
+    if v is True:
+        return "VALID"
+    if v is False:
+        return "INVALID: " + ", ".join(results["safety_failed"])
+    return "UNKNOWN"
+
+
+def shown_valid(r: dict[str, Any]) -> str:
+    """The table's valid cell: an analysis with nothing to look at says so."""
+    return "n/a" if r.get("applies") is False else str(r["valid"])
+
+
 def _summary(name: str, r: dict[str, Any]) -> str:
     if name == "duplicated":
         return f"rate {r['rate']:.3g}; guarantee: {r['guarantee']}"
     if name == "lost":
         return (
-            f"of {r['acknowledged']} acknowledged; drained: {r['drained']}; "
+            f"of {r['acknowledged']} acknowledged; definite {r['definite']}, undecided "
+            f"{r['undecided']}; drained completely: {r['drained']}; "
             f"unseen by a consumer group: {r['unseen_by_group']}; "
             f"lost with non-OK status: {r['lost_non_ok_status']}"
         )
@@ -97,18 +113,23 @@ def pop_line(r: dict[str, Any]) -> str:
 
 def write(results: dict[str, Any], out: Path, images: list[str]) -> Path:
     a = results["analyses"]
+    safety = set(results.get("safety", []))
     rows = []
     for n in NAMES:
         if n not in a:
             continue
         r = a[n]
         rows.append(
-            f"<tr><td>{n}</td><td class='{_cls(r['valid'])}'>{html.escape(str(r['valid']))}</td>"
-            f"<td>{r['count']}</td><td>{'yes' if n in SAFETY else 'no'}</td>"
+            f"<tr><td>{n}</td><td class='{_cls(r['valid'])}'>{html.escape(shown_valid(r))}</td>"
+            f"<td>{r['count']}</td><td>{'yes' if n in safety else 'no'}</td>"
             f"<td>{html.escape(_summary(n, r))}</td></tr>"
         )
     st = results.get("stats", {})
-    verdict = "VALID" if results.get("valid") else "INVALID: " + ", ".join(results["safety_failed"])
+    verdict = verdict_line(results)
+    why = "".join(
+        f"<p class='unknown'>unknown because {html.escape(w)}</p>"
+        for w in results.get("unknown_because", [])
+    )
     ex_blocks = []
     for n in NAMES:
         r = a.get(n)
@@ -120,6 +141,7 @@ def write(results: dict[str, Any], out: Path, images: list[str]) -> Path:
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rmq-ha check</title>
 <style>{CSS}</style></head><body>
 <h1>rmq-ha check: <span class='{_cls(results.get("valid"))}'>{html.escape(verdict)}</span></h1>
+{why}
 <p>{st.get("ops", 0)} ops; delivery guarantee: <b>{html.escape(str(results.get("guarantee")))}</b>.
 Definitions: docs/checker.md. Raw numbers: <a href="results.json">results.json</a>.</p>
 <table><tr><th>analysis</th><th>valid</th><th>count</th><th>safety</th><th>detail</th></tr>

@@ -11,7 +11,8 @@ Shape of the clean history (all in the shared schema, ``rmq_ha.history``):
   fail (sends alternate ``fail`` and ``info``, polls come back empty); every fault-start bumps
   the controller epoch that a metadata observer reports every ``metadata_every`` blocks.
 * Every 1000th acknowledged send carries status FLUSH_SLAVE_TIMEOUT (acknowledged, non-OK).
-* A final drain (process 200, ``f=drain``) reads every queue from offset 0 to its end.
+* A final drain (process 200) asks every queue for its min and max offset (``offsets``) and
+  reads it from offset 0 to its end (``drain``), as the bench does.
 
 Each injected anomaly touches its own block and moves exactly the counts ``expected()``
 returns; how each one moves the others is written next to it there.
@@ -512,6 +513,22 @@ def _drain(p: _Plan, keys: _Strings, brokers: _Strings) -> Iterator[Any]:
         swap[v1], swap[v2] = v2, v1
     ordn = 0
     for q in range(Q):
+        # the bench asks each queue for its min and max offset before reading it
+        bounds = []
+        for k, (detail, off) in enumerate((("min", 0), ("max", int(p.qlen[q])))):
+            where = {"topic": TOPIC, "queue_id": p.queue_id(q), "broker": p.broker(q)}
+            for t in ("invoke", "ok"):
+                bounds.append(
+                    _rows(
+                        1,
+                        np.array([ordn + 2 * k + (t == "ok")]),
+                        np.zeros(1, np.int8),
+                        {"process": DRAIN_PROCESS, "type": t, "f": "offsets"},
+                        where | {"detail": detail} | ({"offset": off} if t == "ok" else {}),
+                    )
+                )
+        ordn += 4
+        yield pa.concat_tables(bounds)
         qblocks = np.arange(q, p.nblocks, Q)
         qblocks = qblocks[p.ok[qblocks]]
         step = max(1, (1 << 20) // B)

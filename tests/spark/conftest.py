@@ -133,8 +133,44 @@ class Hist:
             at_ms=at_ms[1] if at_ms else None,
         )
 
-    def drain(self, p: int, msgs: list[tuple[int, int, int | None]], **kw: Any) -> None:
+    def drain(
+        self,
+        p: int,
+        msgs: list[tuple[int, int, int | None]],
+        *,
+        ends: dict[int, int] | None = None,
+        **kw: Any,
+    ) -> None:
+        """The bench's final drain: min and max offsets of every queue, then the reads (one
+        op; msgs are (queue_id, offset, value) of topic T). By default each queue's max is one
+        past the highest offset read there: the drain read every queue to its end."""
+        broker = kw.get("broker", "b0")
+        reads = [h.Read("T", q, o, v, None, broker) for q, o, v in msgs]
+        self.bounds(p, reads, ends={("T", q): e for q, e in (ends or {}).items()})
         self.poll(p, msgs, group="drain", f="drain", **kw)
+
+    def bounds(
+        self, p: int, reads: list[h.Read], ends: dict[tuple[str, int], int] | None = None
+    ) -> None:
+        """The drain's `offsets` min / max ops (rmq_jepsen.workload._drain_queue) for every
+        queue that acknowledged a send so far and every queue in `reads`; a queue's max is
+        ends[(topic, queue_id)], else one past the highest offset in `reads` (0 if none)."""
+        queues = {(r.topic, r.queue_id, r.broker) for r in reads}
+        queues |= {
+            (o.value.topic, o.value.queue_id, o.value.broker)
+            for o in self.ops
+            if o.f == "send" and o.type == "ok" and o.value.queue_id is not None
+        }
+        for topic, q, broker in sorted(queues, key=str):
+            top = max(
+                (r.queue_offset for r in reads if (r.topic, r.queue_id) == (topic, q)), default=-1
+            )
+            hi = (ends or {}).get((topic, q), top + 1)
+            for detail, off in (("min", 0), ("max", hi)):
+                val = h.Value(topic=topic, queue_id=q, broker=broker, detail=detail)
+                self.op(p, "invoke", "offsets", val)
+                done = h.Value(topic=topic, queue_id=q, broker=broker, detail=detail, offset=off)
+                self.op(p, "ok", "offsets", done)
 
     def metadata(
         self, p: int, broker: str, master: str | None, epoch: int, overlap: bool = False

@@ -92,6 +92,10 @@ def read(
 
 
 def drain(hist: Any, msgs: list[tuple[int, int, int | None]], **kw: Any) -> None:
+    """The final drain: min / max offsets of every queue (conftest.Hist.bounds), then the
+    reads."""
+    topic = kw.get("topic", "D")
+    hist.bounds(90, [h.Read(topic, q, o, v, None, "b0") for q, o, v in msgs])
     read(hist, 90, msgs, group="drain", f="drain", **kw)
 
 
@@ -401,9 +405,22 @@ def test_a_version_1_parquet_history_still_checks(spark, tmp_path):
             "send",
             h.Value(topic="T", value=1, queue_id=0, queue_offset=0, broker="b0", status="SEND_OK"),
         ),
-        h.Op(2, 3, 9, "invoke", "drain", h.Value(topic="T", group="d")),
+        # the drain's bounds of the queue, then its read
+        *[
+            h.Op(
+                2 + 2 * i + k,
+                3,
+                9,
+                ("invoke", "ok")[k],
+                "offsets",
+                h.Value(topic="T", queue_id=0, broker="b0", detail=d, offset=(None, off)[k]),
+            )
+            for i, (d, off) in enumerate((("min", 0), ("max", 1)))
+            for k in (0, 1)
+        ],
+        h.Op(6, 3, 9, "invoke", "drain", h.Value(topic="T", group="d")),
         h.Op(
-            3,
+            7,
             4,
             9,
             "ok",

@@ -29,7 +29,7 @@ from rmq_check.core import SEND_OK, Frames, example_rows
 def run(fr: Frames) -> dict[str, Any]:
     c = F.col
     if not fr.stats()["special"]["delayed_sends"]:
-        return result(UNKNOWN, 0, [], reason="no delayed sends")
+        return result(UNKNOWN, 0, [], applies=False, reason="no delayed sends")
     s = fr.ops.where(
         (c("f") == "send") & (c("process") >= 0) & c("value.delay_ms").isNotNull()
     ).select(
@@ -56,7 +56,7 @@ def run(fr: Frames) -> dict[str, Any]:
     sends = fr.persist(sends.where(c("inv_t").isNotNull()))
     n_sends = sends.count()
     if n_sends == 0:
-        return result(UNKNOWN, 0, [], reason="no delayed sends")
+        return result(UNKNOWN, 0, [], applies=False, reason="no delayed sends")
     reads = timed_reads(fr, sends)
     per_v = reads.groupBy("v").agg(
         F.min("t").alias("first_read_t"),
@@ -93,7 +93,7 @@ def run(fr: Frames) -> dict[str, Any]:
         count_if(c("how") == "timer").alias("timers"),
     ).collect()[0]
     n_early, n_lost = int(row["early"] or 0), int(row["lost"] or 0)
-    drained = fr.has("drain", "ok")
+    drained = fr.drain_complete()
     cols = ["v", "delay_ms", "how", "inv_idx", "first_read_vs_due_ms", "lateness_ms", "reads"]
     early_ex = (
         example_rows(x.where(early).select(*cols).orderBy("v"), fr.cfg.examples) if n_early else []

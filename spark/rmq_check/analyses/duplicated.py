@@ -12,11 +12,20 @@ from rmq_check.core import MAX_GROUPS, Frames, example_rows, value_counts, value
 
 
 def guarantee(lost: int, duplicated: int, drained: bool) -> str:
-    if lost and not drained:
+    """``lost``: definite losses; without a complete final drain, "nothing lost" is unknown."""
+    if not lost and not drained:
         return UNKNOWN
     if not lost:
         return "exactly-once" if not duplicated else "at-least-once"
     return "at-most-once" if not duplicated else "none"
+
+
+def _definite_lost(fr: Frames, lost: int) -> int:
+    if not lost or fr.drain_complete():
+        return lost
+    from rmq_check.analyses.lost import undecided
+
+    return int(fr.values().where(value_flags(fr)["lost"] & ~undecided(fr)).count())
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -40,7 +49,7 @@ def run(fr: Frames) -> dict[str, Any]:
             fr.cfg.examples,
         )
     read = c["read"]
-    g = guarantee(c["lost"], n, fr.has("drain", "ok"))
+    g = guarantee(_definite_lost(fr, c["lost"]), n, fr.drain_complete())
     # more consumer groups than mask bits: some share a bit, so redelivery is over-counted
     untracked = len(fr.groups()) > MAX_GROUPS
     return result(

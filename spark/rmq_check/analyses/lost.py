@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark.sql import Column
 from pyspark.sql import functions as F
-from rmq_check.analyses import result, verdict
+from rmq_check.analyses import UNKNOWN, result
 from rmq_check.core import Frames, example_rows, value_counts, value_flags
 
 
@@ -14,11 +15,25 @@ def _fields() -> list[Any]:
     return [F.col("v"), F.col("key").alias("key_hash"), "inv_idx", "comp_idx", "ack_off"]
 
 
+def undecided(fr: Frames) -> Column:
+    """Values acknowledged on a queue the final drain did not read to its end (or, without
+    a complete drain, on no known queue): "never read" says nothing about them."""
+    if fr.drain_complete():
+        return F.lit(False)
+    bad = fr.undrained()
+    col = F.col("ack_qh")
+    return col.isNull() | (col.isin(*bad) if bad else F.lit(False))
+
+
 def run(fr: Frames) -> dict[str, Any]:
     c = value_counts(fr)
-    drained = fr.has("drain", "ok")
+    cov = fr.drain()
+    drained = bool(cov["complete"])
     n = c["lost"]
     flags = value_flags(fr)
+    open_ = 0
+    if n and not drained:
+        open_ = fr.values().where(flags["lost"] & undecided(fr)).count()
     ex = (
         example_rows(
             fr.values().where(flags["lost"]).select(*_fields()).orderBy("v"), fr.cfg.examples
@@ -33,11 +48,16 @@ def run(fr: Frames) -> dict[str, Any]:
         if c["lost_weak"]
         else []
     )
+    definite = n - open_
     return result(
-        # without a final drain, "never read" cannot be told from "not read yet"
-        verdict(n, decidable=drained),
+        # without a complete final drain, "never read" cannot be told from "not read yet":
+        # only losses on queues the drain read to their end are definite
+        False if definite else (True if drained else UNKNOWN),
         n,
         ex,
+        definite=definite,
+        undecided=open_,
+        undrained_queues=[x["queue"] for x in cov["incomplete"]],
         acknowledged=c["acked"],
         rate=n / c["acked"] if c["acked"] else 0.0,
         drained=drained,

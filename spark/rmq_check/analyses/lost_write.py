@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import functions as F
-from rmq_check.analyses import result, verdict
+from rmq_check.analyses import UNKNOWN, result
+from rmq_check.analyses.lost import undecided
 from rmq_check.core import Frames, example_rows, value_counts, value_flags
 
 
 def run(fr: Frames) -> dict[str, Any]:
     if value_counts(fr)["lost"] == 0:
-        return result(True, 0, [])
+        return result(True if fr.drain_complete() else UNKNOWN, 0, [], definite=0, undecided=0)
     p = fr.positions()
     qmax = p.where(F.col("read") == 1).groupBy("qh").agg(F.max("off").alias("max_read_off"))
     lw = (
@@ -22,9 +23,20 @@ def run(fr: Frames) -> dict[str, Any]:
         .join(F.broadcast(qmax), F.col("ack_qh") == F.col("qh"))
         .where(F.col("ack_off") <= F.col("max_read_off"))
         .select(
-            "v", F.col("key").alias("key_hash"), "inv_idx", "comp_idx", "ack_off", "max_read_off"
+            "v",
+            F.col("key").alias("key_hash"),
+            "inv_idx",
+            "comp_idx",
+            "ack_qh",
+            "ack_off",
+            "max_read_off",
         )
     )
     n = lw.count()
     ex = example_rows(lw.orderBy("v"), fr.cfg.examples) if n else []
-    return result(verdict(n), n, ex)
+    drained = fr.drain_complete()
+    # on a queue the final drain did not read to its end, the hole may yet be read
+    open_ = lw.where(undecided(fr)).count() if n and not drained else 0
+    definite = n - open_
+    valid = False if definite else (True if drained else UNKNOWN)
+    return result(valid, n, ex, definite=definite, undecided=open_)

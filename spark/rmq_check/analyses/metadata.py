@@ -19,7 +19,7 @@ from rmq_check.core import Frames, example_rows
 def run(fr: Frames) -> dict[str, Any]:
     c = F.col
     if not fr.has("metadata", "ok"):
-        return result(UNKNOWN, 0, [], reason="no metadata ops in the history")
+        return result(UNKNOWN, 0, [], applies=False, reason="no metadata ops in the history")
     obs = fr.pairs().where(
         (c("f") == "metadata")
         & (c("type") == "ok")

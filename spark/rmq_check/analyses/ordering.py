@@ -35,7 +35,7 @@ def _group_name(fr: Frames, gid: int) -> str:
 
 def key_order(fr: Frames) -> dict[str, Any]:
     if not fr.order_enabled():
-        return result(UNKNOWN, 0, [], reason="no keyed sends (or --order off)")
+        return result(UNKNOWN, 0, [], applies=False, reason="no keyed sends (or --order off)")
     v = fr.values()
     c = F.col
     acked = v.where((c("ok") == 1) & c("key").isNotNull())
@@ -53,7 +53,9 @@ def key_order(fr: Frames) -> dict[str, Any]:
     nkeys, single = int(kc["keys"] or 0), int(kc["single"] or 0)
     checked = nkeys if fr.cfg.order == "on" else single
     if checked == 0:
-        return result(UNKNOWN, 0, [], keys=nkeys, keys_checked=0, reason="no ordered keys")
+        return result(
+            UNKNOWN, 0, [], applies=False, keys=nkeys, keys_checked=0, reason="no ordered keys"
+        )
     parts = [
         acked.where(c(f"fd{g}").isNotNull()).select(
             F.lit(g).alias("gid"),
@@ -130,7 +132,7 @@ def segments(fr: Frames) -> DataFrame:
     m = c("value.messages")
     offs = m.getField("queue_offset")
     n = F.size(m)
-    first = F.element_at(offs, 1)
+    first = F.try_element_at(offs, F.lit(1))
     one_queue = (
         (F.size(F.array_distinct(m.getField("queue_id"))) == 1)
         & (F.size(F.array_distinct(m.getField("topic"))) == 1)
@@ -146,7 +148,7 @@ def segments(fr: Frames) -> DataFrame:
         clean.alias("clean"),
     )
     gid = F.when(c("f") == "drain", F.lit(DRAIN_GID)).otherwise(fr.gid(c("group")))
-    head = F.element_at(c("m"), 1)
+    head = F.try_element_at(c("m"), F.lit(1))
     runs = ops.where(c("clean")).select(
         "process",
         gid.alias("gid"),
@@ -154,7 +156,7 @@ def segments(fr: Frames) -> DataFrame:
             "qh"
         ),
         head.getField("queue_offset").alias("first"),
-        F.element_at(c("m.queue_offset"), -1).alias("last"),
+        F.try_element_at(c("m.queue_offset"), F.lit(-1)).alias("last"),
         (c("index") * F.lit(1 << POS_BITS)).alias("dpos"),
         head.getField("value").alias("v"),
         c("index").alias("idx"),
@@ -222,10 +224,12 @@ def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
 def run(fr: Frames) -> dict[str, Any]:
     ko = key_order(fr)
     nm, ps = poll_order(fr)
+    extra = {} if ko.get("applies", True) else {"applies": False}
     return result(
         ko["valid"],
         ko["count"],
         ko["examples"],
+        **extra,
         key_order=ko,
         nonmonotonic=nm,
         poll_skip=ps,

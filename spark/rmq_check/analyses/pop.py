@@ -28,7 +28,7 @@ from rmq_check.core import SEND_OK, Frames, example_rows
 def run(fr: Frames) -> dict[str, Any]:
     c = F.col
     if not fr.has("pop"):
-        return result(UNKNOWN, 0, [], reason="no pop ops")
+        return result(UNKNOWN, 0, [], applies=False, reason="no pop ops")
     topics = [
         r["t"]
         for r in fr.ops.where((c("f") == "pop") & c("value.topic").isNotNull())
@@ -38,7 +38,7 @@ def run(fr: Frames) -> dict[str, Any]:
         .collect()
     ]
     if not topics:
-        return result(UNKNOWN, 0, [], reason="no pop ops")
+        return result(UNKNOWN, 0, [], applies=False, reason="no pop ops")
     sends = (
         fr.ops.where((c("f") == "send") & (c("process") >= 0) & c("value.topic").isin(*topics))
         .groupBy(c("value.value").alias("v"))
@@ -106,7 +106,7 @@ def run(fr: Frames) -> dict[str, Any]:
     ).collect()[0]
     n = {k: int(row[k] or 0) for k in row.asDict()}
     n_unexpected = n["unexpected"] + null_pops
-    drained = fr.has("drain", "ok")
+    drained = fr.drain_complete()
     cols = ["v", "inv_idx", "acked", "pops", "acks_ok", "acks_info", "changes"]
     lost_ex = (
         example_rows(x.where(lost).select(*cols).orderBy("v"), fr.cfg.examples) if n["lost"] else []

@@ -34,7 +34,7 @@ from rmq_ha.history import TXN_COMMITTED
 def run(fr: Frames) -> dict[str, Any]:
     c = F.col
     if not fr.stats()["special"]["txn_sends"]:
-        return result(UNKNOWN, 0, [], reason="no transactional sends")
+        return result(UNKNOWN, 0, [], applies=False, reason="no transactional sends")
     committing = list(TXN_COMMITTED)
     s = fr.ops.where((c("f") == "send") & (c("process") >= 0) & c("value.txn").isNotNull()).select(
         c("value.value").alias("v"), "type", "index", c("value.txn").alias("txn")
@@ -66,7 +66,7 @@ def run(fr: Frames) -> dict[str, Any]:
     t = fr.persist(t.select("*", klass.alias("class")))
     n_txn = t.count()
     if n_txn == 0:
-        return result(UNKNOWN, 0, [], reason="no transactional sends")
+        return result(UNKNOWN, 0, [], applies=False, reason="no transactional sends")
     reads = timed_reads(fr, t)
     per_v = reads.groupBy("v").agg(
         count_if(~c("drain")).alias("group_reads"),
@@ -99,7 +99,7 @@ def run(fr: Frames) -> dict[str, Any]:
     ]
     row = x.agg(*aggs).collect()[0]
     n = {k: int(row[k] or 0) for k in row.asDict()}
-    drained = fr.has("drain", "ok")
+    drained = fr.drain_complete()
     cols = ["v", "plan", "fate", "class", "inv_idx", "comp_idx", "group_reads", "drain_reads"]
     lost_ex = (
         example_rows(x.where(lost).select(*cols).orderBy("v"), fr.cfg.examples) if n["lost"] else []

@@ -1,0 +1,302 @@
+"""Every history line checked against the schema before any analysis, in Spark.
+
+The rules are the data of ``rmq_ha.history`` (``OP_FIELDS``, ``REQUIRED_*``, ``VALUE_ENUMS``,
+``ONLY_ON``, ...); the expressions below are built from those tables, so the bench's reader
+(``rmq_ha.history.read``) and the checker apply the same rules (tests/spark/test_check_validate.py
+runs every rule through both). No Python UDF: each line gets its first problem as a SQL
+expression, the invoke / completion pairing per process is a window over the client ops, and
+only the first few problems come back to the driver. There, for a JSONL line that did not
+parse against the schema, ``rmq_ha.history`` explains what is wrong with it.
+
+Lines are numbered without a driver-side scan: a JSONL file is read as text with each row's
+split (``_metadata.file_block_start``) and its id within the partition; the number of a bad
+line is the count of lines in the splits before it plus its place in its split (one small
+aggregate, run only when something is wrong). Parquet rows carry ``_metadata.row_index``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from rmq_ha import history as h
+
+#: Problems brought back to the driver (the first in file order is the one reported).
+SHOWN = 5
+#: Columns the loader adds beside the schema's (see ``rmq_check.load``).
+POS = "_pos"  # struct<file: string, split: bigint, row: bigint>: orders rows like the file
+RAW = "_raw"  # the line's text (JSONL)
+CORRUPT = "_corrupt"  # the line did not parse against the schema (JSONL)
+EXTRA = "_extra"  # unknown JSON fields of the line, its value, or a message ("" if none)
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # "FILE:LINE" or "FILE row N"
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+class HistoryInvalid(Exception):
+    """The history breaks the schema; ``problems`` are the first ones in file order."""
+
+    def __init__(self, problems: list[Problem], total: int) -> None:
+        self.problems = problems
+        self.total = total
+        more = f" (and {total - 1} more bad lines)" if total > 1 else ""
+        super().__init__(f"{problems[0]}{more}" if problems else "invalid history")
+
+
+def _lits(xs: tuple[str, ...]) -> str:
+    return ", ".join(xs)
+
+
+def _msg(fmt: str, *cols: Column) -> Column:
+    return F.format_string(fmt, *cols)
+
+
+def line_rules(has_raw: bool) -> list[tuple[Column, Column]]:
+    """(condition, message) per rule, in the order ``rmq_ha.history`` checks them; the first
+    that holds is the line's problem. Conditions may be null (a null field): then a required
+    rule earlier names it."""
+    c = F.col
+
+    def v(name: str) -> Column:
+        return c("value").getField(name)
+
+    out: list[tuple[Column, Column]] = []
+    if has_raw:
+        out.append((c(CORRUPT), F.lit("does not parse against the history schema")))
+        out.append(
+            (c(EXTRA) != F.lit(""), _msg("has unknown fields %s", c(EXTRA))),
+        )
+    for name in h.REQUIRED_OP_FIELDS:
+        out.append((c(name).isNull(), F.lit(f"{name} is missing")))
+    # messages: every element carries its required fields
+    bad_msg = F.exists(
+        v("messages"),
+        lambda m: (
+            m.isNull() | F.greatest(*[m.getField(r).isNull() for r in h.REQUIRED_READ_FIELDS])
+        ),
+    )
+    out.append(
+        (
+            bad_msg,
+            F.lit("value.messages: a message without " + " / ".join(h.REQUIRED_READ_FIELDS)),
+        )
+    )
+    pre = _msg("op %d: ", c("index"))
+    out.append(
+        (
+            ~c("type").isin(*h.TYPES),
+            F.concat(pre, _msg(f"type '%s' is not one of ({_lits(h.TYPES)})", c("type"))),
+        )
+    )
+    for name in h.NON_NEGATIVE:
+        out.append((c(name) < 0, F.concat(pre, _msg(f"{name} %d is negative", c(name)))))
+    nem = c("process") == h.NEMESIS_PROCESS
+    out.append(
+        (
+            nem & ~c("f").isin(*h.NEMESIS_FS),
+            F.concat(pre, _msg(f"nemesis f '%s' is not one of ({_lits(h.NEMESIS_FS)})", c("f"))),
+        )
+    )
+    out.append(
+        (
+            nem & (c("type") != "info"),
+            F.concat(pre, _msg("nemesis type '%s' is not 'info'", c("type"))),
+        )
+    )
+    out.append(
+        (
+            c("process") < h.NEMESIS_PROCESS,
+            F.concat(pre, _msg("process %d is negative (only the nemesis is -1)", c("process"))),
+        )
+    )
+    out.append(
+        (
+            (c("process") >= 0) & ~c("f").isin(*h.CLIENT_FS),
+            F.concat(pre, _msg(f"f '%s' is not one of ({_lits(h.CLIENT_FS)})", c("f"))),
+        )
+    )
+    for name, fs in h.ONLY_ON.items():
+        out.append(
+            (
+                v(name).isNotNull() & ~c("f").isin(*fs),
+                F.concat(pre, F.lit(f"only {' / '.join(fs)} carries {name}")),
+            )
+        )
+    out.append(
+        (
+            (c("type") == "fail") & (c("definite") == F.lit(False)),
+            F.concat(pre, F.lit("a fail is definite by definition")),
+        )
+    )
+    for (f, t), names in h.REQUIRED_VALUE_FIELDS.items():
+        applies = (c("f") == f) & (F.lit(True) if t == "*" else (c("type") == t))
+        for name in names:
+            out.append(
+                (
+                    applies & v(name).isNull(),
+                    F.concat(pre, _msg(f"{f} %s without value.{name}", c("type"))),
+                )
+            )
+    for (f, name), allowed in h.VALUE_ENUMS.items():
+        applies = F.lit(True) if f == "*" else (c("f") == f)
+        out.append(
+            (
+                applies & v(name).isNotNull() & ~v(name).isin(*allowed),
+                F.concat(pre, _msg(f"{name} '%s' is not one of ({_lits(allowed)})", v(name))),
+            )
+        )
+    return out
+
+
+def line_problem(has_raw: bool) -> Column:
+    return F.coalesce(*[F.when(cond, msg) for cond, msg in line_rules(has_raw)])
+
+
+def pairing_problems(ops: DataFrame) -> DataFrame:
+    """Rows (pos, index, problem) for client ops that break invoke / completion pairing
+    (``rmq_ha.history.pairing_error``): per process, in index order, ops alternate invoke
+    and completion of the same f, in the file in that order, with no index twice."""
+    c = F.col
+    w = Window.partitionBy("process").orderBy("index", POS)
+    o = ops.where(c("process") >= 0).select("process", "index", "type", "f", POS)
+    o = o.select(
+        "*",
+        F.lag("type").over(w).alias("ptype"),
+        F.lag("f").over(w).alias("pf"),
+        F.lag("index").over(w).alias("pindex"),
+        F.lag(POS).over(w).alias("ppos"),
+    )
+    pre = _msg("op %d: process %d: ", c("index"), c("process"))
+    inv = c("type") == "invoke"
+    rules = [
+        (
+            c("pindex") == c("index"),
+            _msg("index %d appears twice for the process", c("index")),
+        ),
+        (
+            c("ppos") > c(POS),
+            _msg(
+                "index %d does not follow the process's previous op (index %d) in the file",
+                c("index"),
+                c("pindex"),
+            ),
+        ),
+        (
+            inv & (c("ptype") == "invoke"),
+            _msg("invoke while its %s invoke (index %d) has not completed", c("pf"), c("pindex")),
+        ),
+        (
+            ~inv & (c("ptype").isNull() | (c("ptype") != "invoke")),
+            _msg("%s of %s without an invoke", c("type"), c("f")),
+        ),
+        (
+            ~inv & (c("pf") != c("f")),
+            _msg(
+                "%s of %s completes a %s invoke (index %d)", c("type"), c("f"), c("pf"), c("pindex")
+            ),
+        ),
+    ]
+    why = F.coalesce(*[F.when(cond, msg) for cond, msg in rules])
+    return o.select(POS, "index", F.concat(pre, why).alias("problem")).where(
+        c("problem").isNotNull()
+    )
+
+
+def check(ops: DataFrame, name: str = "history") -> None:
+    """Raise HistoryInvalid naming the first problems (file and line) of ``ops``, a history
+    loaded by ``rmq_check.load.load``; return if every line follows the schema."""
+    cols = set(ops.columns)
+    if POS not in cols:  # a DataFrame built elsewhere: order by index
+        ops = ops.withColumn(
+            POS,
+            F.struct(
+                F.lit(name).alias("file"),
+                F.lit(0).cast("long").alias("split"),
+                F.col("index").alias("row"),
+            ),
+        )
+    has_raw = RAW in cols
+    raw = F.col(RAW) if has_raw else F.lit(None).cast("string")
+    lines = ops.select(
+        POS, F.lit(0).alias("kind"), line_problem(has_raw).alias("problem"), raw.alias("raw")
+    ).where(F.col("problem").isNotNull())
+    pairs = pairing_problems(ops).select(
+        POS, F.lit(1).alias("kind"), "problem", F.lit(None).cast("string").alias("raw")
+    )
+    bad = lines.unionByName(pairs)
+    # the first problem of each of the first bad lines, in file order
+    first: list[Any] = []
+    for r in bad.orderBy(POS, "kind").limit(SHOWN * 2).collect():
+        if not first or first[-1][POS] != r[POS]:
+            first.append(r)
+    first = first[:SHOWN]
+    if not first:
+        return
+    total = bad.select(POS).distinct().count()
+    where = _locate(ops, [r[POS] for r in first], has_raw)
+    probs: list[Problem] = []
+    for r, loc in zip(first, where, strict=True):
+        what = r["problem"]
+        if r["raw"] is not None:  # a JSONL line: rmq_ha.history says what is wrong with it
+            what = explain(r["raw"]) or what
+        probs.append(Problem(loc, what))
+    raise HistoryInvalid(probs, total)
+
+
+def explain(raw: str) -> str:
+    """What ``rmq_ha.history`` says is wrong with a line ("" if it finds nothing)."""
+    text = raw.rstrip("\r\n")
+    try:
+        d = json.loads(text)
+    except ValueError as e:
+        short = text if len(text) <= 80 else text[:77] + "..."
+        return f"not JSON ({e}): {short}"
+    try:
+        h.Op.from_json(d)
+    except (h.HistoryError, TypeError) as e:
+        return str(e)
+    return ""
+
+
+def _locate(ops: DataFrame, positions: list[Any], has_raw: bool) -> list[str]:
+    """'FILE:LINE' (JSONL) or 'FILE row N' (Parquet) for each position."""
+    if not positions:
+        return []
+    if not has_raw:
+        return [f"{_short(p['file'])} row {p['row'] + 1}" for p in positions]
+    from rmq_check.load import text_lines
+
+    # the lines in each split of the file before it, then the row's place in its split; the
+    # file is read again exactly as the loader read it (blank lines included)
+    before: dict[tuple[str, int], tuple[int, int]] = {}
+    for f in sorted({p["file"] for p in positions}):
+        t = text_lines(ops.sparkSession, f)
+        splits = (
+            t.groupBy(F.col(POS)["split"].alias("split"))
+            .agg(F.count(F.lit(1)).alias("n"), F.min(F.col(POS)["row"]).alias("row0"))
+            .collect()
+        )
+        acc = 0
+        for s in sorted(splits, key=lambda s: s["split"]):
+            before[(f, s["split"])] = (acc, s["row0"])
+            acc += s["n"]
+    out = []
+    for p in positions:
+        acc, row0 = before.get((p["file"], p["split"]), (0, p["row"]))
+        out.append(f"{_short(p['file'])}:{acc + p['row'] - row0 + 1}")
+    return out
+
+
+def _short(path: str) -> str:
+    return path[len("file:") :] if path.startswith("file:") else path
