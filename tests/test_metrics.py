@@ -426,3 +426,47 @@ async def test_standalone_controller_serves_its_raft_series(tmp_path: Path) -> N
         assert value(s, "rmq_ha_namesrv_live_brokers") is None  # not a name server
     finally:
         ctl.stop()
+
+
+# ---- pops and dead letters, in process ------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+async def test_pops_count_out_and_a_dead_letter_counts_by_original_topic(tmp_path: Path) -> None:
+    from rmq_ha.client import PopConsumer, Producer
+    from rmq_ha.client.api import BrokerApi
+    from rmq_ha.config import MetricsExporterType as M
+    from rmq_ha.net.client import RemotingClient
+    from specialutil import special_cluster
+    from test_client_cluster import FAST_CONSUMER, FAST_PRODUCER, create_topic
+
+    on = {
+        "metrics_exporter_type": M.PROM,
+        "metrics_prom_exporter_host": "127.0.0.1",
+        "metrics_prom_exporter_port": 0,
+    }
+    async with special_cluster(tmp_path, **on) as env:
+        addr = env.broker.metrics_address
+        assert addr is not None and (await env.broker_status())["metricsAddress"] == addr
+        await create_topic(env.namesrv, "PopM", queues=1)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            for i in range(3):
+                await p.send("PopM", f"m{i}")
+        async with PopConsumer("pmg", env.namesrv, ["PopM"], config=FAST_CONSUMER) as c:
+            got = []
+            while len(got) < 3:
+                r = await c.pop("PopM", invisible_time_s=30.0, poll_time_s=1.0)
+                got += r.messages
+        s = await scrape(addr)
+        assert value(s, "rocketmq_messages_out_total", topic="PopM", consumer_group="pmg") == 3
+        assert (value(s, "rocketmq_throughput_out_total", topic="PopM") or 0) > 0
+        assert value(s, "rocketmq_messages_in_total", topic="PopM", message_type="Normal") == 3
+        # delayLevel -1: straight to the group's dead-letter topic.
+        async with RemotingClient() as rc:
+            await BrokerApi(rc).send_back(
+                env.addr, got[0], group="pmg", delay_level=-1, max_reconsume_times=16
+            )
+        s = await scrape(addr)
+        assert (
+            value(s, "rocketmq_send_to_dlq_messages_total", topic="PopM", consumer_group="pmg") == 1
+        )

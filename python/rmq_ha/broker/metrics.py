@@ -25,6 +25,8 @@ class Traffic:
         self.inbound: dict[tuple[str, str], list[int]] = {}
         #: (topic, consumer_group) -> [messages, record bytes]
         self.outbound: dict[tuple[str, str], list[int]] = {}
+        #: (topic, consumer_group) -> messages sent to the group's dead-letter topic
+        self.dlq: dict[tuple[str, str], int] = {}
 
     def put(self, topic: str, message_type: str, messages: int, nbytes: int) -> None:
         c = self.inbound.get((topic, message_type))
@@ -33,6 +35,9 @@ class Traffic:
         else:
             c[0] += messages
             c[1] += nbytes
+
+    def dead_letter(self, topic: str, group: str) -> None:
+        self.dlq[(topic, group)] = self.dlq.get((topic, group), 0) + 1
 
     def got(self, topic: str, group: str, messages: int, nbytes: int) -> None:
         c = self.outbound.get((topic, group))
@@ -108,15 +113,22 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
     )
     f.counter(
         "rocketmq_messages_out_total",
-        "Messages served to pulls (RocketMQ's name)",
+        "Messages served to pulls and pops (RocketMQ's name)",
         labels=("topic", "consumer_group"),
         samples=((k, v[0]) for k, v in traffic.outbound.items()),
     )
     f.counter(
         "rocketmq_throughput_out_total",
-        "Stored record bytes served to pulls (RocketMQ's name)",
+        "Stored record bytes served to pulls and pops (RocketMQ's name)",
         labels=("topic", "consumer_group"),
         samples=((k, v[1]) for k, v in traffic.outbound.items()),
+    )
+    f.counter(
+        "rocketmq_send_to_dlq_messages_total",
+        "Messages a consumer sent back that went to the group's dead-letter topic "
+        "(RocketMQ's name; topic: the message's original topic)",
+        labels=("topic", "consumer_group"),
+        samples=((k, v) for k, v in traffic.dlq.items()),
     )
     f.gauge(
         "rocketmq_storage_size",

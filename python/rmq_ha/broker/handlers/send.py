@@ -255,7 +255,8 @@ async def consumer_send_msg_back(
         # Consumers read the original topic back from this property.
         props[PROPERTY_RETRY_TOPIC] = orig_topic
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or "")
-    if reconsume > max_times or h.delay_level < 0:
+    dead = reconsume > max_times or h.delay_level < 0
+    if dead:
         topic = DLQ_GROUP_TOPIC_PREFIX + h.group
         p.topics.system(topic)
         p.topics.changed()
@@ -280,5 +281,7 @@ async def consumer_send_msg_back(
         reconsume_times=reconsume,
     )
     resp = await append_and_respond(p, cmd, [msg], wait=True)
+    if dead and resp.ext_fields and "queueId" in resp.ext_fields:  # stored
+        p.traffic.dead_letter(props.get(PROPERTY_RETRY_TOPIC, orig_topic), h.group)
     # The retry's answer carries no message id; RocketMQ answers plain SUCCESS.
     return cmd.response(resp.code, resp.remark)

@@ -432,7 +432,7 @@ class PopService(SpecialService):
                 self._parked -= 1
         if not popped:
             return cmd.response(Resp.POLLING_TIMEOUT, "no new message")
-        return self._answer(cmd, popped, pop_time, h.invisible_time, revive_qid)
+        return self._answer(cmd, h.consumer_group, popped, pop_time, h.invisible_time, revive_qid)
 
     async def _pop_queues(
         self,
@@ -537,6 +537,7 @@ class PopService(SpecialService):
     def _answer(
         self,
         cmd: RemotingCommand,
+        group: str,
         popped: list[_Popped],
         pop_time: int,
         invisible_time: int,
@@ -557,12 +558,13 @@ class PopService(SpecialService):
             msg_offset_info=";".join(msg_info),
         )
         store = self.ports.store.native
-        body = b"".join(
-            store.read_record(_int(r["physical_offset"])).tobytes()
-            for p in popped
-            for r in p.records
-        )
-        return cmd.response(Resp.SUCCESS, None, rh.to_ext(), body)
+        parts: list[bytes] = []
+        for p in popped:
+            got = [store.read_record(_int(r["physical_offset"])).tobytes() for r in p.records]
+            parts += got
+            # rocketmq_messages_out_total / _throughput_out_total (broker/metrics.py)
+            self.ports.traffic.got(p.topic, group, len(got), sum(len(b) for b in got))
+        return cmd.response(Resp.SUCCESS, None, rh.to_ext(), b"".join(parts))
 
     def _ck_message(self, ck: CheckPoint, revive_qid: int) -> InnerMessage:
         return InnerMessage(
