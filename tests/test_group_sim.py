@@ -162,6 +162,9 @@ def test_the_cli_reports_the_failover_distribution(capsys: pytest.CaptureFixture
     assert "6/6 broker-group seeds passed" in out
     assert "all: n=" in out and "p99" in out
     assert percentile([5, 1, 3], 0.5) == 3 and percentile([5, 1, 3], 0.99) == 5
+    # --failover: the fault on the master only, for a clean distribution.
+    assert main(["--group", "--failover", "--seeds", "4", "--jobs", "1"]) == 0
+    assert "4/4 broker-group seeds passed" in capsys.readouterr().out
 
 
 # ---- bugs the simulator found in the real code ---------------------------------------------

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from rmq_ha.sim.group import BUGS, FIXES, KNOWN_BUGS, GroupResult, replay_command, run_group_seed
 
 
-def _run_one(args: tuple[int, str | None, tuple[str, ...]]) -> GroupResult:
-    seed, bug, fixes = args
-    result = run_group_seed(seed, bug, fixes=fixes)
+def _run_one(args: tuple[int, str | None, tuple[str, ...], bool]) -> GroupResult:
+    seed, bug, fixes, clean = args
+    result = run_group_seed(seed, bug, fixes=fixes, clean=clean)
     result.trace = []
     return result
 
@@ -33,10 +33,11 @@ def run_group_seeds(
     jobs: int | None = None,
     bug: str | None = None,
     fixes: tuple[str, ...] = FIXES,
+    clean: bool = False,
 ) -> list[GroupResult]:
     """Runs the seeds, in worker processes when `jobs` > 1; results in seed order."""
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    work = [(s, bug, fixes) for s in seeds]
+    work = [(s, bug, fixes, clean) for s in seeds]
     if jobs <= 1 or len(work) < 2:
         return [_run_one(w) for w in work]
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
@@ -109,11 +110,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help=f"run without the changes that avoid the known bugs ({', '.join(KNOWN_BUGS)})",
     )
+    parser.add_argument(
+        "--failover",
+        action="store_true",
+        help="only the fault on the master in each seed (a clean failover time distribution)",
+    )
     parser.add_argument("--trace", action="store_true", help="print the seed's trace")
     args = parser.parse_args(argv)
     fixes: tuple[str, ...] = () if args.no_fixes else FIXES
     if args.seed is not None:
-        result = run_group_seed(args.seed, args.group_bug, trace=args.trace, fixes=fixes)
+        result = run_group_seed(
+            args.seed, args.group_bug, trace=args.trace, fixes=fixes, clean=args.failover
+        )
         for line in result.trace:
             print(line)
         status = "ok" if result.ok else f"FAILED: {result.error}"
@@ -126,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if result.ok else 1
     started = time.perf_counter()
     results = run_group_seeds(
-        range(args.start, args.start + args.seeds), args.jobs, args.group_bug, fixes
+        range(args.start, args.start + args.seeds), args.jobs, args.group_bug, fixes, args.failover
     )
     print(summarize(results, time.perf_counter() - started, args.jobs))
     failed = [r for r in results if not r.ok]
