@@ -168,6 +168,11 @@ async def test_exporter_serves_the_broker_families_on_port_0() -> None:
     traffic.put("T", "Normal", 3, 30)
     traffic.put("T", "Normal", 2, 20)
     traffic.got("T", "G", 4, 400)
+    traffic.sized("T", "Normal", [10, 2000, 5000])
+    traffic.answered(310, 0, 0.5)
+    traffic.answered(310, 0, 7.0)
+    traffic.answered(99999, 1, 2.0)  # an unknown request code
+    traffic.answered(11, -1, 1.0)  # oneway
     base = {"cluster": "C", "node_type": "broker", "node_id": "broker-a"}
     reg = registry_of(SnapshotCollector(lambda: families(snapshot(), traffic, base)))
     async with trio.open_nursery() as n:
@@ -179,6 +184,16 @@ async def test_exporter_serves_the_broker_families_on_port_0() -> None:
         assert value(s, "rocketmq_messages_out_total", topic="T", consumer_group="G") == 4
         assert value(s, "rocketmq_throughput_out_total", consumer_group="G") == 400
         assert value(s, "rocketmq_storage_flush_behind_bytes", cluster="C") == 200
+        assert value(s, "rocketmq_message_size_bucket", topic="T", le="1024.0") == 1
+        assert value(s, "rocketmq_message_size_bucket", topic="T", le="4096.0") == 2
+        assert value(s, "rocketmq_message_size_count", topic="T") == 3
+        assert value(s, "rocketmq_message_size_sum", topic="T") == 7010
+        send = {"request_code": "SEND_MESSAGE_V2", "response_code": "SUCCESS"}
+        assert value(s, "rocketmq_rpc_latency_count", protocol_type="remoting", **send) == 2
+        assert value(s, "rocketmq_rpc_latency_bucket", le="1.0", **send) == 1
+        assert value(s, "rocketmq_rpc_latency_bucket", le="10.0", **send) == 2
+        assert value(s, "rocketmq_rpc_latency_count", request_code="UNKNOWN") == 1
+        assert value(s, "rocketmq_rpc_latency_count", response_code="NONE") == 1
         assert value(s, "rocketmq_storage_dispatch_behind_bytes") == 50
         assert value(s, "rocketmq_storage_size") == 1000
         assert value(s, "rocketmq_consumer_lag_messages", topic="T", consumer_group="G") == 7
@@ -461,6 +476,11 @@ async def test_pops_count_out_and_a_dead_letter_counts_by_original_topic(tmp_pat
         assert value(s, "rocketmq_messages_out_total", topic="PopM", consumer_group="pmg") == 3
         assert (value(s, "rocketmq_throughput_out_total", topic="PopM") or 0) > 0
         assert value(s, "rocketmq_messages_in_total", topic="PopM", message_type="Normal") == 3
+        assert value(s, "rocketmq_message_size_count", topic="PopM") == 3
+        pops = value(
+            s, "rocketmq_rpc_latency_count", request_code="POP_MESSAGE", response_code="SUCCESS"
+        )
+        assert pops is not None and pops >= 1
         # delayLevel -1: straight to the group's dead-letter topic.
         async with RemotingClient() as rc:
             await BrokerApi(rc).send_back(

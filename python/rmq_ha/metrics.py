@@ -179,9 +179,20 @@ class Families:
         fam = CounterMetricFamily(name, doc, labels=[*self.base_names, *labels])
         self._fill(fam, value, samples)
 
-    def histogram(self, name: str, doc: str, hist: Histogram) -> None:
-        fam = HistogramMetricFamily(name, doc, labels=self.base_names)
-        fam.add_metric(self.base_values, hist.cumulative(), hist.total)
+    def histogram(
+        self,
+        name: str,
+        doc: str,
+        hist: Histogram | None = None,
+        *,
+        labels: Sequence[str] = (),
+        samples: Iterable[tuple[Sequence[str], Histogram]] = (),
+    ) -> None:
+        fam = HistogramMetricFamily(name, doc, labels=[*self.base_names, *labels])
+        if hist is not None:
+            fam.add_metric(self.base_values, hist.cumulative(), hist.total)
+        for values, h in samples:
+            fam.add_metric([*self.base_values, *values], h.cumulative(), h.total)
         self.out.append(fam)
 
     def _fill(
@@ -198,8 +209,8 @@ class Families:
 
 
 class Histogram:
-    """A fixed-bucket histogram for rare events (elections): observe() is a bisect and two
-    additions; the collector exports it with `Families.histogram`."""
+    """A fixed-bucket histogram: observe() is a bisect and two additions (no lock: one Trio
+    thread); the collector exports it with `Families.histogram`."""
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = list(bounds)

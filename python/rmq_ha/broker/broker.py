@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -291,7 +292,12 @@ class Broker:
                 "this master is fenced: it reaches no name server and none of its slaves "
                 "(fenceWhenIsolated)",
             )
-        return await self.dispatcher(conn, cmd)
+        started = time.perf_counter()
+        resp = await self.dispatcher(conn, cmd)
+        self.ports.traffic.answered(
+            cmd.code, -1 if resp is None else resp.code, (time.perf_counter() - started) * 1000
+        )
+        return resp
 
     async def _announce_topic(self, cmd: RemotingCommand) -> None:
         """A topic created on a controller-mode master reaches the other replicas before the

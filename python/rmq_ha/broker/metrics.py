@@ -9,11 +9,18 @@ and `BrokerSnapshot`, a plain record broker.py fills at scrape time from its com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
 
-from rmq_ha.metrics import Families
+from rmq_ha.metrics import Families, Histogram
+from rmq_ha.protocol.codes import code_name
+
+#: rocketmq_message_size buckets (bytes), as RocketMQ's: 1 KiB, 4 KiB, 512 KiB, 1, 2, 4 MiB.
+MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1 << 20, 2 << 20, 4 << 20)
+#: rocketmq_rpc_latency buckets (ms), as RocketMQ's: 1, 3, 5, 10, 100 ms, 1 s, 3 s.
+RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 10, 100, 1000, 3000)
 
 
 class Traffic:
@@ -27,6 +34,23 @@ class Traffic:
         self.outbound: dict[tuple[str, str], list[int]] = {}
         #: (topic, consumer_group) -> messages sent to the group's dead-letter topic
         self.dlq: dict[tuple[str, str], int] = {}
+        #: (topic, message_type) -> body sizes of the messages stored by sends
+        self.sizes: dict[tuple[str, str], Histogram] = {}
+        #: (request code, response code) -> handling time (ms) of the requests
+        self.rpc: dict[tuple[int, int], Histogram] = {}
+
+    def sized(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
+        h = self.sizes.get((topic, message_type))
+        if h is None:
+            h = self.sizes[(topic, message_type)] = Histogram(MESSAGE_SIZE_BUCKETS)
+        for n in sizes:
+            h.observe(n)
+
+    def answered(self, request: int, response: int, ms: float) -> None:
+        h = self.rpc.get((request, response))
+        if h is None:
+            h = self.rpc[(request, response)] = Histogram(RPC_LATENCY_BUCKETS_MS)
+        h.observe(ms)
 
     def put(self, topic: str, message_type: str, messages: int, nbytes: int) -> None:
         c = self.inbound.get((topic, message_type))
@@ -122,6 +146,22 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
         "Stored record bytes served to pulls and pops (RocketMQ's name)",
         labels=("topic", "consumer_group"),
         samples=((k, v[1]) for k, v in traffic.outbound.items()),
+    )
+    f.histogram(
+        "rocketmq_message_size",
+        "Body sizes (bytes) of the messages stored by sends (RocketMQ's name and buckets)",
+        labels=("topic", "message_type"),
+        samples=((k, h) for k, h in traffic.sizes.items()),
+    )
+    f.histogram(
+        "rocketmq_rpc_latency",
+        "Time (ms) from a request's arrival to its answer, by request and response code "
+        "(RocketMQ's name and buckets; a held pull or pop includes its hold)",
+        labels=("protocol_type", "request_code", "response_code"),
+        samples=(
+            (("remoting", _code(req, response=False), _code(resp, response=True)), h)
+            for (req, resp), h in traffic.rpc.items()
+        ),
     )
     f.counter(
         "rocketmq_send_to_dlq_messages_total",
@@ -314,3 +354,11 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
         st.get("retention_deleted_files", 0),
     )
     return f.out
+
+
+def _code(code: int, *, response: bool) -> str:
+    """A code's registry name; every unknown code is one label value (bounded cardinality)."""
+    if code < 0:
+        return "NONE"  # oneway: no answer
+    name = code_name(code, response=response)
+    return "UNKNOWN" if name.startswith("UNKNOWN") else name

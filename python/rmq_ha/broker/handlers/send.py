@@ -104,9 +104,8 @@ async def send_message(
         return cmd.response(Resp.MESSAGE_ILLEGAL, f"the batch body does not decode: {e}")
     if not entries:
         return cmd.response(Resp.MESSAGE_ILLEGAL, "the batch is empty")
-    nbytes = 0
+    sizes = [len(b) for _, b, _ in entries]
     for _, b, prop in entries:
-        nbytes += len(b)
         if len(b) > p.cfg.max_message_size:
             return cmd.response(
                 Resp.MESSAGE_ILLEGAL,
@@ -132,7 +131,9 @@ async def send_message(
     if resp.ext_fields and "queueId" in resp.ext_fields:
         # Stored (whatever replication answered): counted once per request, by the topic the
         # producer named.
-        p.traffic.put(h.topic, _message_type(topic, h.topic), len(msgs), nbytes)
+        mtype = _message_type(topic, h.topic)
+        p.traffic.put(h.topic, mtype, len(msgs), sum(sizes))
+        p.traffic.sized(h.topic, mtype, sizes)
         if store_qid != queue_id:
             resp.ext_fields["queueId"] = str(queue_id)  # RocketMQ answers the requested queue
         uniq = _uniq_key(props) if not is_batch else None
