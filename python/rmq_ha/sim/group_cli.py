@@ -61,7 +61,9 @@ def failover_line(label: str, results: Sequence[GroupResult]) -> str:
     )
 
 
-def summarize(results: Sequence[GroupResult], wall_s: float, jobs: int) -> str:
+def summarize(
+    results: Sequence[GroupResult], wall_s: float, jobs: int, fixes: tuple[str, ...] = FIXES
+) -> str:
     n = len(results)
     failed = [r for r in results if not r.ok]
     per_seed = sum(r.wall_ms for r in results) / max(n, 1)
@@ -85,6 +87,8 @@ def summarize(results: Sequence[GroupResult], wall_s: float, jobs: int) -> str:
         f"minInSyncReplicas=1, "
         f"{sum(r.torn_leader_losses for r in results if r.min_in_sync == 2)} with 2; seeds "
         f"left masterless by rule 4 {total('masterless_by_rule')}",
+        "  workarounds for known bugs of the real code (group.KNOWN_BUGS): "
+        + (", ".join(fixes) if fixes else "none (--no-fixes)"),
         "failover (virtual ms, fault on the master -> first write acknowledged in a later epoch):",
         failover_line("all", results),
     ]
@@ -136,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_group_seeds(
         range(args.start, args.start + args.seeds), args.jobs, args.group_bug, fixes, args.failover
     )
-    print(summarize(results, time.perf_counter() - started, args.jobs))
+    print(summarize(results, time.perf_counter() - started, args.jobs, fixes))
     failed = [r for r in results if not r.ok]
     for r in failed:
         print(f"seed {r.seed} FAILED: {r.error}")
