@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -163,12 +164,20 @@ def line_problem(has_raw: bool) -> Column:
     return F.coalesce(*[F.when(cond, msg) for cond, msg in line_rules(has_raw)])
 
 
+def line_is_bad(has_raw: bool) -> Column:
+    """Whether any rule holds: the cheap filter run on every line (booleans only, so it
+    compiles to one small generated method); messages are built for bad lines only."""
+    conds = [F.coalesce(cond, F.lit(False)) for cond, _ in line_rules(has_raw)]
+    return reduce(lambda a, b: a | b, conds)
+
+
 def pairing_problems(ops: DataFrame) -> DataFrame:
     """Rows (pos, index, problem) for client ops that break invoke / completion pairing
     (``rmq_ha.history.pairing_error``): per process, in index order, ops alternate invoke
     and completion of the same f, in the file in that order, with no index twice."""
     c = F.col
-    w = Window.partitionBy("process").orderBy("index", POS)
+    # sorted by index alone (a long); the file order is compared, not sorted by
+    w = Window.partitionBy("process").orderBy("index")
     o = ops.where(c("process") >= 0).select("process", "index", "type", "f", POS)
     o = o.select(
         "*",
@@ -228,9 +237,9 @@ def check(ops: DataFrame, name: str = "history") -> None:
         )
     has_raw = RAW in cols
     raw = F.col(RAW) if has_raw else F.lit(None).cast("string")
-    lines = ops.select(
+    lines = ops.where(line_is_bad(has_raw)).select(
         POS, F.lit(0).alias("kind"), line_problem(has_raw).alias("problem"), raw.alias("raw")
-    ).where(F.col("problem").isNotNull())
+    )
     pairs = pairing_problems(ops).select(
         POS, F.lit(1).alias("kind"), "problem", F.lit(None).cast("string").alias("raw")
     )
