@@ -429,18 +429,11 @@ class RoleCore:
             )
             return
         was_master = s.role is Role.MASTER
-        # Restarted inside our own epoch (the controller still names us its master): the
-        # epoch began at its recorded start, not at today's end. Appending it again at the end
-        # would move our earlier bytes of this epoch into the previous one, and our slaves,
-        # which recorded the real start, would find no common epoch (SUSPEND for ever) or cut
-        # this epoch's bytes at their handshake (found by the group simulator, issue 14).
-        resumed = s.last_epoch == m.epoch
-        start = s.last_epoch_start if resumed else s.log_max
+        start = s.log_max
         s.role, s.epoch, s.master_id, s.master_addr = Role.MASTER, m.epoch, s.self_id, None
         s.fence, s.last_epoch, s.last_epoch_start = None, m.epoch, start
         self._follow(None, out)
-        if not resumed:
-            out.append(a.AppendEpoch(m.epoch, start))
+        out.append(a.AppendEpoch(m.epoch, start))
         if was_master:
             # Master again in a new epoch (changeToMasterWhenLastRoleIsMaster): the slaves'
             # connections stay, and so does what we know of their acks.
@@ -460,8 +453,7 @@ class RoleCore:
             a.Log(
                 INFO,
                 f"became master: epoch {m.epoch}, SyncStateSet {sorted(m.sync_state_set)} "
-                f"(epoch {m.sync_state_set_epoch}), max offset {s.log_max}"
-                + (f", epoch resumed from {start}" if resumed else ""),
+                f"(epoch {m.sync_state_set_epoch}), max offset {start}",
             )
         )
 
