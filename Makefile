@@ -132,3 +132,16 @@ check-demo: dev ## a synthetic run with 2 of every anomaly injected, checked: pr
 CHECK_OPS ?= 20000000
 bench-check: dev ## checker throughput vs a pure-Python baseline (CHECK_OPS ops, default 20M)
 	$(VENV)/bin/rmq-ha bench check --ops $(CHECK_OPS)
+
+# --- a Spark standalone cluster for the checker (issue 18) ---
+.PHONY: spark-cluster spark-cluster-stop test-spark-cluster
+SPARK_CLUSTER_DIR ?= $(or $(TMPDIR),/tmp)/rmq-check-spark
+
+spark-cluster: dev ## Spark standalone master + 2 workers on loopback from the venv's PySpark; prints the spark:// URL for `rmq-ha check --master`
+	$(VPY) -m rmq_check.cluster start --dir $(SPARK_CLUSTER_DIR) --workers 2
+
+spark-cluster-stop: ## stop the cluster `make spark-cluster` started
+	$(VPY) -m rmq_check.cluster stop --dir $(SPARK_CLUSTER_DIR)
+
+test-spark-cluster: dev ## a check on a standalone cluster (its own master + 2 workers) equals local[2] (~3 min)
+	RMQ_CHECK_CLUSTER_TEST=1 $(VPY) -m pytest -q tests/spark/test_check_cluster.py $(PYTEST_ARGS)

@@ -80,6 +80,18 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     r.add_argument("--store", default="store")
     r.add_argument("--test", help="test name (default: topology-workload)")
     r.add_argument("--no-check", action="store_true")
+    r.add_argument(
+        "--check-master",
+        help="Spark master for the check, e.g. spark://127.0.0.1:7077 (make spark-cluster); "
+        "default: the checker's local[2]",
+    )
+    r.add_argument(
+        "--check-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the check (repeatable), passed as rmq-ha check --conf",
+    )
     r.add_argument("--no-data", action="store_true", help="collect logs but not data dirs")
     r.add_argument("--teardown", action="store_true", help="local: hosts down afterwards")
     r.add_argument("--state-dir")
@@ -250,6 +262,8 @@ def _campaign_run(args: argparse.Namespace) -> int:
         first_fault_s=args.first_fault,
         progress=not args.quiet,
         wheel=args.wheel,
+        check_master=args.check_master,
+        check_conf=args.check_conf,
     )
     out = trio.run(run_campaign, opts)
     _print_outcome(out, args.json)

@@ -73,6 +73,10 @@ class CampaignOptions:
     port_base: int = 0
     #: The rmq-ha wheel that SSH / Vagrant hosts install (None: build it from the checkout).
     wheel: str | None = None
+    #: Where the checker runs: its Spark master (None: the checker's default, local[2]) and
+    #: any Spark settings (KEY=VALUE), passed to `rmq-ha check` as --master / --conf.
+    check_master: str | None = None
+    check_conf: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -104,14 +108,32 @@ def _has_check_command() -> bool:
     return p.returncode == 0
 
 
-def run_check(run_dir: Path) -> tuple[int, str]:
+def check_argv(
+    run_dir: Path, master: str | None = None, conf: list[str] | None = None
+) -> list[str]:
+    """`rmq-ha check RUN_DIR` with the campaign's Spark master and settings passed through."""
+    argv = [sys.executable, "-m", "rmq_ha.cli", "check", str(run_dir)]
+    if master:
+        argv += ["--master", master]
+    for kv in conf or []:
+        argv += ["--conf", kv]
+    return argv
+
+
+def run_check(
+    run_dir: Path, master: str | None = None, conf: list[str] | None = None
+) -> tuple[int, str]:
     p = subprocess.run(
-        [sys.executable, "-m", "rmq_ha.cli", "check", str(run_dir)],
+        check_argv(run_dir, master, conf),
         capture_output=True,
         text=True,
         timeout=3600,
     )
     return p.returncode, (p.stdout + p.stderr)[-4000:]
+
+
+#: `rmq-ha check` exit codes (docs/checker.md): 3 = the history cannot decide.
+CHECK_VERDICTS = {0: "valid", 1: "INVALID", 2: "check-error", 3: "unknown"}
 
 
 def resolve_hosts(opts: CampaignOptions, state: StateDir, say: Any) -> tuple[str, list[Host]]:
@@ -418,9 +440,9 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     if opts.check:
         if checker_available():
             progress.set_phase("check")
-            out.check_rc, text = run_check(run_dir)
+            out.check_rc, text = run_check(run_dir, opts.check_master, opts.check_conf)
             (run_dir / "check.log").write_text(text)
-            out.verdict = "valid" if out.check_rc == 0 else "INVALID"
+            out.verdict = CHECK_VERDICTS.get(out.check_rc, "INVALID")
             report = run_dir / "report.html"
             out.report = report if report.exists() else None
         else:

@@ -69,10 +69,13 @@ def main(args: argparse.Namespace) -> int:
             prog.update(task, description="starting Spark")
             t = time.perf_counter()
             own = SparkSession.getActiveSession() is None
+            from rmq_check.cli import spark_conf
+
             spark = session(
                 args.master,
                 shuffle_partitions=args.shuffle_partitions,
                 driver_memory=args.driver_memory,
+                extra=spark_conf(args.conf),
             )
             out["spark_start_s"] = time.perf_counter() - t
             try:

@@ -63,6 +63,24 @@ def _spark_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default="local[2]", help="Spark master, e.g. spark://host:7077")
     p.add_argument("--shuffle-partitions", type=int, default=8)
     p.add_argument("--driver-memory", default="4g")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, as spark-submit's --conf (repeatable)",
+    )
+
+
+def spark_conf(pairs: list[str]) -> dict[str, str]:
+    """--conf KEY=VALUE arguments as a dict; a malformed one is an argparse-style error."""
+    out = {}
+    for kv in pairs:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.strip():
+            raise SystemExit(f"rmq-ha check: --conf wants KEY=VALUE, got {kv!r}")
+        out[k.strip()] = v
+    return out
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -90,7 +108,10 @@ def run_check(args: argparse.Namespace) -> int:
     )
     own = SparkSession.getActiveSession() is None
     spark = session(
-        args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory
+        args.master,
+        shuffle_partitions=args.shuffle_partitions,
+        driver_memory=args.driver_memory,
+        extra=spark_conf(args.conf),
     )
     try:
         with err.status("checking") as status:

@@ -41,6 +41,11 @@ def session(
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
     )
+    if master.startswith(("spark://127.0.0.1", "spark://localhost")):
+        # a cluster on loopback (make spark-cluster): executors reach the driver there too
+        b = b.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
     for k, v in (extra or {}).items():
         b = b.config(k, v)
     spark = b.getOrCreate()

@@ -66,3 +66,18 @@ def test_bench_check_smoke(spark, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["spark"]["correct"] and out["baseline"]["correct"]
     assert out["ratio"] > 0
+
+
+def test_the_campaign_runner_passes_the_checkers_spark_settings_through(tmp_path):
+    """Issue 18: the runner always checked on local[2]; now --check-master / --check-conf
+    reach `rmq-ha check` (run against a real cluster in test_check_cluster.py)."""
+    from rmq_check.cli import spark_conf
+    from rmq_jepsen.runner import CHECK_VERDICTS, check_argv
+
+    argv = check_argv(tmp_path, "spark://127.0.0.1:7077", ["a.b=1", "c=x=y"])
+    assert argv[-6:] == ["--master", "spark://127.0.0.1:7077", "--conf", "a.b=1", "--conf", "c=x=y"]
+    assert check_argv(tmp_path)[-2:] == ["check", str(tmp_path)]
+    assert spark_conf(["a.b=1", "c=x=y"]) == {"a.b": "1", "c": "x=y"}
+    with pytest.raises(SystemExit):
+        spark_conf(["novalue"])
+    assert CHECK_VERDICTS[3] == "unknown" and CHECK_VERDICTS[0] == "valid"
