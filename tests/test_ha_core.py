@@ -116,3 +116,34 @@ def test_in_sync_replicas_without_all_ack() -> None:
     assert not c.write_acked(100)
     c.acked(2, 100, 100, 1)
     assert c.write_acked(100) and not c.write_acked(101)
+
+
+def test_an_empty_members_ack_of_zero_holds_the_confirm_offset() -> None:
+    """An ack of 0 is an ack (an empty member holds nothing): only a connection with no ack
+    at all (-1) is skipped (#6728). Found by the group simulator: skipping 0 let the confirm
+    offset pass bytes a member lacked, and consumers saw messages a handshake later cut."""
+    c = core({1, 2, 3})
+    c.connected(2, False, 0)
+    c.connected(3, False, 0)
+    c.acked(3, 0, 300, 1)
+    c.acked(2, 250, 300, 1)
+    assert c.confirm == 0
+    c.acked(3, 120, 300, 2)
+    assert c.confirm == 120
+
+
+def test_min_in_sync_replicas_holds_acks_when_a_proposed_set_falls_back() -> None:
+    """minInSyncReplicas=2: a write accepted while {1, 2} was proposed (in-sync count 2) must
+    not be acknowledged by the master alone once the controller refused the proposal (group
+    simulator seed 5147 acknowledged such a write, then lost it with the master's tail)."""
+    c = core({1}, min_in_sync_replicas=2)
+    c.connected(2, False, 0)
+    assert c.acked(2, 0, 0, 1) == frozenset({1, 2})
+    assert c.in_sync_count() == 2
+    assert not c.write_acked(100)  # the member has not acked it yet
+    c.cancel_proposal()
+    assert not c.write_acked(100), "acknowledged by the master alone"
+    assert c.apply_set(frozenset({1, 2}), 2, 100)
+    assert not c.write_acked(100)
+    c.acked(2, 100, 100, 3)
+    assert c.write_acked(100)

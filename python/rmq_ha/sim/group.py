@@ -338,6 +338,8 @@ class Pending:
     end: int
     deadline_ms: int
     epoch: int
+    #: The HaCore the write waits on (HaMaster.wait_acked gives up when it is replaced).
+    ha: object = None
 
 
 @dataclass
@@ -519,9 +521,6 @@ BUGS: dict[str, tuple[Callable[[], Any], str]] = {
 }
 _SKIP_TRUNCATION = False
 _OVER_TRUNCATE = False
-#: The send path's wait for replication gives up when the master's epoch changed since the
-#: append (see KNOWN_BUGS["ack-across-epochs"]); the real shell does not.
-_ACK_CHECKS_EPOCH = False
 #: See KNOWN_BUGS["no-common-first-epoch"].
 _EMPTY_MASTER_AGREES = False
 
@@ -543,50 +542,11 @@ def consistent_point(
     return point
 
 
-def _recompute_confirm_freezing(self: Any, master_max: int) -> int:
-    """`HaCore.recompute_confirm` with one rule changed: a member connected but without an
-    ack yet freezes the confirm offset, as a member without a connection does (#6662),
-    instead of being skipped (#6728); an ack of 0 counts."""
-    members = self.effective_set()
-    if not self.all_ack or len(members) <= 1:
-        self.confirm = master_max
-        return int(self.confirm)
-    value = master_max
-    for m in members:
-        if m == self.self_id:
-            continue
-        r = self.replicas.get(m)
-        if r is None or r.ack < 0:
-            return int(self.confirm)
-        value = min(value, r.ack)
-    self.confirm = max(self.confirm, min(value, master_max))
-    return int(self.confirm)
-
-
 #: Known bugs of the real code the simulator found, with the change that avoids each. The main
 #: seeds run with these applied (`FIXES`); `tests/test_group_sim.py` keeps a strict xfail test
 #: per bug that runs a failing seed WITHOUT its fix, so the day the real code is fixed the
 #: test says so and the fix here must go.
-KNOWN_BUGS: dict[str, tuple[Callable[[], Any], str]] = {
-    "confirm-skips-fresh-members": (
-        lambda: mock.patch.object(
-            __import__("rmq_ha.broker.ha.core", fromlist=["HaCore"]).HaCore,
-            "recompute_confirm",
-            _recompute_confirm_freezing,
-        ),
-        "HaCore skips a SyncStateSet member whose connection has not acked yet (ack <= 0, "
-        "#6728) when it computes the confirm offset, so the confirm offset passes bytes that "
-        "member does not hold; the master's first ack from a reconnected slave is not fed to "
-        "HaCore (broker/ha/master.py), so every reconnection opens that window",
-    ),
-}
-KNOWN_BUGS["ack-across-epochs"] = (
-    lambda: mock.patch(f"{__name__}._ACK_CHECKS_EPOCH", True),
-    "a producer's write waits for `HaCore.write_acked(end)` of whatever HaCore the role core "
-    "has when it looks (broker/ha/master.py wait_acked): a master demoted, truncated by its "
-    "handshake and elected again within slaveTimeout acknowledges the old write, whose "
-    "bytes were cut and replaced",
-)
+KNOWN_BUGS: dict[str, tuple[Callable[[], Any], str]] = {}
 KNOWN_BUGS["no-common-first-epoch"] = (
     lambda: mock.patch(f"{__name__}._EMPTY_MASTER_AGREES", True),
     "a replica elected with an empty log at the start of the group's first epoch appends "
@@ -1474,6 +1434,8 @@ class GroupSim:
             m.masters_conns[conn.slave] = conn
             conn.pos = ack if ack > 0 else 0
             self._step(m, e.SlaveConnected(conn.slave, False))
+            # HaMaster feeds the handshake's ack to the role core like any other.
+            self._step(m, e.SlaveAcked(conn.slave, ack, m.log.max))
             self._pump(m, conn)
             return
         if m.masters_conns.get(conn.slave) is not conn:
@@ -1670,7 +1632,7 @@ class GroupSim:
         for conn in list(r.masters_conns.values()):
             self._pump(r, conn)
         r.pending.append(
-            Pending(wid, rec.start, rec.end, self.now + self.cfg.slave_timeout_ms, c.state.epoch)
+            Pending(wid, rec.start, rec.end, self.now + self.cfg.slave_timeout_ms, c.ha.epoch, c.ha)
         )
         self._wake_producers(r)
 
@@ -1680,7 +1642,7 @@ class GroupSim:
             return
         keep = []
         for p in r.pending:
-            if _ACK_CHECKS_EPOCH and (not c.is_master or c.state.epoch != p.epoch):
+            if c.ha is not p.ha or c.ha.epoch != p.epoch:
                 self.send(r.name, CLIENT, self._client_answer, r.bid, p.wid, "timeout", None)
             elif c.ha.write_acked(p.end):
                 alone = c.ha.effective_set() <= {r.bid}

@@ -443,6 +443,7 @@ class RoleCore:
         else:
             self.ha = self._new_ha(frozenset(m.sync_state_set), m.sync_state_set_epoch)
         self.ha.epoch_start_offset = start
+        self.ha.epoch = m.epoch
         self._push_confirm(out)
         out.append(a.AdoptTopicsFromLog())
         out.append(a.BumpDataVersion(m.epoch))
@@ -543,6 +544,7 @@ class RoleCore:
             in_sync_replicas=cfg.in_sync_replicas
             if cfg.controller_mode or not cfg.sync_master
             else max(2, cfg.in_sync_replicas),
+            min_in_sync_replicas=cfg.min_in_sync_replicas if cfg.controller_mode else 1,
             max_not_catchup_ms=cfg.max_not_catchup_ms,
             sync_state_set=members,
             sync_state_set_epoch=ss_epoch,

@@ -41,11 +41,17 @@ class HaCore:
     self_id: int
     all_ack: bool
     in_sync_replicas: int = 1
+    #: minInSyncReplicas: besides the put-time refusal, an acknowledgement needs this many
+    #: replicas (the master counts) holding the write.
+    min_in_sync_replicas: int = 1
     max_not_catchup_ms: int = 15_000
     sync_state_set: frozenset[int] = frozenset()
     sync_state_set_epoch: int = 0
     proposed: frozenset[int] | None = None
     epoch_start_offset: int = 0
+    #: The master epoch this core serves (set by the role core when it leads). A producer's
+    #: wait for acks ends unacknowledged when it changes or the core is replaced.
+    epoch: int = 0
     confirm: int = 0
     replicas: dict[int, Replica] = field(default_factory=dict)
 
@@ -149,8 +155,12 @@ class HaCore:
             if r is None:
                 # A member with no connection (#6662): keep the previous value.
                 return self.confirm
-            if r.ack <= 0:
-                continue  # a fresh connection (#6728)
+            if r.ack < 0:
+                # A connection with no ack yet (#6728) is skipped. HaMaster feeds the
+                # handshake's ack right after the connection, so this lasts no await; an ack
+                # of 0 (an empty member) counts: the confirm offset never passes bytes an
+                # in-sync member lacks (found by the group simulator, issue 14).
+                continue
             value = min(value, r.ack)
         # Never backwards: a member that reconnects acks from below what it had.
         self.confirm = max(self.confirm, min(value, master_max))
@@ -161,7 +171,16 @@ class HaCore:
         return 1 + sum(1 for r in self.replicas.values() if r.ack >= offset)
 
     def write_acked(self, offset: int) -> bool:
-        """Whether a producer's write ending at `offset` may be acknowledged."""
+        """Whether a producer's write ending at `offset` may be acknowledged. Never by fewer
+        than minInSyncReplicas holders: a write accepted while a larger set was proposed
+        (#5663) must not be acknowledged by the master alone when the proposal is refused
+        and the set falls back (found by the group simulator, issue 14)."""
+        members = self.effective_set() - {self.self_id}
+        holders = 1 + sum(
+            1 for m in members if (r := self.replicas.get(m)) is not None and r.ack >= offset
+        )
+        if holders < self.min_in_sync_replicas:
+            return False
         if self.all_ack:
             for m in self.effective_set():
                 if m == self.self_id:

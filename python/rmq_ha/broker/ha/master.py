@@ -82,11 +82,21 @@ class HaMaster:
         self._data = trio.Event()
 
     async def wait_acked(self, offset: int, timeout_s: float) -> bool:
-        """True once a write ending at `offset` is acknowledged as the mode requires."""
+        """True once a write ending at `offset` is acknowledged as the mode requires; False
+        after `timeout_s`, or as soon as the role core replaced its HaCore or leads another
+        epoch: a master demoted, cut back by its handshake and elected again must not
+        acknowledge a write whose bytes may have been replaced (found by the group
+        simulator, issue 14)."""
+        started = self.core()
+        epoch = started.epoch
         with trio.move_on_after(timeout_s):
-            while not self.core().write_acked(offset):
+            while True:
+                now = self.core()
+                if now is not started or now.epoch != epoch:
+                    return False
+                if now.write_acked(offset):
+                    return True
                 await self._progress.wait()
-            return True
         return False
 
     # ---- serving ------------------------------------------------------------------------
