@@ -100,13 +100,12 @@ def _lost_send_history(completion_type: str = "ok", f: str = "send") -> list[str
     return lines
 
 
-def _run(
-    tmp_path: Path, lines: list[str], *args: str, end: str = "\n"
-) -> tuple[int, str, str, Path]:
+def _run(tmp_path: Path, lines: list[str], end: str = "\n") -> tuple[Path, Path]:
+    """A run directory holding these history lines: (directory, history file)."""
     d = tmp_path / "run"
     d.mkdir(exist_ok=True)
     (d / "history.jsonl").write_text("\n".join(lines) + end)
-    return (d, d / "history.jsonl")  # type: ignore[return-value]
+    return d, d / "history.jsonl"
 
 
 def check_cli(capsys: Any, d: Path, *args: str) -> tuple[int, str, str]:
