@@ -180,6 +180,22 @@ def test_live_master_still_exists() -> None:
         assert result.events == () and ctl.state.snapshot() == before
 
 
+def test_a_master_that_asks_again_is_elected_in_a_new_epoch() -> None:
+    """A restarted master named master of the epoch it led before asks for a new epoch
+    (issue 14, found by the group simulator): its own broker trigger re-elects it, with a
+    SyncStateSet of itself; an admin's or another broker's request still keeps it."""
+    ctl = group()
+    assert ctl.request(ElectMasterRequest.of_broker_trigger(C, A, 1)).ok
+    expand(ctl, {1, 2, 3})
+    result = handle(ctl.state, ElectMasterRequest.of_broker_trigger(C, A, 1), ctl.live)
+    assert result.response.code == Code.SUCCESS
+    assert result.response.master_broker_id == 1 and result.response.master_epoch == 2
+    for ev in result.events:
+        ctl.state.apply(ev)
+    bs = ctl.state.broker_sets[A]
+    assert (bs.master_broker_id, bs.master_epoch, bs.sync_state_set) == (1, 2, {1})
+
+
 def test_failover_picks_the_best_in_sync_replica() -> None:
     ctl = group()
     assert ctl.request(ElectMasterRequest.of_broker_trigger(C, A, 1)).ok

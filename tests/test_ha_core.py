@@ -147,3 +147,31 @@ def test_min_in_sync_replicas_holds_acks_when_a_proposed_set_falls_back() -> Non
     assert not c.write_acked(100)
     c.acked(2, 100, 100, 3)
     assert c.write_acked(100)
+
+
+def test_a_replica_that_qualified_during_a_pending_proposal_is_taken_in_later() -> None:
+    """Two slaves of an idle master ack at their handshakes while the first expansion is
+    pending: the second gets no proposal then, and no ack follows for a whole
+    haSendHeartbeatInterval. The periodic check proposes it (seen as a 3-replica group
+    stuck at 2 members with a 600 s HA heartbeat)."""
+    c = core({1})
+    c.connected(2, False, 0)
+    c.connected(3, False, 0)
+    assert c.acked(2, 0, 0, 1) == frozenset({1, 2})
+    assert c.acked(3, 0, 0, 1) is None  # one proposal at a time
+    assert c.maybe_expand() is None
+    assert c.apply_set(frozenset({1, 2}), 2, 0)
+    assert c.maybe_expand() == frozenset({1, 2, 3})
+    assert c.maybe_expand() is None  # pending
+
+
+def test_maybe_expand_skips_learners_and_replicas_behind() -> None:
+    c = core({1, 2})
+    c.connected(2, False, 0)
+    c.connected(3, True, 0)
+    c.connected(4, False, 0)
+    c.acked(2, 500, 500, 1)
+    c.acked(3, 500, 500, 1)
+    c.acked(4, 100, 500, 1)
+    assert c.confirm == 500
+    assert c.maybe_expand() is None

@@ -230,6 +230,16 @@ def elect_master(
         return _result(ElectMasterResponse(code=code, remark="broker set not registered"))
     choice = _choose_master(bs, req, live, config)
     new_master = choice.master
+    if (
+        new_master is not None
+        and new_master == bs.master_broker_id
+        and req.requester == new_master
+        and not req.designate_elect
+    ):
+        # The master itself asks: it restarted, was named master of the epoch it led before,
+        # and refuses to go on in it (its log may have lost that epoch's tail, and slaves hold
+        # bytes of it): it gets the same role in a new epoch, with a SyncStateSet of itself.
+        return _elected(bs, new_master, choice.recovery)
     if new_master is not None and new_master == bs.master_broker_id:
         return _result(_master_still_exists(bs))
     if new_master is not None:

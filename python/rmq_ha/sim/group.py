@@ -557,39 +557,6 @@ KNOWN_BUGS["no-common-first-epoch"] = (
 )
 
 
-def _lead_resuming_its_epoch() -> Any:
-    """`RoleCore._lead`, except that a broker named master of the epoch its epoch file ends
-    with (restarted before the controller noticed) keeps that entry instead of appending the
-    epoch again at its max offset."""
-    original = RoleCore._lead
-
-    def lead(self: RoleCore, m: e.MasterInfo, out: list[a.Action]) -> None:
-        s = self.state
-        before_epoch, before_start, n = s.last_epoch, s.last_epoch_start, len(out)
-        original(self, m, out)
-        if before_epoch is None or before_epoch != m.epoch or s.role is not Role.MASTER:
-            return
-        again = a.AppendEpoch(m.epoch, s.last_epoch_start)
-        if again in out[n:]:
-            del out[n + out[n:].index(again)]
-            s.last_epoch_start = before_start
-            self.ha.epoch_start_offset = before_start
-
-    return mock.patch.object(RoleCore, "_lead", lead)
-
-
-KNOWN_BUGS["restarted-master-reappends-its-epoch"] = (
-    _lead_resuming_its_epoch,
-    "a master killed and restarted before the controller noticed is named master of the same "
-    "epoch again and appends that epoch again at its max offset, which replaces the entry "
-    "(epoch, real start): its earlier bytes of the epoch now belong to the previous one, and "
-    "its slaves, holding the real start, cut the epoch's bytes at their handshake or, when it "
-    "is the first epoch, find no common epoch and SUSPEND for ever. Keeping the entry (the "
-    "workaround) is right only when the log is intact: after a power loss that tore the "
-    "tail, resuming the epoch puts two different byte sequences under one epoch, which no "
-    "handshake detects (the simulator with powered-off machines back within the heartbeat "
-    "timeout shows it). The restarted master needs a new epoch from the controller",
-)
 FIXES = tuple(KNOWN_BUGS)
 
 

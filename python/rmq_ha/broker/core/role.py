@@ -338,7 +338,7 @@ class RoleCore:
             and now_ms - self._last_shrink_ms >= cfg.check_sync_state_set_period_ms
         ):
             self._last_shrink_ms = now_ms
-            proposal = self.ha.maybe_shrink(now_ms)
+            proposal = self.ha.maybe_shrink(now_ms) or self.ha.maybe_expand()
             if proposal is not None:
                 self._propose(proposal, now_ms, out)
         self._fmq_check(now_ms, out)
@@ -429,6 +429,23 @@ class RoleCore:
             )
             return
         was_master = s.role is Role.MASTER
+        if not was_master and m.epoch == s.last_epoch:
+            # Restarted and named master of the epoch we led before (the controller had not
+            # noticed): appending that epoch again at today's end would move its earlier bytes
+            # into the previous epoch, and keeping it would let a torn tail put other bytes
+            # under the same epoch than the slaves hold. Ask for a new one (found by the group
+            # simulator, issue 14; the controller re-elects a master that asks).
+            s.masterless = True
+            s.fence = f"restarted as master of epoch {m.epoch}: asking for a new epoch"
+            out.append(a.RequestElection())
+            out.append(
+                a.Log(
+                    INFO,
+                    f"named master of epoch {m.epoch}, which this broker led before it "
+                    "restarted: asking the controller for a new epoch",
+                )
+            )
+            return
         start = s.log_max
         s.role, s.epoch, s.master_id, s.master_addr = Role.MASTER, m.epoch, s.self_id, None
         s.fence, s.last_epoch, s.last_epoch_start = None, m.epoch, start

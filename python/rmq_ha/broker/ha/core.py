@@ -123,6 +123,27 @@ class HaCore:
             return self.proposed
         return None
 
+    def maybe_expand(self) -> frozenset[int] | None:
+        """A proposed larger set with every connected replica that qualifies by its last ack
+        (as in `acked`), or None. Run periodically: a replica whose ack arrived while another
+        proposal was pending would otherwise wait for its next ack, which on an idle master
+        comes only every haSendHeartbeatInterval."""
+        if self.proposed is not None:
+            return None
+        joiners = {
+            bid
+            for bid, r in self.replicas.items()
+            if not r.async_learner
+            and bid not in self.sync_state_set
+            and r.ack >= 0
+            and r.ack >= self.confirm
+            and r.ack >= self.epoch_start_offset
+        }
+        if not joiners:
+            return None
+        self.proposed = self.sync_state_set | joiners
+        return self.proposed
+
     def maybe_shrink(self, now_ms: int) -> frozenset[int] | None:
         """A proposed smaller set, or None. Members without a connection, or not caught up
         within max_not_catchup_ms, go; the master always stays."""
