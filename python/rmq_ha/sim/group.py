@@ -16,7 +16,8 @@ One seed runs, in virtual time, a group of three replicas built from the REAL br
   every second, and an in-memory epoch file with the Rust `EpochFile`'s rules (append refuses
   an epoch not above the last or a start below the last start, replaces an entry at the same
   start; `truncate_suffix_by_*`; `reconcile`). Handshake truncation uses the REAL
-  `rmq_ha._native.find_consistent_point`; recovery uses the REAL `catch_up_after_recovery`.
+  `broker.ha.core.consistent_point` (the native `find_consistent_point` and its one extra
+  case); recovery uses the REAL `catch_up_after_recovery`.
 * **Replication** follows `broker/ha/master.py` and `slave.py`: handshake (master's max offset
   and epoch entries), truncation, first ack, batches that never cross an epoch boundary with
   the epoch and the confirm offset in each header, heartbeats, acks of the max offset, a slave
@@ -85,11 +86,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
-from rmq_ha._native import find_consistent_point
 from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
 from rmq_ha.broker.core.role import Role, RoleConfig, RoleCore
 from rmq_ha.broker.ha.catchup import CatchUp, catch_up_after_recovery
+from rmq_ha.broker.ha.core import consistent_point
 from rmq_ha.controller.elect import BrokerKey, scan_need_reelect
 from rmq_ha.controller.events import ApplyBrokerIdEvent, ElectMasterEvent
 from rmq_ha.controller.heartbeat import HeartbeatTable
@@ -521,25 +522,6 @@ BUGS: dict[str, tuple[Callable[[], Any], str]] = {
 }
 _SKIP_TRUNCATION = False
 _OVER_TRUNCATE = False
-#: See KNOWN_BUGS["no-common-first-epoch"].
-_EMPTY_MASTER_AGREES = False
-
-
-def consistent_point(
-    local: list[tuple[int, int]],
-    local_max: int,
-    master: list[tuple[int, int]],
-    master_max: int,
-) -> int | None:
-    """The real `find_consistent_point`, and, with the workaround on, the case it misses: a
-    master holding no byte past the start of its first epoch, where this replica's log starts
-    too, agrees with it up to that start."""
-    point = find_consistent_point(local, local_max, master, master_max)
-    if point is None and _EMPTY_MASTER_AGREES and local and master:
-        start = master[0][1]
-        if master_max <= start and local[0][1] == start:
-            return start
-    return point
 
 
 #: Known bugs of the real code the simulator found, with the change that avoids each. The main
@@ -547,16 +529,6 @@ def consistent_point(
 #: per bug that runs a failing seed WITHOUT its fix, so the day the real code is fixed the
 #: test says so and the fix here must go.
 KNOWN_BUGS: dict[str, tuple[Callable[[], Any], str]] = {}
-KNOWN_BUGS["no-common-first-epoch"] = (
-    lambda: mock.patch(f"{__name__}._EMPTY_MASTER_AGREES", True),
-    "a replica elected with an empty log at the start of the group's first epoch appends "
-    "its epoch at the same offset, which replaces the first entry (#9689); a slave holding "
-    "bytes of that first epoch then shares no epoch with it, find_consistent_point answers "
-    "None although the master holds nothing to disagree with, and the slave SUSPENDs for "
-    "ever (with minInSyncReplicas=2 the group never acknowledges a write again)",
-)
-
-
 FIXES = tuple(KNOWN_BUGS)
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rmq_ha._native import find_consistent_point
+
 
 @dataclass
 class Replica:
@@ -211,3 +213,25 @@ class HaCore:
                     return False
             return True
         return self.acked_by(offset) >= self.in_sync_replicas
+
+
+def consistent_point(
+    local: list[tuple[int, int]],
+    local_max: int,
+    master: list[tuple[int, int]],
+    master_max: int,
+) -> int | None:
+    """Where a slave's log agrees with its master's (the RIP-44 truncation algorithm,
+    `find_consistent_point`), plus one case it misses: a master that holds no byte past the
+    start of its first epoch entry, where this replica's log starts too, disagrees with
+    nothing, so the replica keeps up to that start. This happens when an empty replica is
+    elected at the start of the group's first epoch: its entry replaces the first one (#9689),
+    the two share no epoch number, and the slave would refuse to sync for ever (found by the
+    group simulator, issue 14). Bytes the slave holds past that start were never
+    acknowledged: the master was elected from the SyncStateSet and owes no catch-up."""
+    point = find_consistent_point(local, local_max, master, master_max)
+    if point is None and local and master:
+        start = master[0][1]
+        if master_max <= start and local[0][1] == start:
+            return start
+    return point

@@ -22,9 +22,9 @@ from rmq_ha._native import (
     HaSlaveSideDecoder,
     encode_slave_ack,
     encode_slave_handshake,
-    find_consistent_point,
 )
 from rmq_ha.broker.core import events as ev
+from rmq_ha.broker.ha.core import consistent_point
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class HaSlave:
         if not local:
             # A new replica: nothing to compare, nothing to cut (reference 2.6 step 1).
             return
-        point = find_consistent_point(local, local_max, master_entries, master_max)
+        point = consistent_point(local, local_max, master_entries, master_max)
         if point is None:
             raise NoConsistentPointError(
                 f"no epoch of this replica ({local}) matches the master's ({master_entries}); "
