@@ -1078,17 +1078,7 @@ class GroupSim:
         self._rpc(r, inc, req, registered, retry)
 
     def _master_info(self, r: Replica, info: MasterInfo, source: str) -> None:
-        self._step(
-            r,
-            e.MasterInfo(
-                info.master_broker_id,
-                info.master_address,
-                info.master_epoch,
-                info.sync_state_set_epoch or 0,
-                frozenset(info.sync_state_set),
-                source,
-            ),
-        )
+        self._step(r, e.MasterInfo.of(info, source))
 
     def _on_elect(self, r: Replica, resp: Any) -> None:
         if resp.ok or resp.master_broker_id is not None:
@@ -1398,20 +1388,8 @@ class GroupSim:
                 self._close_conn(conn, notify_master=False, notify_slave=True)
                 return
             self._step(m, e.Transferring(conn.slave, end))
-            self.conn_send(
-                conn,
-                False,
-                self._s_transfer,
-                self.replicas[conn.slave],
-                conn,
-                conn.pos,
-                epoch,
-                start,
-                m.confirm,
-                recs,
-            )
+            self._send_transfer(m, conn, epoch, start, recs)
             conn.pos = recs[-1].end
-            conn.last_hb_ms = self.now
         if m.core is not None:
             self._step(m, e.SlaveIdle(conn.slave))
 
@@ -1422,18 +1400,16 @@ class GroupSim:
         for ep, st in m.epochs.entries:
             if st <= conn.pos:
                 epoch, start = ep, st
+        self._send_transfer(m, conn, epoch, start, [])
+
+    def _send_transfer(
+        self, m: Replica, conn: Conn, epoch: int, start: int, recs: list[Rec]
+    ) -> None:
+        """One transfer header (a heartbeat when `recs` is empty) from `conn.pos`."""
         conn.last_hb_ms = self.now
+        slave = self.replicas[conn.slave]
         self.conn_send(
-            conn,
-            False,
-            self._s_transfer,
-            self.replicas[conn.slave],
-            conn,
-            conn.pos,
-            epoch,
-            start,
-            m.confirm,
-            [],
+            conn, False, self._s_transfer, slave, conn, conn.pos, epoch, start, m.confirm, recs
         )
 
     def _s_transfer(

@@ -7,7 +7,9 @@ the simulator (rmq_ha.sim) produces them from its model.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 # ---- life cycle ------------------------------------------------------------------------
 
@@ -73,6 +75,35 @@ class MasterInfo:
     sync_state_set: frozenset[int]
     #: "register" | "elect" | "poll" | "notice": for the log only.
     source: str = "notice"
+
+    @classmethod
+    def of(cls, info: ControllerMasterInfo, source: str) -> MasterInfo:
+        """From a controller answer (`controller.messages.MasterInfo`, or any answer with
+        its fields)."""
+        return cls(
+            info.master_broker_id,
+            info.master_address,
+            info.master_epoch,
+            info.sync_state_set_epoch or 0,
+            frozenset(info.sync_state_set),
+            source,
+        )
+
+
+class ControllerMasterInfo(Protocol):
+    """The fields of a controller's answer that name the master (kept as a Protocol so the
+    pure core does not depend on the controller package)."""
+
+    @property
+    def master_broker_id(self) -> int | None: ...
+    @property
+    def master_address(self) -> str | None: ...
+    @property
+    def master_epoch(self) -> int | None: ...
+    @property
+    def sync_state_set_epoch(self) -> int | None: ...
+    @property
+    def sync_state_set(self) -> Iterable[int]: ...
 
 
 @dataclass(frozen=True)

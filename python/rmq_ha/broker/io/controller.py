@@ -159,16 +159,7 @@ class ControllerShell:
 
     def _master_info(self, info: m.MasterInfo, source: str) -> None:
         self.last_answer_ms = monotonic_ms()
-        self.feed(
-            ev.MasterInfo(
-                info.master_broker_id,
-                info.master_address,
-                info.master_epoch,
-                info.sync_state_set_epoch or 0,
-                frozenset(info.sync_state_set),
-                source,
-            )
-        )
+        self.feed(ev.MasterInfo.of(info, source))
 
     async def elect(self) -> None:
         """RequestElection: ELECT_MASTER, triggered by this broker."""
