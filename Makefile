@@ -38,10 +38,12 @@ test: dev sysdeps test-rust test-py test-fuzz ## run every test (Rust, Python, a
 
 SYSDEPS := openssh-server iptables faketime vagrant
 sysdeps: ## as root with apt-get: the system packages the bench and its tests use ($(SYSDEPS))
+	@# flock: two checkouts running `make test` at once must not race for apt's locks
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  exec 9>/tmp/rmq-ha-sysdeps.lock; flock -w 1200 9 || exit 1; \
 	  missing=""; for p in $(SYSDEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then echo "sysdeps: installing$$missing"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; fi; \
+	    apt-get -o DPkg::Lock::Timeout=600 update -q && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q $$missing >/dev/null; fi; \
 	else echo "sysdeps: not root or no apt-get: campaigns run on loopback processes (kill and pause only) and vagrant validate is skipped"; fi
 
 test-rust: ## cargo test for the whole workspace
