@@ -90,7 +90,7 @@ from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
 from rmq_ha.broker.core.role import Role, RoleConfig, RoleCore
 from rmq_ha.broker.ha.catchup import CatchUp, catch_up_after_recovery
-from rmq_ha.broker.ha.core import consistent_point
+from rmq_ha.broker.ha.core import HaCore, consistent_point
 from rmq_ha.controller.elect import BrokerKey, scan_need_reelect
 from rmq_ha.controller.events import ApplyBrokerIdEvent, ElectMasterEvent
 from rmq_ha.controller.heartbeat import HeartbeatTable
@@ -488,7 +488,7 @@ def _elect_ignores_catch_up() -> Any:
 BUGS: dict[str, tuple[Callable[[], Any], str]] = {
     "ack-ignores-replication": (
         _patch(
-            __import__("rmq_ha.broker.ha.core", fromlist=["HaCore"]).HaCore,
+            HaCore,
             "write_acked",
             _ack_ignores_replication,
         ),
@@ -496,7 +496,7 @@ BUGS: dict[str, tuple[Callable[[], Any], str]] = {
     ),
     "confirm-ignores-acks": (
         _patch(
-            __import__("rmq_ha.broker.ha.core", fromlist=["HaCore"]).HaCore,
+            HaCore,
             "recompute_confirm",
             _confirm_ignores_acks,
         ),
