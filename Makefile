@@ -36,7 +36,7 @@ demo: dev ## 5 local hosts, 60 s controller-mode campaign with partitions and ki
 
 test: dev sysdeps test-rust test-py test-fuzz ## run every test (Rust, Python, a short fuzz replay)
 
-SYSDEPS := openssh-server iptables faketime vagrant
+SYSDEPS := openssh-server iptables faketime vagrant prometheus
 sysdeps: ## as root with apt-get: the system packages the bench and its tests use ($(SYSDEPS))
 	@# flock: two checkouts running `make test` at once must not race for apt's locks
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
