@@ -336,7 +336,7 @@ class ControllerNode:
             return cmd.response(Code.SYSTEM_ERROR, f"controller: {e}")
         cluster = None
         if isinstance(req, ElectMasterRequest):
-            self._note_election(resp, trio.current_time() - started)
+            self._note_election(req.broker_name, resp, trio.current_time() - started)
             cluster = self._after_elect(req.broker_name, resp)
         return wire.encode_response(cmd, req, resp, cluster)
 
@@ -382,15 +382,34 @@ class ControllerNode:
                 except (NotLeaderError, ProposalOutcomeUnknown, RemotingTimeoutError) as e:
                     log.warning("elect %s (try %d): %s", broker_name, attempt + 1, e)
                     continue
-                log.info("elect %s: %s %s", broker_name, resp.code.name, resp.remark)
-                self._note_election(resp, trio.current_time() - started)
+                self._note_election(broker_name, resp, trio.current_time() - started)
                 self._after_elect(broker_name, resp)
                 return
         finally:
             self._electing.discard(broker_name)
 
-    def _note_election(self, resp: ElectMasterResponse, took_s: float) -> None:
+    def _note_election(self, broker_name: str, resp: ElectMasterResponse, took_s: float) -> None:
+        """Counts an election (metrics) and logs its one operator line: result, new master,
+        epoch, SyncStateSet and how long it took from the request or trigger."""
         result = resp.code.name
+        if resp.code == Code.SUCCESS:
+            log.info(
+                "election %s: master %s at %s, epoch %s, SyncStateSet %s, took %d ms",
+                broker_name,
+                resp.master_broker_id,
+                resp.master_address,
+                resp.master_epoch,
+                sorted(resp.sync_state_set),
+                round(took_s * 1000),
+            )
+        else:  # refusals are routine (a master still exists); no master is warned below
+            log.info(
+                "election %s: %s %s, took %d ms",
+                broker_name,
+                result,
+                resp.remark,
+                round(took_s * 1000),
+            )
         self.master_elections[result] = self.master_elections.get(result, 0) + 1
         if resp.code == Code.SUCCESS:
             self.election_seconds.observe(took_s)
