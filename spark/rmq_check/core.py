@@ -95,17 +95,32 @@ class Frames:
                     F.count(F.col("value.delay_ms")).alias("delayed"),
                     F.count(F.col("value.txn")).alias("txn"),
                     F.count(F.when(F.col("value.txn").isin(*TXN_ROLLED_BACK), 1)).alias("rb"),
+                    # which group polls which topic: a group is expected to read only the
+                    # values of topics it subscribes to (unseen_by_group)
+                    F.collect_set(
+                        F.when(
+                            F.col("f") == "poll",
+                            F.struct(
+                                F.coalesce(F.col("value.group"), F.lit("")).alias("g"),
+                                F.col("value.topic").alias("t"),
+                            ),
+                        )
+                    ).alias("subs"),
                 )
                 .collect()
             )
             counts = {f"{r['f']}:{r['type']}": int(r["n"]) for r in rows}
             groups = sorted({g for r in rows for g in (r["groups"] or [])})
+            subs = sorted(
+                {(x["g"], x["t"]) for r in rows for x in (r["subs"] or []) if x["t"] is not None}
+            )
             self._stats = {
                 "ops": sum(counts.values()),
                 "counts": counts,
                 "t0_ns": min((r["t0"] for r in rows if r["t0"] is not None), default=0),
                 "t1_ns": max((r["t1"] for r in rows if r["t1"] is not None), default=0),
                 "groups": groups,
+                "subscriptions": [list(x) for x in subs],
                 "special": {
                     "delayed_sends": sum(int(r["delayed"]) for r in rows if r["f"] == "send"),
                     "txn_sends": sum(int(r["txn"]) for r in rows if r["f"] == "send"),
@@ -133,6 +148,23 @@ class Frames:
 
     def tracked_groups(self) -> int:
         return min(len(self.groups()), MAX_GROUPS)
+
+    def subscriber_masks(self) -> dict[str, int]:
+        """topic -> the bits (gid) of the tracked consumer groups that poll it: the groups a
+        value of that topic should reach. Topics no group polls are absent (mask 0)."""
+        gids = {name: i + 1 for i, name in enumerate(self.groups())}
+        masks: dict[str, int] = {}
+        for group, topic in self.stats()["subscriptions"]:
+            gid = gids.get(group)
+            if gid is not None and gid <= MAX_GROUPS:
+                masks[topic] = masks.get(topic, 0) | (1 << gid)
+        return masks
+
+    def subscriber_mask(self, topic: Column) -> Column:
+        expr: Column = F.lit(0).cast("long")
+        for t, mask in sorted(self.subscriber_masks().items()):
+            expr = F.when(topic == t, F.lit(mask).cast("long")).otherwise(expr)
+        return expr
 
     # reads ----------------------------------------------------------------------------
     def reads(self) -> DataFrame:
@@ -178,6 +210,7 @@ class Frames:
                 has_pos, qhash(F.col("value.topic"), F.col("value.broker"), F.col("value.queue_id"))
             ).alias("qh"),
             F.when(has_pos, F.col("value.queue_offset")).alias("off"),
+            self.subscriber_mask(F.col("value.topic")).alias("smask"),
         )
 
     # values -----------------------------------------------------------------------------
@@ -196,6 +229,7 @@ class Frames:
             "qh",
             "off",
             "gid",
+            F.lit(None).cast("long").alias("smask"),
         )
         s = self._send_events().select(
             "v",
@@ -206,6 +240,7 @@ class Frames:
             "qh",
             "off",
             F.lit(None).cast("int").alias("gid"),
+            "smask",
         )
         u = s.unionByName(r).repartition("v")
         k = F.col("kind")
@@ -229,6 +264,7 @@ class Frames:
                     is_read, F.expr(f"shiftleft(CAST(1 AS BIGINT), least(gid, {MAX_GROUPS + 1}))")
                 )
             ).alias("gmask"),
+            F.max(F.col("smask")).alias("smask"),
             F.min(F.when(has_pos, F.col("qh"))).alias("qh_min"),
             F.max(F.when(has_pos, F.col("qh"))).alias("qh_max"),
             F.min(F.when(has_pos, F.col("off"))).alias("off_min"),
@@ -513,8 +549,6 @@ def value_flags(fr: Frames) -> dict[str, Column]:
     attempted = (c("inv") + c("ok") + c("fail") + c("info")) > 0
     acked = (c("ok") == 1) & (c("weak") == 0)
     weak = (c("ok") == 1) & (c("weak") == 1)
-    ng = fr.tracked_groups()
-    all_groups = sum(1 << g for g in range(1, ng + 1))
     excess = c("n_read") - F.coalesce(F.bit_count(c("gmask")), F.lit(0))
     two_pos = (c("qh_min") != c("qh_max")) | (c("off_min") != c("off_max"))
     flags = {
@@ -524,10 +558,11 @@ def value_flags(fr: Frames) -> dict[str, Column]:
         "read": nonnull & read_any,
         "lost": nonnull & acked & ~read_any,
         "lost_weak": nonnull & weak & ~read_any,
+        # missed by a group that polls the value's topic (not by groups of other topics)
         "unseen_by_group": nonnull
         & acked
-        & F.lit(ng > 0)
-        & ((F.coalesce(c("gmask"), F.lit(0)).bitwiseAND(F.lit(all_groups))) != F.lit(all_groups)),
+        & (F.coalesce(c("smask"), F.lit(0)) != F.lit(0))
+        & (F.coalesce(c("gmask"), F.lit(0)).bitwiseAND(c("smask")) != c("smask")),
         "unexpected": read_any & (~nonnull | ~attempted),
         "redelivered": nonnull & (excess > 0),
         "at_two_offsets": nonnull & F.coalesce(two_pos, F.lit(False)),
