@@ -14,6 +14,11 @@ seconds of unmeasured load, so the real broker's JIT is warm):
 
 That is one round; --rounds (default 3) repeats it with fresh brokers and reports medians.
 
+Variants of rmq_ha run beside plain rmq_ha in the same rounds and are reported as a ratio to it:
+`--impls rmq_ha,rmq_ha+metrics` measures the cost of the Prometheus endpoint (issue 20; goal
+>= 0.97x). The endpoint is on but not scraped during the run (a scrape reads a snapshot; at
+Prometheus's default 15 s interval its cost is negligible next to the per-request counters).
+
 The ratio is rmq_ha msgs/s / RocketMQ msgs/s; the headline is 1 KiB single sends (goal >= 1.0x).
 The load generator runs on the same machine and competes with the broker for CPU.
 
@@ -44,7 +49,20 @@ from rich.table import Table
 from rmq_jepsen.bench import machine, realrmq
 from rmq_jepsen.launch import Proc
 
-IMPLS = ("rmq_ha", "rocketmq")
+IMPLS = ("rmq_ha", "rocketmq", "rmq_ha+metrics")
+#: rmq_ha with settings whose cost is measured against plain rmq_ha in the same run: broker.conf
+#: lines and the goal for msgs/s as a fraction of plain rmq_ha's.
+VARIANTS: dict[str, tuple[list[str], float]] = {
+    # issue 20: the Prometheus endpoint on (its counters and histograms run per request)
+    "rmq_ha+metrics": (
+        [
+            "metricsExporterType=PROM",
+            "metricsPromExporterHost=127.0.0.1",
+            "metricsPromExporterPort=0",
+        ],
+        0.97,
+    ),
+}
 HEADLINE = (1024, 1)  # 1 KiB single sends: the case the goal speaks of
 GOAL = 1.0
 LOADGEN_JVM = ["-Xms256m", "-Xmx256m", "-XX:+UseSerialGC"]
@@ -148,7 +166,33 @@ def _failed(why: str) -> dict[str, Any]:
 def _start(impl: str, workdir: Path, h: Any) -> Any:
     if impl == "rmq_ha":
         return h.start_rmq_ha(workdir)
+    if impl in VARIANTS:
+        return h.start_rmq_ha(workdir, broker_conf=VARIANTS[impl][0])
     return realrmq.start_real(workdir)
+
+
+def variant_ratios(cases: list[dict[str, Any]], impls: list[str]) -> dict[str, Any]:
+    """Per variant run beside plain rmq_ha: msgs/s over plain rmq_ha's per case, and the
+    headline case's ratio against the variant's goal."""
+    out: dict[str, Any] = {}
+    for v in (i for i in impls if i in VARIANTS):
+        if "rmq_ha" not in impls:
+            out[v] = {"note": "plain rmq_ha not run: no ratio"}
+            continue
+        per_case = {}
+        for c in cases:
+            base = c["rmq_ha"].get("msgs_per_s") or 0
+            got = c[v].get("msgs_per_s") or 0
+            per_case[f"{c['size']}x{c['batch']}"] = round(got / base, 3) if base and got else None
+        head = per_case.get(f"{HEADLINE[0]}x{HEADLINE[1]}")
+        goal = VARIANTS[v][1]
+        out[v] = {
+            "vs_rmq_ha": per_case,
+            "ratio_1k_single_vs_rmq_ha": head,
+            "goal": f">= {goal}x plain rmq_ha",
+            "goal_met": None if head is None else head >= goal,
+        }
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -337,6 +381,7 @@ def _run(args: argparse.Namespace) -> int:
         "ratio_1k_single": ratio,
         "goal": f">= {GOAL}x real RocketMQ",
         "goal_met": None if ratio is None else ratio >= GOAL,
+        "variants": variant_ratios(cases, impls),
         "wall_seconds": round(time.monotonic() - t_start, 1),
     }
     failed = any("failure" in c.get(i, {}) for c in cases for i in impls)
@@ -382,6 +427,13 @@ def _print_table(result: dict[str, Any], impls: list[str]) -> None:
         verdict = "met" if result["goal_met"] else "NOT met"
         goal = result["goal"]
         out.print(f"headline 1 KiB single sends: ratio {ratio:.2f} (goal {goal}: {verdict})")
+    for name, v in result.get("variants", {}).items():
+        head = v.get("ratio_1k_single_vs_rmq_ha")
+        if head is None:
+            out.print(f"{name}: {v.get('note', 'no ratio')}")
+            continue
+        verdict = "met" if v["goal_met"] else "NOT met"
+        out.print(f"{name} / rmq_ha, 1 KiB single sends: {head:.3f} (goal {v['goal']}: {verdict})")
     out.print(f"note: {result['note']}")
 
 
@@ -404,7 +456,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batches", default="1,32", help="messages per send (1 = single sends)")
     p.add_argument("--rounds", type=int, default=3, help="fresh broker pairs per side (median)")
     p.add_argument("--queues", type=int, default=8, help="queues of each bench topic")
-    p.add_argument("--impls", default="rmq_ha,rocketmq", help="which brokers to run")
+    p.add_argument(
+        "--impls",
+        default="rmq_ha,rocketmq",
+        help=f"which brokers to run, of {','.join(IMPLS)}; a variant (rmq_ha+...) is compared "
+        "with plain rmq_ha in the same run",
+    )
     p.add_argument("--dir", default=None, help="where the stores go (default: the temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work dirs and logs")
     p.set_defaults(func=run)
