@@ -29,6 +29,16 @@ def rmq(key: str, default: Any, doc: str = "") -> Any:
     return field(default=default, metadata={"rocketmq": key, "doc": doc})
 
 
+def secret(key: str, doc: str = "") -> Any:
+    """A config field holding a secret: left out of repr and marked `secret` in its metadata,
+    so whatever prints a config (logs, GET_BROKER_CONFIG) can mask it."""
+    return field(default="", repr=False, metadata={"rocketmq": key, "doc": doc, "secret": True})
+
+
+def is_secret(f: dataclasses.Field[Any]) -> bool:
+    return bool(f.metadata.get("secret"))
+
+
 class FlushDiskType(enum.Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
@@ -44,6 +54,23 @@ class MetricsExporterType(enum.Enum):
 
 #: RocketMQ's exporter types rmq_ha does not have.
 _UNSUPPORTED_EXPORTERS = {"OTLP_GRPC", "LOG"}
+
+
+class TlsMode(enum.Enum):
+    """RocketMQ's tls.server.mode: DISABLED refuses TLS, PERMISSIVE takes TLS and plaintext on
+    the same port, ENFORCING refuses plaintext."""
+
+    DISABLED = "disabled"
+    PERMISSIVE = "permissive"
+    ENFORCING = "enforcing"
+
+
+class TlsClientAuth(enum.Enum):
+    """tls.server.need.client.auth."""
+
+    NONE = "none"
+    OPTIONAL = "optional"
+    REQUIRE = "require"
 
 
 class BrokerRole(enum.Enum):
@@ -87,6 +114,31 @@ class NamesrvConfig:
     metrics_prom_exporter_port: int = rmq(
         "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
     )
+    # -- security (docs/security.md) ----------------------------------------------------------
+    acl_enable: bool = rmq("aclEnable", False, "check every request against plainAclFile")
+    plain_acl_file: str = rmq(
+        "plainAclFile", "", "RocketMQ ACL 1.0 plain_acl.yml (reloaded when it changes)"
+    )
+    acl_watch_interval_ms: int = rmq("aclWatchIntervalMs", 5000, "how often the file is checked")
+    inner_client_authentication_credentials: str = secret(
+        "innerClientAuthenticationCredentials",
+        'signs this role\'s own requests: {"accessKey": "...", "secretKey": "..."}',
+    )
+    tls_server_mode: TlsMode = rmq("tls.server.mode", TlsMode.DISABLED, "TLS on this role's ports")
+    tls_server_cert_path: str = rmq("tls.server.certPath", "", "PEM certificate chain")
+    tls_server_key_path: str = rmq("tls.server.keyPath", "", "PEM private key")
+    tls_server_trust_cert_path: str = rmq(
+        "tls.server.trustCertPath", "", "CA bundle for client certificates"
+    )
+    tls_server_need_client_auth: TlsClientAuth = rmq(
+        "tls.server.need.client.auth", TlsClientAuth.NONE, "none, optional or require"
+    )
+    tls_enable: bool = rmq("tlsEnable", False, "this role's own outgoing connections use TLS")
+    tls_client_trust_cert_path: str = rmq(
+        "tls.client.trustCertPath", "", "CA bundle that signs the servers' certificates"
+    )
+    tls_client_cert_path: str = rmq("tls.client.certPath", "", "client certificate (PEM)")
+    tls_client_key_path: str = rmq("tls.client.keyPath", "", "client private key (PEM)")
 
 
 @dataclass(frozen=True)
@@ -135,6 +187,31 @@ class ControllerConfig:
     metrics_prom_exporter_port: int = rmq(
         "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
     )
+    # -- security (docs/security.md) ----------------------------------------------------------
+    acl_enable: bool = rmq("aclEnable", False, "check every request against plainAclFile")
+    plain_acl_file: str = rmq(
+        "plainAclFile", "", "RocketMQ ACL 1.0 plain_acl.yml (reloaded when it changes)"
+    )
+    acl_watch_interval_ms: int = rmq("aclWatchIntervalMs", 5000, "how often the file is checked")
+    inner_client_authentication_credentials: str = secret(
+        "innerClientAuthenticationCredentials",
+        'signs this role\'s own requests: {"accessKey": "...", "secretKey": "..."}',
+    )
+    tls_server_mode: TlsMode = rmq("tls.server.mode", TlsMode.DISABLED, "TLS on this role's ports")
+    tls_server_cert_path: str = rmq("tls.server.certPath", "", "PEM certificate chain")
+    tls_server_key_path: str = rmq("tls.server.keyPath", "", "PEM private key")
+    tls_server_trust_cert_path: str = rmq(
+        "tls.server.trustCertPath", "", "CA bundle for client certificates"
+    )
+    tls_server_need_client_auth: TlsClientAuth = rmq(
+        "tls.server.need.client.auth", TlsClientAuth.NONE, "none, optional or require"
+    )
+    tls_enable: bool = rmq("tlsEnable", False, "this role's own outgoing connections use TLS")
+    tls_client_trust_cert_path: str = rmq(
+        "tls.client.trustCertPath", "", "CA bundle that signs the servers' certificates"
+    )
+    tls_client_cert_path: str = rmq("tls.client.certPath", "", "client certificate (PEM)")
+    tls_client_key_path: str = rmq("tls.client.keyPath", "", "client private key (PEM)")
 
     @property
     def peers(self) -> dict[str, str]:
@@ -315,6 +392,31 @@ class BrokerConfig:
     metrics_prom_exporter_port: int = rmq(
         "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
     )
+    # -- security (docs/security.md) ----------------------------------------------------------
+    acl_enable: bool = rmq("aclEnable", False, "check every request against plainAclFile")
+    plain_acl_file: str = rmq(
+        "plainAclFile", "", "RocketMQ ACL 1.0 plain_acl.yml (reloaded when it changes)"
+    )
+    acl_watch_interval_ms: int = rmq("aclWatchIntervalMs", 5000, "how often the file is checked")
+    inner_client_authentication_credentials: str = secret(
+        "innerClientAuthenticationCredentials",
+        'signs this role\'s own requests: {"accessKey": "...", "secretKey": "..."}',
+    )
+    tls_server_mode: TlsMode = rmq("tls.server.mode", TlsMode.DISABLED, "TLS on this role's ports")
+    tls_server_cert_path: str = rmq("tls.server.certPath", "", "PEM certificate chain")
+    tls_server_key_path: str = rmq("tls.server.keyPath", "", "PEM private key")
+    tls_server_trust_cert_path: str = rmq(
+        "tls.server.trustCertPath", "", "CA bundle for client certificates"
+    )
+    tls_server_need_client_auth: TlsClientAuth = rmq(
+        "tls.server.need.client.auth", TlsClientAuth.NONE, "none, optional or require"
+    )
+    tls_enable: bool = rmq("tlsEnable", False, "this role's own outgoing connections use TLS")
+    tls_client_trust_cert_path: str = rmq(
+        "tls.client.trustCertPath", "", "CA bundle that signs the servers' certificates"
+    )
+    tls_client_cert_path: str = rmq("tls.client.certPath", "", "client certificate (PEM)")
+    tls_client_key_path: str = rmq("tls.client.keyPath", "", "client private key (PEM)")
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -432,6 +534,7 @@ def _validate(record: Any) -> None:
             f"bad config metricsPromExporterHost: {host!r} is not a host name or address",
             "metricsPromExporterHost",
         )
+    _validate_security(record)
     if isinstance(record, ControllerConfig):
         _validate_controller(record)
     if isinstance(record, BrokerConfig):
@@ -462,6 +565,44 @@ def _validate(record: Any) -> None:
                 "bad config mappedFileSizeConsumeQueue: must be a multiple of 20 (unit size)",
                 "mappedFileSizeConsumeQueue",
             )
+
+
+def _validate_security(record: Any) -> None:
+    if not hasattr(record, "acl_enable"):
+        return
+    if record.acl_enable and not record.plain_acl_file.strip():
+        raise ConfigError(
+            "bad config plainAclFile: required when aclEnable=true (a RocketMQ plain_acl.yml)",
+            "plainAclFile",
+        )
+    from rmq_ha.security.signing import parse_credentials_json
+
+    try:
+        parse_credentials_json(
+            record.inner_client_authentication_credentials, "innerClientAuthenticationCredentials"
+        )
+    except ValueError as e:
+        raise ConfigError(f"bad config {e}", "innerClientAuthenticationCredentials") from None
+    if record.tls_server_mode is not TlsMode.DISABLED:
+        for key, value in (
+            ("tls.server.certPath", record.tls_server_cert_path),
+            ("tls.server.keyPath", record.tls_server_key_path),
+        ):
+            if not value.strip():
+                raise ConfigError(
+                    f"bad config {key}: required when tls.server.mode is "
+                    f"{record.tls_server_mode.value}",
+                    key,
+                )
+    if (
+        record.tls_server_need_client_auth is not TlsClientAuth.NONE
+        and not record.tls_server_trust_cert_path.strip()
+    ):
+        raise ConfigError(
+            "bad config tls.server.trustCertPath: required when tls.server.need.client.auth is "
+            f"{record.tls_server_need_client_auth.value} (the CA of the client certificates)",
+            "tls.server.trustCertPath",
+        )
 
 
 def _validate_retention(record: BrokerConfig) -> None:

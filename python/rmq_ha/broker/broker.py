@@ -55,6 +55,7 @@ from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.models import EpochEntry, EpochEntryCache
 from rmq_ha.protocol.perm import PERM_READ, PERM_WRITE
+from rmq_ha.security.guard import guard_of, inner_signer
 from rmq_ha.store import AsyncStore, open_store
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class Broker:
         self.clients = ClientManager()
         self.locks = QueueLocks(cfg.lock_expire_ms)
         self.hold = PullHold()
-        self.outbound = RemotingClient()
+        self.outbound = RemotingClient(signer=inner_signer(cfg))
         # The role: the transport first (recovery cuts the epoch file, issue 13), then the core.
         self.ha = HaService(
             cfg,
@@ -212,7 +213,7 @@ class Broker:
         self.metrics_address: str | None = None
 
     def _dispatcher(self) -> Dispatcher:
-        d = Dispatcher("broker")
+        d = Dispatcher("broker", guard_of(self.cfg, "broker"))
         p = self.ports
         send.register(d, p, self.special)
         pull.register(d, p)

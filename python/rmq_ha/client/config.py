@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rmq_ha.protocol.command import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
+from rmq_ha.security.signing import Credentials
 
 
 class SerializeType(enum.Enum):
@@ -60,6 +61,9 @@ class ClientConfig:
     mq_client_api_timeout_s: float = 3.0  # mqClientApiTimeout
     serialize_type: SerializeType = SerializeType.JSON  # rocketmq.serialize.type
     unit_name: str | None = None  # unitName
+    #: ACL credentials (Java: an AclClientRPCHook with SessionCredentials): every request
+    #: is signed with them. None: requests go unsigned.
+    credentials: Credentials | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headerbase import HeaderError
 from rmq_ha.protocol.headers import NotifyConsumerIdsChangedRequestHeader
 from rmq_ha.protocol.models import ConsumerData, HeartbeatData, ProducerData
+from rmq_ha.security.signing import request_signer
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,10 @@ class ClientInstance:
         self.client_id = f"{cfg.client_ip}@{instance}"
         if cfg.unit_name:
             self.client_id += f"@{cfg.unit_name}"
-        self.remoting = RemotingClient(handler=self._on_request)
+        self.remoting = RemotingClient(
+            handler=self._on_request,
+            signer=None if cfg.credentials is None else request_signer(cfg.credentials),
+        )
         ser = cfg.serialize_type.value
         self.routes = RouteCache(
             self.remoting, namesrv_addrs, timeout_s=cfg.mq_client_api_timeout_s, serialize_type=ser

@@ -74,6 +74,7 @@ from rmq_ha.raft.config import RaftConfig
 from rmq_ha.raft.driver import NotLeaderError, ProposalOutcomeUnknown, RaftDriver
 from rmq_ha.raft.messages import Role as RaftRole
 from rmq_ha.raft.outputs import RoleState
+from rmq_ha.security.guard import guard_of, inner_signer
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class ControllerNode:
         self.policy = PolicyConfig(enable_elect_unclean_master=cfg.enable_elect_unclean_master)
         self.sm = ControllerStateMachine()
         self.live = HeartbeatTable(monotonic_ms)
-        self.client = RemotingClient()
+        self.client = RemotingClient(signer=inner_signer(cfg))
         self.driver = RaftDriver(
             self.node_id,
             self.peers,
@@ -185,7 +186,7 @@ class ControllerNode:
             rng=rng,
             on_role_change=self._on_role_change,
         )
-        self.dispatcher = Dispatcher("controller")
+        self.dispatcher = Dispatcher("controller", guard_of(cfg, "controller"))
         self.register(self.dispatcher)
         self._own_server = True
         self._nursery: trio.Nursery | None = None

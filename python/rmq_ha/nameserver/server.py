@@ -49,6 +49,7 @@ from rmq_ha.protocol.models import (
     QueueData,
 )
 from rmq_ha.protocol.register_body import decode_register_body
+from rmq_ha.security.guard import guard_of, inner_signer
 
 if TYPE_CHECKING:
     from rmq_ha.controller.role import ControllerNode
@@ -67,7 +68,7 @@ class Nameserver:
         self.now_ms = now_ms
         self.routes = RouteTable(default_timeout_ms=cfg.broker_channel_expired_time_ms)
         self.kv: dict[str, dict[str, str]] = {}
-        d = Dispatcher("namesrv")
+        d = Dispatcher("namesrv", guard_of(cfg, "namesrv"))
         d.register(RC.REGISTER_BROKER, self.register_broker)
         d.register(RC.UNREGISTER_BROKER, self.unregister_broker)
         self.old_protocol = faults.active(faults.OLD_NAMESRV)
@@ -82,7 +83,7 @@ class Nameserver:
         d.register(RC.DELETE_KV_CONFIG, self.delete_kv)
         self.dispatcher = d
         self.server = RemotingServer(d, cfg.listen_host, cfg.listen_port)
-        self.outbound = RemotingClient()
+        self.outbound = RemotingClient(signer=inner_signer(cfg))
         #: The connection each broker address last registered or beat over.
         self._broker_conns: dict[str, Connection] = {}
         self.controller = self._embed_controller(controller_cfg)

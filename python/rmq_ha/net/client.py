@@ -8,7 +8,7 @@ from types import TracebackType
 import trio
 
 from rmq_ha.errors import RemotingConnectError
-from rmq_ha.net.connection import Connection, Handler
+from rmq_ha.net.connection import Connection, Handler, Signer
 from rmq_ha.protocol.command import RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -28,10 +28,12 @@ class RemotingClient:
     """Use as `async with RemotingClient() as c: resp = await c.invoke(addr, cmd)`.
 
     `handler` answers requests the server sends back on the same connection (e.g. a broker
-    asking a producer CHECK_TRANSACTION_STATE)."""
+    asking a producer CHECK_TRANSACTION_STATE). `signer` signs every request sent (ACL
+    credentials, rmq_ha.security)."""
 
-    def __init__(self, handler: Handler | None = None) -> None:
+    def __init__(self, handler: Handler | None = None, signer: Signer | None = None) -> None:
         self._handler = handler
+        self.signer = signer
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
@@ -72,7 +74,7 @@ class RemotingClient:
                     stream = await trio.open_tcp_stream(host, port)
             except (OSError, trio.TooSlowError) as e:
                 raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
-            conn = Connection(stream, self._handler, addr)
+            conn = Connection(stream, self._handler, addr, self.signer)
             if self._nursery is None:
                 raise RuntimeError("RemotingClient used outside `async with`")
             self._nursery.start_soon(conn.run)

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: A handler answers a request (or returns None for oneway / no answer).
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+#: Adds credentials to an outgoing request (rmq_ha.security.signing.request_signer).
+Signer = Callable[[RemotingCommand], None]
 
 SYSTEM_ERROR = 1
 SYSTEM_BUSY = 2
@@ -46,10 +48,19 @@ CLOSE_GRACE_S = 2.0
 
 
 class Connection:
-    def __init__(self, stream: trio.SocketStream, handler: Handler | None, peer: str) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        handler: Handler | None,
+        peer: str,
+        signer: Signer | None = None,
+    ) -> None:
         self.stream = stream
         self.peer = peer
         self._handler = handler
+        #: Signs every request this side sends (never responses): a client's or a role's
+        #: credentials; the server side of a connection signs the requests it sends back too.
+        self.signer = signer
         self._send, self._outbox = trio.open_memory_channel[WireTuple](WRITE_QUEUE_FRAMES)
         self._pending: dict[int, trio.MemorySendChannel[RemotingCommand]] = {}
         self._limiter = trio.CapacityLimiter(MAX_INFLIGHT_REQUESTS)
@@ -182,9 +193,12 @@ class Connection:
                     return
 
     async def send(self, cmd: RemotingCommand) -> None:
-        """Queues a frame (request, response or oneway) without waiting for an answer."""
+        """Queues a frame (request, response or oneway) without waiting for an answer.
+        Requests are signed first when this connection has a signer."""
         if self.closed:
             raise RemotingClosedError(f"connection to {self.peer} is closed")
+        if self.signer is not None and not cmd.flag & FLAG_RESPONSE:
+            self.signer(cmd)
         try:
             await self._send.send(cmd.to_wire())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
