@@ -1,4 +1,6 @@
-"""A real Apache RocketMQ 5.x namesrv + single-master broker on loopback, from Maven Central jars.
+"""Real Apache RocketMQ 5.x on loopback, from Maven Central jars: a namesrv + single-master
+broker (`start_real`), or a controller-mode group (`RealControllerGroup`: 3 name servers with
+embedded DLedger controllers and one group of 3 brokers with allAckInSyncStateSet).
 
 The real RocketMQ pair: `rmq-ha bench produce` uses it as its baseline and
 tests/interop/real_rocketmq.py (the interop tests) is a thin wrapper around it. The JVMs are
@@ -25,20 +27,31 @@ import importlib
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import trio
+
+from rmq_ha.controller.client import ControllerClient
+from rmq_ha.controller.messages import GetReplicaInfoRequest
+from rmq_ha.errors import RemotingError
+from rmq_ha.net.client import RemotingClient
 from rmq_jepsen import checkout
 from rmq_jepsen.launch import (
     LOOPBACK,
     Proc,
     free_port,
+    free_ports,
     java_proc,
+    kill_all,
+    logs,
     wait_until,
     write_properties,
 )
@@ -46,8 +59,57 @@ from rmq_jepsen.launch import (
 BROKER_NAME = "broker-a"
 CLUSTER_NAME = "DefaultCluster"
 
-JVM_NAMESRV = ["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC"]
-JVM_BROKER = ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseG1GC"]
+
+@dataclass(frozen=True)
+class JvmSizes:
+    """Heap and direct-memory sizes of the JVMs (MiB) and their GC threads. The defaults suit a
+    2-core / 24 GiB machine running a whole group (3 name servers with controllers, 3 brokers:
+    under 6 GiB of heap and direct memory together) beside the load generator; the bench
+    commands take them as flags (`add_jvm_flags`)."""
+
+    namesrv_heap_mb: int = 256
+    broker_heap_mb: int = 512
+    broker_direct_mb: int = 1024
+    gc_threads: int = 2
+
+    def __post_init__(self) -> None:
+        for key in ("namesrv_heap_mb", "broker_heap_mb", "broker_direct_mb", "gc_threads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, not {getattr(self, key)}")
+
+    def _gc(self) -> list[str]:
+        return [f"-XX:ParallelGCThreads={self.gc_threads}", "-XX:CICompilerCount=2"]
+
+    def namesrv(self) -> list[str]:
+        h = self.namesrv_heap_mb
+        return [f"-Xms{min(h, 128)}m", f"-Xmx{h}m", "-XX:+UseSerialGC", "-XX:CICompilerCount=2"]
+
+    def broker(self) -> list[str]:
+        h = self.broker_heap_mb
+        return [
+            f"-Xms{h}m",
+            f"-Xmx{h}m",
+            f"-XX:MaxDirectMemorySize={self.broker_direct_mb}m",
+            "-XX:+UseG1GC",
+            *self._gc(),
+        ]
+
+
+def add_jvm_flags(p: argparse.ArgumentParser) -> None:
+    """--namesrv-heap-mb, --broker-heap-mb, --broker-direct-mb, --jvm-gc-threads (`jvm_sizes`)."""
+    d = JvmSizes()
+    g = p.add_argument_group("real RocketMQ JVMs")
+    g.add_argument("--namesrv-heap-mb", type=int, default=d.namesrv_heap_mb)
+    g.add_argument("--broker-heap-mb", type=int, default=d.broker_heap_mb)
+    g.add_argument("--broker-direct-mb", type=int, default=d.broker_direct_mb)
+    g.add_argument("--jvm-gc-threads", type=int, default=d.gc_threads)
+
+
+def jvm_sizes(args: argparse.Namespace) -> JvmSizes:
+    return JvmSizes(
+        args.namesrv_heap_mb, args.broker_heap_mb, args.broker_direct_mb, args.jvm_gc_threads
+    )
+
 
 _NS_BOOT = re.compile(r"The Name Server boot success\. serializeType=\w+, address ([\w.\-]+:\d+)")
 _BROKER_BOOT = re.compile(r"The broker\[[^,]+, ([\w.\-]+:\d+)\] boot success")
@@ -91,7 +153,10 @@ def interop_harness() -> ModuleType:
 
 
 def start_real(
-    workdir: Path, timeout: float = 90.0, extra_broker_conf: Mapping[str, Any] | None = None
+    workdir: Path,
+    timeout: float = 90.0,
+    extra_broker_conf: Mapping[str, Any] | None = None,
+    sizes: JvmSizes = JvmSizes(),
 ) -> Any:
     """Starts namesrv then broker; returns a harness.Cluster once the namesrv lists the broker's
     master. On any failure, whatever was started is stopped (by pid) before the error propagates."""
@@ -113,7 +178,7 @@ def start_real(
             ),
             log=workdir / "namesrv.out",
             ready=_NS_BOOT,
-            jvm=JVM_NAMESRV,
+            jvm=sizes.namesrv(),
             home=home,
             cwd=workdir,
         )
@@ -150,7 +215,7 @@ def start_real(
             conf=write_properties(workdir / "broker.conf", values),
             log=workdir / "broker.out",
             ready=_BROKER_BOOT,
-            jvm=JVM_BROKER,
+            jvm=sizes.broker(),
             home=home,
             cwd=workdir,
         )
@@ -167,6 +232,345 @@ def start_real(
     except BaseException:
         cluster.stop()
         raise
+
+
+# ---- controller mode ----------------------------------------------------------------------------
+
+CONTROLLER_GROUP = "rmq-controller"
+
+#: Faster scans than RocketMQ's defaults, as `rmq-ha bench ha` uses for rmq_ha (ms). The DLedger
+#: election timings of an embedded controller are not configurable (ControllerConfig has no key
+#: for them): its own defaults apply.
+FAST_REAL_CONTROLLER: dict[str, Any] = {
+    "scanNotActiveBrokerInterval": 200,
+    "scanInactiveMasterInterval": 300,
+}
+
+#: The broker timings of rmq_ha's FAST_BROKER (bench/cluster.py), under the same RocketMQ keys.
+FAST_REAL_BROKER: dict[str, Any] = {
+    "brokerHeartbeatInterval": 200,
+    "controllerHeartBeatTimeoutMills": 1500,
+    "syncBrokerMetadataPeriod": 500,
+    "checkSyncStateSetPeriod": 500,
+    "syncControllerMetadataPeriod": 2000,
+    "syncBrokerMemberGroupPeriod": 500,
+    "haMaxTimeSlaveNotCatchup": 2000,
+    "haSendHeartbeatInterval": 500,
+    "haHousekeepingInterval": 3000,
+    "slaveTimeout": 3000,
+    "registerNameServerPeriod": 10000,
+    "flushIntervalCommitLog": 50,
+}
+
+
+def controller_namesrv_conf(
+    i: int,
+    namesrv_port: int,
+    controller_ports: list[int],
+    store: Path,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """namesrv-<i>.conf: a name server on `namesrv_port` with an embedded DLedger controller
+    n<i> serving brokers on controller_ports[i] (the DLedger peer address is also the address
+    brokers send controller requests to)."""
+    peers = ";".join(f"n{j}-{LOOPBACK}:{p}" for j, p in enumerate(controller_ports))
+    return {
+        "listenPort": namesrv_port,
+        "bindAddress": LOOPBACK,
+        "enableControllerInNamesrv": "true",
+        "controllerType": "DLedger",
+        "controllerDLegerGroup": CONTROLLER_GROUP,
+        "controllerDLegerPeers": peers,
+        "controllerDLegerSelfId": f"n{i}",
+        "controllerStorePath": store / f"controller-n{i}",
+        "mappedFileSize": 64 * 1024 * 1024,
+        "enableElectUncleanMaster": "false",
+        "notifyBrokerRoleChanged": "true",
+        **FAST_REAL_CONTROLLER,
+        **(overrides or {}),
+    }
+
+
+def controller_broker_conf(
+    i: int,
+    port: int,
+    namesrv_addrs: list[str],
+    controller_addrs: list[str],
+    store: Path,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """broker-<i>.conf: replica i of the group, controller mode (its id and role come from the
+    controller), every write acknowledged by the whole SyncStateSet. It listens on `port`, its
+    fast server on port-2 and its HA server on port+1."""
+    root = store / f"broker-{i}"
+    return {
+        "brokerClusterName": CLUSTER_NAME,
+        "brokerName": BROKER_NAME,
+        "brokerId": -1,
+        "brokerRole": "SLAVE",
+        "enableControllerMode": "true",
+        "controllerAddr": ";".join(controller_addrs),
+        "fetchControllerAddrByDnsLookup": "false",
+        "allAckInSyncStateSet": "true",
+        "namesrvAddr": ";".join(namesrv_addrs),
+        "brokerIP1": LOOPBACK,
+        "brokerIP2": LOOPBACK,
+        "bindAddress": LOOPBACK,
+        "listenPort": port,
+        "haListenPort": port + 1,
+        "storePathRootDir": root,
+        "storePathCommitLog": root / "commitlog",
+        "flushDiskType": "ASYNC_FLUSH",
+        "autoCreateTopicEnable": "true",
+        "autoCreateSubscriptionGroup": "true",
+        "mappedFileSizeCommitLog": 64 * 1024 * 1024,
+        "diskMaxUsedSpaceRatio": 95,
+        **FAST_REAL_BROKER,
+        **(overrides or {}),
+    }
+
+
+#: The config classes each role reads its properties file into (RocketMQ's
+#: MixAll.properties2Object: key k is set through the setter set<K>).
+CONFIG_CLASSES = {
+    "namesrv": (
+        "org.apache.rocketmq.common.namesrv.NamesrvConfig",
+        "org.apache.rocketmq.remoting.netty.NettyServerConfig",
+        "org.apache.rocketmq.remoting.netty.NettyClientConfig",
+        "org.apache.rocketmq.common.ControllerConfig",
+    ),
+    "broker": (
+        "org.apache.rocketmq.common.BrokerConfig",
+        "org.apache.rocketmq.store.config.MessageStoreConfig",
+        "org.apache.rocketmq.remoting.netty.NettyServerConfig",
+        "org.apache.rocketmq.remoting.netty.NettyClientConfig",
+    ),
+}
+
+_SETTER = re.compile(r"\bvoid set(\w+)\(")
+_EXTENDS = re.compile(r"\bclass [\w.$]+ extends ([\w.$]+)")
+
+
+def config_keys(lib: Path, role: str) -> set[str]:
+    """The property names RocketMQ's config classes of `role` (and their superclasses, e.g.
+    BrokerConfig's BrokerIdentity) accept, from their setters in the jars under `lib` (javap).
+    RocketMQ ignores an unknown key silently, so a misspelt one would leave a default in force
+    without a word."""
+    keys: set[str] = set()
+    todo, seen = list(CONFIG_CLASSES[role]), set()
+    while todo:
+        batch = [c for c in todo if c not in seen]
+        todo = []
+        if not batch:
+            break
+        seen.update(batch)
+        out = subprocess.run(
+            ["javap", "-cp", f"{lib}/*", *batch],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise NeedsCheckout(
+                f"javap could not read RocketMQ's config classes: {out.stderr[-300:]}"
+            )
+        keys |= {m[0].lower() + m[1:] for m in _SETTER.findall(out.stdout)}
+        todo = [c for c in _EXTENDS.findall(out.stdout) if c.startswith("org.apache.rocketmq.")]
+    return keys
+
+
+def check_keys(values: Mapping[str, Any], known: set[str], what: str) -> None:
+    """ValueError naming every key RocketMQ does not know (a typo would be ignored by it)."""
+    bad = sorted(k for k in values if k not in known)
+    if bad:
+        raise ValueError(
+            f"{what}: {', '.join(bad)} not a RocketMQ config key (no setter in its config "
+            "classes; RocketMQ would ignore it silently)"
+        )
+
+
+@dataclass
+class RealControllerGroup:
+    """Real RocketMQ in controller mode on loopback: `namesrvs` name servers with embedded
+    DLedger controllers and one broker group of `replicas` brokers (allAckInSyncStateSet).
+    The same shape as `bench.cluster.HaCluster` (ns_addrs, brokers, start/stop, master,
+    wait_sync_state_set, sync_state_size), so a benchmark drives either. The master and the
+    SyncStateSet are what the controller leader says (CONTROLLER_GET_REPLICA_INFO)."""
+
+    tmp: Path
+    replicas: int = 3
+    namesrv_count: int = 3
+    broker: dict[str, Any] = field(default_factory=dict)
+    namesrv: dict[str, Any] = field(default_factory=dict)
+    sizes: JvmSizes = field(default_factory=JvmSizes)
+    broker_name: str = BROKER_NAME
+    namesrvs: list[Proc] = field(default_factory=list)
+    brokers: list[Proc] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n, r = self.namesrv_count, self.replicas
+        # One call, so no port repeats; every block is free at P-2, P and P+1 (the broker's).
+        ports = free_ports(2 * n + r, span=(-2, 0, 1))
+        ns_ports, ctl_ports, self.broker_ports = ports[:n], ports[n : 2 * n], ports[2 * n :]
+        self.ns_addrs = [f"{LOOPBACK}:{p}" for p in ns_ports]
+        self.controller_addrs = [f"{LOOPBACK}:{p}" for p in ctl_ports]
+        self.home = self.tmp / "home"
+        self.ns_confs = [
+            controller_namesrv_conf(i, p, ctl_ports, self.tmp, self.namesrv)
+            for i, p in enumerate(ns_ports)
+        ]
+        self.broker_confs = [
+            controller_broker_conf(
+                i, p, self.ns_addrs, self.controller_addrs, self.tmp, self.broker
+            )
+            for i, p in enumerate(self.broker_ports)
+        ]
+
+    def broker_addr(self, i: int) -> str:
+        return f"{LOOPBACK}:{self.broker_ports[i]}"
+
+    def _procs(self) -> None:
+        h = interop_harness()
+        require_tools("java", "mvn", "javap")
+        lib = h.real_rocketmq_lib()
+        check_keys(
+            {k: v for c in self.ns_confs for k, v in c.items()},
+            config_keys(lib, "namesrv"),
+            "name server config",
+        )
+        check_keys(
+            {k: v for c in self.broker_confs for k, v in c.items()},
+            config_keys(lib, "broker"),
+            "broker config",
+        )
+        self.home.mkdir(parents=True, exist_ok=True)
+        for i, conf in enumerate(self.ns_confs):
+            self.namesrvs.append(
+                java_proc(
+                    f"real namesrv-{i}",
+                    "org.apache.rocketmq.namesrv.NamesrvStartup",
+                    classpath=f"{lib}/*",
+                    conf=write_properties(self.tmp / f"namesrv-{i}.conf", conf),
+                    log=self.tmp / f"namesrv-{i}.out",
+                    ready=_NS_BOOT,
+                    jvm=self.sizes.namesrv(),
+                    home=self.home,
+                    cwd=self.tmp,
+                )
+            )
+        for i, conf in enumerate(self.broker_confs):
+            self.brokers.append(
+                java_proc(
+                    f"real broker-{i}",
+                    "org.apache.rocketmq.broker.BrokerStartup",
+                    classpath=f"{lib}/*",
+                    conf=write_properties(self.tmp / f"broker-{i}.conf", conf),
+                    log=self.tmp / f"broker-{i}.out",
+                    ready=_BROKER_BOOT,
+                    jvm=self.sizes.broker(),
+                    home=self.home,
+                    cwd=self.tmp,
+                )
+            )
+
+    async def start(self, timeout_s: float = 180.0) -> None:
+        """Name servers (controllers) first, a controller leader, then the brokers; returns
+        once a master is elected and its SyncStateSet holds every replica. On failure,
+        everything started is stopped before the error propagates."""
+        try:
+            with trio.fail_after(timeout_s):
+                if not self.namesrvs:
+                    await trio.to_thread.run_sync(self._procs)
+                for p in self.namesrvs:
+                    p.start()
+                for p in self.namesrvs:
+                    await p.wait_ready(timeout_s)
+                await self.controller_leader(timeout_s)
+                for p in self.brokers:
+                    p.start()
+                for p in self.brokers:
+                    await p.wait_ready(timeout_s)
+                m = await self.master(timeout_s)
+                await self.wait_sync_state_set(m, self.replicas, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGKILL, brokers first (each by its pid, with its process group)."""
+        kill_all([*self.brokers, *self.namesrvs])
+
+    def logs(self) -> str:
+        return logs([*self.brokers, *self.namesrvs])
+
+    # ---- asking the cluster -------------------------------------------------------------------
+
+    async def controller_leader(self, timeout_s: float = 60.0) -> str:
+        """The address of the controller that says it leads (CONTROLLER_GET_METADATA_INFO)."""
+        with trio.move_on_after(timeout_s):
+            async with RemotingClient() as rc:
+                cc = ControllerClient(rc, self.controller_addrs, timeout_s=2.0)
+                while True:
+                    try:
+                        return await cc.find_leader()
+                    except RemotingError:
+                        await trio.sleep(0.2)
+        raise AssertionError(f"no controller leader within {timeout_s} s\n{self.logs()}")
+
+    async def replica_info(self) -> Any | None:
+        """The controller leader's GetReplicaInfoResponse for the group (None: no answer)."""
+        async with RemotingClient() as rc:
+            cc = ControllerClient(rc, self.controller_addrs, timeout_s=2.0)
+            try:
+                resp = await cc.request(GetReplicaInfoRequest(self.broker_name), 3.0)
+            except RemotingError:
+                return None
+        return resp if resp.ok else None
+
+    async def _master_index(self) -> tuple[int | None, Any]:
+        info = await self.replica_info()
+        if info is None or not info.master_address:
+            return None, info
+        addrs = [self.broker_addr(i) for i in range(self.replicas)]
+        return (addrs.index(info.master_address) if info.master_address in addrs else None), info
+
+    async def master(self, timeout_s: float = 20, exclude: int | None = None) -> int:
+        """The index of the broker the controller names master (not `exclude`, running), once a
+        running name server routes it as the group's id 0 (clients can send to it)."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                i, _ = await self._master_index()
+                if (
+                    i is not None
+                    and i != exclude
+                    and self.brokers[i].alive
+                    and await trio.to_thread.run_sync(self._routed, i)
+                ):
+                    return i
+                await trio.sleep(0.1)
+        raise AssertionError(f"no master within {timeout_s} s\n{self.logs()}")
+
+    def _routed(self, i: int) -> bool:
+        h = interop_harness()
+        return any(
+            h.cluster_brokers(addr).get(self.broker_name, {}).get("0") == self.broker_addr(i)
+            for addr, p in zip(self.ns_addrs, self.namesrvs, strict=True)
+            if p.alive
+        )
+
+    async def sync_state_size(self, i: int) -> int | None:
+        """The size of the SyncStateSet while broker i is master (None: it is not, or no
+        answer)."""
+        j, info = await self._master_index()
+        return len(info.sync_state_set) if j == i and info is not None else None
+
+    async def wait_sync_state_set(self, i: int, size: int, timeout_s: float = 20) -> None:
+        with trio.move_on_after(timeout_s):
+            while await self.sync_state_size(i) != size:
+                await trio.sleep(0.1)
+            return
+        raise AssertionError(f"SyncStateSet of broker {i} never reached {size}\n{self.logs()}")
 
 
 def main(argv: list[str] | None = None) -> int:
