@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     from rmq_ha.controller import admin as controller_admin
 
     controller_admin.add_parsers(sub)
+    from rmq_ha import mqadmin
+
+    mqadmin.add_parsers(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (figure, baseline and ratio in one run)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK")

@@ -517,6 +517,46 @@ def from_mapping(cls: type[C], values: Mapping[str, Any]) -> tuple[C, list[str]]
     return record, unknown
 
 
+def key_of(cls: type, key: str) -> str | None:
+    """The field name a RocketMQ key (or a field name) maps to in `cls`, or None."""
+    for f in dataclasses.fields(cls):
+        if key in (f.name, f.metadata.get("rocketmq")):
+            return f.name
+    return None
+
+
+def rocketmq_items(record: Any) -> list[tuple[str, str]]:
+    """(RocketMQ key, value as text) of every field, as GET_BROKER_CONFIG prints them."""
+    out = []
+    for f in dataclasses.fields(record):
+        v = getattr(record, f.name)
+        text = (
+            v.value
+            if isinstance(v, enum.Enum)
+            else str(v).lower()
+            if isinstance(v, bool)
+            else str(v)
+        )
+        out.append((f.metadata.get("rocketmq", f.name), text))
+    return out
+
+
+def replace_keys(record: C, values: Mapping[str, Any]) -> C:
+    """`record` with the given keys (RocketMQ names or field names) changed, converted and the
+    whole record validated as at load; ConfigError names the key and the reason."""
+    cls = type(record)
+    hints = get_type_hints(cls)
+    changes: dict[str, Any] = {}
+    for key, raw in values.items():
+        name = key_of(cls, key)
+        if name is None:
+            raise ConfigError(f"bad config {key}: no such key", key)
+        changes[name] = _convert(key, hints[name], raw)
+    new = dataclasses.replace(record, **changes)  # type: ignore[type-var]
+    _validate(new)
+    return new
+
+
 def _validate(record: Any) -> None:
     for f in dataclasses.fields(record):
         v = getattr(record, f.name)

@@ -30,7 +30,8 @@ from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleConfig, RoleCore
 from rmq_ha.broker.core.storage import retention_floor
 from rmq_ha.broker.ha.service import HaService
-from rmq_ha.broker.handlers import admin, clients, locks, pull, queries, send, topics
+from rmq_ha.broker.handlers import admin, adminops, clients, locks, pull, queries, send, topics
+from rmq_ha.broker.handlers import config as config_handlers
 from rmq_ha.broker.handlers import store as store_handlers
 from rmq_ha.broker.io.acting import FENCED_CODES, SYNC_BROKER_MEMBER_PREFIX, ActingShell
 from rmq_ha.broker.io.controller import ControllerShell
@@ -43,9 +44,12 @@ from rmq_ha.broker.metrics import BrokerSnapshot, ReplicaLag, families
 from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.special.services import SpecialServices
+from rmq_ha.broker.subgroups import FILE_NAME as SUBGROUPS_FILE
+from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.clock import monotonic_ms
 from rmq_ha.config import BrokerConfig, BrokerRole
+from rmq_ha.config import rocketmq_items as config_items
 from rmq_ha.metrics import SnapshotCollector, endpoint, registry_of, serve_metrics
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
@@ -105,6 +109,7 @@ class Broker:
         )
         self.clients = ClientManager()
         self.locks = QueueLocks(cfg.lock_expire_ms)
+        self.subgroups = SubscriptionGroupManager(root / SUBGROUPS_FILE)
         self.hold = PullHold()
         self.outbound = RemotingClient(signer=inner_signer(cfg))
         # The role: the transport first (recovery cuts the epoch file, issue 13), then the core.
@@ -225,9 +230,25 @@ class Broker:
         admin.register(
             d, self.status, self.controller.on_notice if self.controller is not None else None
         )
+        config_handlers.register(d, p, self.apply_config, self.status)
+        adminops.register(d, p, self.subgroups)
         self.special.register(d)
         self.acting.register(d)
         return d
+
+    async def apply_config(self, new: BrokerConfig) -> None:
+        """UPDATE_BROKER_CONFIG: `new` differs from the running config only in runtime-safe
+        keys (handlers/config.RUNTIME_KEYS); every reader of those keys sees it from now on,
+        and the name servers learn a new brokerPermission at once."""
+        old, self.cfg = self.cfg, new
+        self.ports.cfg = new
+        self.namesrv.cfg = new
+        self.topics.auto_create = new.auto_create_topic_enable
+        self.topics.default_queue_nums = new.default_topic_queue_nums
+        changed = [k for k, v in config_items(new) if (k, v) not in set(config_items(old))]
+        log.info("broker config updated at runtime: %s", ", ".join(changed) or "no change")
+        if old.broker_permission != new.broker_permission:
+            await self.namesrv.register_all()
 
     # ---- small glue ------------------------------------------------------------------------
 

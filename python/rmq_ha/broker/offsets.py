@@ -115,6 +115,28 @@ class ConsumerOffsetManager:
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.table.get(self.key(topic, group), {}).get(queue_id)
 
+    def remove(self, *, topic: str | None = None, group: str | None = None) -> int:
+        """Drops the offsets of a topic (every group) or of a group (every topic), or of one
+        pair; returns how many topic@group entries went (DELETE_TOPIC_IN_BROKER,
+        DELETE_SUBSCRIPTIONGROUP with cleanOffset)."""
+        if topic is None and group is None:
+            raise ValueError("give topic= or group=")
+        gone = [
+            k
+            for k in self.table
+            if (topic is None or k.split("@", 1)[0] == topic)
+            and (group is None or k.split("@", 1)[1] == group)
+        ]
+        for k in gone:
+            del self.table[k]
+        if gone:
+            self.data_version = self.data_version.next_version(_now_ms())
+            self._dirty = True
+        return len(gone)
+
+    def topics_of_group(self, group: str) -> list[str]:
+        return sorted(k.split("@", 1)[0] for k in self.table if k.split("@", 1)[1] == group)
+
     def groups_of_topic(self, topic: str) -> list[str]:
         return [k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic]
 

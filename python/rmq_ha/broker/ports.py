@@ -64,6 +64,8 @@ class TopicsPort(Protocol):
 
     def update(self, tc: TopicConfig) -> None: ...
 
+    def delete(self, topic: str) -> bool: ...
+
     def for_write(
         self, topic: str, default_topic: str | None, queue_nums: int
     ) -> TopicConfig | None: ...
@@ -126,9 +128,11 @@ class Storage(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class Ports:
-    """Everything a handler or special service may use, wired once by broker.py."""
+    """Everything a handler or special service may use, wired once by broker.py. Not frozen
+    for one reason: UPDATE_BROKER_CONFIG replaces `cfg` as a whole with a record that differs
+    only in runtime-safe keys (broker/handlers/config.py); nothing else is reassigned."""
 
     cfg: BrokerConfig
     #: "host:port" announced to name servers and clients; the store host written into records.

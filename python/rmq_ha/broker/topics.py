@@ -122,6 +122,14 @@ class TopicConfigManager:
         self.data_version = self.data_version.next_version(now_ms())
         self.persist()
 
+    def delete(self, topic: str) -> bool:
+        """DELETE_TOPIC_IN_BROKER: the topic's config goes (True when it had one)."""
+        if self.table.pop(topic, None) is None:
+            return False
+        self.data_version = self.data_version.next_version(now_ms())
+        self.persist()
+        return True
+
     def create_on_send(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
         """A send to a topic that does not exist: created from the default topic when it exists
         and carries PERM_INHERIT (RocketMQ's createTopicInSendMessageMethod)."""

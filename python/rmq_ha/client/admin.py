@@ -1,5 +1,7 @@
-"""Administration (a small DefaultMQAdminExt): cluster list, routes, topic creation on every
-master of a cluster, queue offsets, consumer offsets, offset lookup by time.
+"""Administration (DefaultMQAdminExt's calls behind mqadmin): cluster list, routes, topic
+creation and deletion, queue and consumer offsets, offset lookup and reset by time, broker
+config and runtime info, subscription groups, client connections, message queries by id, key
+and offset. `rmq_ha.mqadmin` is the command line over it.
 
     async with Admin("127.0.0.1:9876") as admin:
         await admin.create_topic("Orders", cluster="DefaultCluster", queue_nums=8)
@@ -16,14 +18,55 @@ from types import TracebackType
 import trio
 
 from rmq_ha.client.config import ClientConfig, parse_namesrv_addrs
-from rmq_ha.client.errors import BrokerNotFoundError, ClientStateError, RouteNotFoundError
+from rmq_ha.client.errors import (
+    BrokerNotFoundError,
+    BrokerResponseError,
+    ClientStateError,
+    RouteNotFoundError,
+)
 from rmq_ha.client.instance import ClientInstance
+from rmq_ha.client.message import MessageExt, decode_messages
+from rmq_ha.config import parse_properties
+from rmq_ha.errors import RemotingError
+from rmq_ha.protocol.admin import (
+    UNIQUE_MSG_QUERY_FLAG,
+    ConsumerConnection,
+    ConsumeStats,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    ProducerConnection,
+    QueryMessageRequestHeader,
+    ResetOffsetBody,
+    ResetOffsetRequestHeader,
+    SubscriptionGroupConfig,
+    SubscriptionGroupWrapper,
+    TopicList,
+    TopicStatsTable,
+)
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
-from rmq_ha.protocol.models import MASTER_ID, ClusterInfo, MessageQueue, TopicConfig, TopicRouteData
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headers import ViewMessageRequestHeader
+from rmq_ha.protocol.message import parse_offset_msg_id
+from rmq_ha.protocol.models import (
+    MASTER_ID,
+    ClusterInfo,
+    KVTable,
+    MessageQueue,
+    TopicConfig,
+    TopicRouteData,
+)
 from rmq_ha.protocol.perm import PERM_RW
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
+#: The consumer group of queryMsgByOffset's one-message pull (it commits nothing).
+ADMIN_PULL_GROUP = "TOOLS_CONSUMER"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +226,277 @@ class Admin:
             api = self.instance.api
             consumer = await api.query_consumer_offset(addr, group, mq) if group else None
             out.append(
-                QueueOffsets(mq, await api.min_offset(addr, mq), await api.max_offset(addr, mq),
-                             consumer)
-            )  # fmt: skip
+                QueueOffsets(
+                    mq, await api.min_offset(addr, mq), await api.max_offset(addr, mq), consumer
+                )
+            )
+        return out
+
+    # ---- mqadmin's commands (rmq_ha.mqadmin) -------------------------------------------------
+
+    async def _namesrv_each(
+        self, code: int, ext: dict[str, str] | None = None
+    ) -> list[tuple[str, RemotingCommand | str]]:
+        """A request to every name server: (address, answer or why there is none)."""
+        out: list[tuple[str, RemotingCommand | str]] = []
+        for addr in self.namesrv_addrs:
+            try:
+                out.append((addr, await self.instance.api.call(addr, code, ext)))
+            except (BrokerResponseError, RemotingError) as e:
+                out.append((addr, str(e)))
+        return out
+
+    async def topic_list(self, cluster: str | None = None) -> list[str]:
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), or GET_TOPICS_BY_CLUSTER (224)."""
+        if cluster is None:
+            resp = await self.instance.routes.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        else:
+            ext = GetTopicsByClusterRequestHeader(cluster=cluster).to_ext()
+            resp = await self.instance.routes.invoke_namesrv(RC.GET_TOPICS_BY_CLUSTER, ext)
+        if resp.code != Resp.SUCCESS:
+            raise BrokerResponseError(resp.code, resp.remark, "name server")
+        return sorted(TopicList.from_json(resp.body).topic_list)
+
+    async def broker_addrs(
+        self, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """One broker address (-b), or the masters of a cluster (-c)."""
+        if broker_addr:
+            return [broker_addr]
+        if not cluster:
+            raise ValueError("give a cluster (-c) or a broker address (-b)")
+        addrs = list((await self.master_addrs(cluster)).values())
+        if not addrs:
+            raise BrokerNotFoundError(f"cluster {cluster!r} has no master", cluster)
+        return addrs
+
+    async def broker_name_of(self, addr: str) -> str:
+        """The broker (group) name serving at `addr`, from the cluster info."""
+        info = await self.cluster_info()
+        for name, bd in info.broker_addr_table.items():
+            if addr in bd.broker_addrs.values():
+                return name
+        raise BrokerNotFoundError(f"no broker at {addr} in the cluster info", addr)
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG (26): the broker's config as RocketMQ's key=value text."""
+        resp = await self.instance.api.call(addr, RC.GET_BROKER_CONFIG)
+        return parse_properties((resp.body or b"").decode("utf-8", "replace"))
+
+    async def update_broker_config(self, addr: str, values: dict[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG (25); BrokerResponseError with the broker's reason if refused."""
+        body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
+        await self.instance.api.call(addr, RC.UPDATE_BROKER_CONFIG, body=body)
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO (28)."""
+        resp = await self.instance.api.call(addr, RC.GET_BROKER_RUNTIME_INFO)
+        return KVTable.from_json(resp.body).table
+
+    async def _route_masters(self, topic: str) -> dict[str, str]:
+        """brokerName -> master address of the brokers serving `topic`."""
+        route = await self.route(topic)
+        out = {}
+        for bd in route.broker_datas:
+            addr = bd.broker_addrs.get(MASTER_ID)
+            if addr is None and bd.broker_addrs:  # no master: the smallest-id replica
+                addr = bd.broker_addrs[min(bd.broker_addrs)]
+            if addr:
+                out[bd.broker_name] = addr
+        return out
+
+    async def topic_stats(self, topic: str) -> TopicStatsTable:
+        """GET_TOPIC_STATS_INFO (202) of every broker of the topic's route, merged."""
+        merged = TopicStatsTable()
+        for _name, addr in sorted((await self._route_masters(topic)).items()):
+            h = GetTopicStatsInfoRequestHeader(topic=topic)
+            resp = await self.instance.api.call(addr, RC.GET_TOPIC_STATS_INFO, h.to_ext())
+            merged.offset_table.update(TopicStatsTable.from_json(resp.body).offset_table)
+        return merged
+
+    async def consume_stats(
+        self, group: str, topic: str | None = None, *, cluster: str | None = None
+    ) -> ConsumeStats:
+        """GET_CONSUME_STATS (208) merged over the topic's brokers, or (no topic) over every
+        master of `cluster` (all clusters when None)."""
+        if topic:
+            addrs = list((await self._route_masters(topic)).values())
+        else:
+            info = await self.cluster_info()
+            clusters = [cluster] if cluster else info.retrieve_all_cluster_names()
+            addrs = [a for c in clusters for a in (await self.master_addrs(c)).values()]
+        merged = ConsumeStats()
+        for addr in sorted(set(addrs)):
+            h = GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
+            resp = await self.instance.api.call(addr, RC.GET_CONSUME_STATS, h.to_ext())
+            got = ConsumeStats.from_json(resp.body)
+            merged.offset_table.update(got.offset_table)
+            merged.consume_tps += got.consume_tps
+        return merged
+
+    async def _every_master(self, cluster: str | None) -> list[str]:
+        info = await self.cluster_info()
+        clusters = [cluster] if cluster else info.retrieve_all_cluster_names()
+        return sorted({a for c in clusters for a in (await self.master_addrs(c)).values()})
+
+    async def consumer_connection(
+        self, group: str, cluster: str | None = None
+    ) -> ConsumerConnection:
+        """GET_CONSUMER_CONNECTION_LIST (203) from every master, connections merged;
+        BrokerResponseError(CONSUMER_NOT_ONLINE) when no broker knows the group online."""
+        merged: ConsumerConnection | None = None
+        last: BrokerResponseError | None = None
+        for addr in await self._every_master(cluster):
+            h = GetConsumerConnectionListRequestHeader(consumer_group=group)
+            try:
+                resp = await self.instance.api.call(
+                    addr, RC.GET_CONSUMER_CONNECTION_LIST, h.to_ext()
+                )
+            except BrokerResponseError as e:
+                last = e
+                continue
+            got = ConsumerConnection.from_json(resp.body)
+            if merged is None:
+                merged = got
+                continue
+            seen = {c.client_id for c in merged.connection_set}
+            merged.connection_set += [c for c in got.connection_set if c.client_id not in seen]
+            merged.subscription_table.update(got.subscription_table)
+        if merged is None:
+            raise last or BrokerNotFoundError("no master broker answered", group)
+        return merged
+
+    async def producer_connection(self, group: str, topic: str) -> ProducerConnection:
+        """GET_PRODUCER_CONNECTION_LIST (204) from the topic's brokers, merged."""
+        merged = ProducerConnection()
+        last: BrokerResponseError | None = None
+        for addr in sorted(set((await self._route_masters(topic)).values())):
+            h = GetProducerConnectionListRequestHeader(producer_group=group)
+            try:
+                resp = await self.instance.api.call(
+                    addr, RC.GET_PRODUCER_CONNECTION_LIST, h.to_ext()
+                )
+            except BrokerResponseError as e:
+                last = e
+                continue
+            seen = {c.client_id for c in merged.connection_set}
+            got = ProducerConnection.from_json(resp.body).connection_set
+            merged.connection_set += [c for c in got if c.client_id not in seen]
+        if not merged.connection_set and last is not None:
+            raise last
+        return merged
+
+    async def delete_topic(self, topic: str, cluster: str) -> list[str]:
+        """mqadmin deleteTopic: DELETE_TOPIC_IN_BROKER (215) on every master of `cluster`,
+        then DELETE_TOPIC_IN_NAMESRV (216) on every name server. Returns the brokers."""
+        addrs = await self.broker_addrs(cluster=cluster)
+        for addr in addrs:
+            h = DeleteTopicRequestHeader(topic=topic)
+            await self.instance.api.call(addr, RC.DELETE_TOPIC_IN_BROKER, h.to_ext())
+        ext = DeleteTopicFromNamesrvRequestHeader(topic=topic, cluster_name=cluster).to_ext()
+        failed = [
+            f"{a}: {r}"
+            for a, r in await self._namesrv_each(RC.DELETE_TOPIC_IN_NAMESRV, ext)
+            if isinstance(r, str) or r.code != Resp.SUCCESS
+        ]
+        if failed:
+            raise RouteNotFoundError(f"delete {topic} on name servers: {'; '.join(failed)}", topic)
+        self.instance.routes.forget(topic)
+        return addrs
+
+    async def update_subscription_group(self, addr: str, cfg: SubscriptionGroupConfig) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200)."""
+        await self.instance.api.call(
+            addr, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=cfg.to_json()
+        )
+
+    async def subscription_groups(self, addr: str) -> dict[str, SubscriptionGroupConfig]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)."""
+        resp = await self.instance.api.call(addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return SubscriptionGroupWrapper.from_json(resp.body).subscription_group_table
+
+    async def delete_subscription_group(
+        self, addr: str, group: str, *, clean_offset: bool = False
+    ) -> None:
+        """DELETE_SUBSCRIPTIONGROUP (207)."""
+        h = DeleteSubscriptionGroupRequestHeader(group_name=group, clean_offset=clean_offset)
+        await self.instance.api.call(addr, RC.DELETE_SUBSCRIPTIONGROUP, h.to_ext())
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID (33) at the store host the offset message id names."""
+        host, port, offset = parse_offset_msg_id(offset_msg_id)
+        addr = f"{host}:{port}"
+        h = ViewMessageRequestHeader(offset=offset)
+        resp = await self.instance.api.call(addr, RC.VIEW_MESSAGE_BY_ID, h.to_ext())
+        try:
+            name = await self.broker_name_of(addr)
+        except BrokerNotFoundError:
+            name = ""
+        msgs = decode_messages(resp.body, name)
+        if not msgs:
+            raise BrokerResponseError(Resp.QUERY_NOT_FOUND, "empty answer", addr)
+        return msgs[0]
+
+    async def query_message(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 32,
+        begin_ms: int = 0,
+        end_ms: int = 2**63 - 1,
+        unique: bool = False,
+    ) -> list[MessageExt]:
+        """QUERY_MESSAGE (12) on every broker of the topic's route: messages whose KEYS hold
+        `key` (or, with `unique`, whose UNIQ_KEY is `key`, i.e. a client message id)."""
+        out: list[MessageExt] = []
+        for name, addr in sorted((await self._route_masters(topic)).items()):
+            h = QueryMessageRequestHeader(
+                topic=topic,
+                key=key,
+                max_num=max_num,
+                begin_timestamp=begin_ms,
+                end_timestamp=end_ms,
+            )
+            ext = h.to_ext()
+            if unique:
+                ext[UNIQUE_MSG_QUERY_FLAG] = "true"
+            resp = await self.instance.api.call(
+                addr, RC.QUERY_MESSAGE, ext, ok=(Resp.SUCCESS, Resp.QUERY_NOT_FOUND)
+            )
+            if resp.code == Resp.SUCCESS:
+                out += decode_messages(resp.body, name)
+        return sorted(out, key=lambda m: m.store_timestamp_ms)[:max_num]
+
+    async def query_by_offset(self, mq: MessageQueue, offset: int) -> MessageExt | None:
+        """The message at `offset` of the queue (a one-message pull, as mqadmin
+        queryMsgByOffset), None when there is none."""
+        addr = await self._addr(mq)
+        r = await self.instance.api.pull(
+            addr,
+            mq.broker_name,
+            group=ADMIN_PULL_GROUP,
+            mq=mq,
+            offset=offset,
+            max_nums=1,
+            sys_flag=0,
+        )
+        for m in r.messages:
+            if m.queue_offset == offset:
+                return m
+        return None
+
+    async def reset_offset_by_time(
+        self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
+    ) -> dict[MessageQueue, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET (222) on every broker of the topic: the group's
+        offsets move to the first message stored at or after `timestamp_ms` (only backwards
+        unless `force`). Returns the new offsets."""
+        out: dict[MessageQueue, int] = {}
+        for _name, addr in sorted((await self._route_masters(topic)).items()):
+            h = ResetOffsetRequestHeader(
+                topic=topic, group=group, timestamp=timestamp_ms, is_force=force
+            )
+            resp = await self.instance.api.call(addr, RC.INVOKE_BROKER_TO_RESET_OFFSET, h.to_ext())
+            out.update(ResetOffsetBody.from_json(resp.body).offset_table)
         return out

@@ -85,7 +85,7 @@ def _replica_text(r: m.ReplicaIdentity) -> str:
     return f"{r.broker_id}@{r.broker_address}{'' if r.alive else ' (dead)'}"
 
 
-def _info_obj(name: str, info: m.ReplicasInfo) -> dict[str, Any]:
+def info_obj(name: str, info: m.ReplicasInfo) -> dict[str, Any]:
     def ids(rs: tuple[m.ReplicaIdentity, ...]) -> list[dict[str, Any]]:
         return [
             {"brokerId": r.broker_id, "brokerAddress": r.broker_address, "alive": r.alive}
@@ -124,11 +124,11 @@ async def _sync_state_set(cc: ControllerClient, args: argparse.Namespace) -> int
             f"masterEpoch={info.master_epoch} syncStateSetEpoch={info.sync_state_set_epoch} "
             f"inSync=[{in_sync}] notInSync=[{not_in_sync}]"
         )
-        _emit(args, _info_obj(name, info), text)
+        _emit(args, info_obj(name, info), text)
     return 0 if all(n in resp.replicas_info for n in args.broker_name) else 1
 
 
-async def _broker_epoch(client: RemotingClient, addr: str, timeout_s: float) -> str | Any:
+async def broker_epoch(client: RemotingClient, addr: str, timeout_s: float) -> str | Any:
     """The broker's epoch cache (GET_BROKER_EPOCH_CACHE 1007), or why there is none."""
     try:
         resp = await client.invoke(
@@ -152,7 +152,7 @@ async def _get_broker_epoch(cc: ControllerClient, args: argparse.Namespace) -> i
         return _fail(args, resp)
     for name, info in resp.replicas_info.items():
         for r in (*info.in_sync_replicas, *info.not_in_sync_replicas):
-            got = await _broker_epoch(cc.client, r.broker_address, cc.timeout_s)
+            got = await broker_epoch(cc.client, r.broker_address, cc.timeout_s)
             obj: dict[str, Any] = {
                 "brokerName": name,
                 "brokerId": r.broker_id,

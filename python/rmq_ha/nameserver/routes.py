@@ -265,6 +265,19 @@ class RouteTable:
         addrs = dict(g.broker_addrs) if g is not None and g.cluster == cluster else {}
         return BrokerMemberGroup(cluster=cluster, broker_name=broker_name, broker_addrs=addrs)
 
+    def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        """Drops the topic's queues: of every broker, or of `cluster`'s brokers only."""
+        queues = self.topics.get(topic)
+        if queues is None:
+            return
+        if cluster is None:
+            del self.topics[topic]
+            return
+        for name in self.clusters.get(cluster, set()):
+            queues.pop(name, None)
+        if not queues:
+            del self.topics[topic]
+
     def topics_of_cluster(self, cluster: str) -> list[str]:
         names = self.clusters.get(cluster, set())
         return sorted(t for t, qs in self.topics.items() if names & qs.keys())

@@ -28,6 +28,11 @@ from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.net.server import RemotingServer
+from rmq_ha.protocol.admin import (
+    DeleteTopicFromNamesrvRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    TopicList,
+)
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
@@ -81,6 +86,9 @@ class Nameserver:
         d.register(RC.PUT_KV_CONFIG, self.put_kv)
         d.register(RC.GET_KV_CONFIG, self.get_kv)
         d.register(RC.DELETE_KV_CONFIG, self.delete_kv)
+        d.register(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics)
+        d.register(RC.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
+        d.register(RC.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
         self.dispatcher = d
         self.server = RemotingServer(d, cfg.listen_host, cfg.listen_port)
         self.outbound = RemotingClient(signer=inner_signer(cfg))
@@ -281,6 +289,28 @@ class Nameserver:
 
     async def get_cluster_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(Resp.SUCCESS, None, None, self.routes.cluster_info().to_json())
+
+    # ---- admin: topic lists and deletion (mqadmin topicList, deleteTopic) ------------------
+
+    async def get_all_topics(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        body = TopicList(topic_list=set(self.routes.topics))
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+    async def get_topics_by_cluster(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
+        h = GetTopicsByClusterRequestHeader.from_ext(cmd.ext_fields)
+        body = TopicList(topic_list=set(self.routes.topics_of_cluster(h.cluster)))
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """The topic's route goes (only the cluster's brokers' queues with clusterName). A
+        broker that still has the topic brings it back at its next registration: delete it
+        on the brokers first (mqadmin deleteTopic does)."""
+        h = DeleteTopicFromNamesrvRequestHeader.from_ext(cmd.ext_fields)
+        self.routes.delete_topic(h.topic, h.cluster_name)
+        log.info("topic %s deleted from the routes (cluster %s)", h.topic, h.cluster_name or "all")
+        return cmd.response(Resp.SUCCESS)
 
     # ---- KV config (RocketMQ keeps e.g. ORDER_TOPIC_CONFIG here) -------------------------
 

@@ -1,0 +1,136 @@
+"""GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25) and GET_BROKER_RUNTIME_INFO (28), the
+requests behind mqadmin getBrokerConfig, updateBrokerConfig and brokerStatus.
+
+The config travels as RocketMQ does: a properties text body (`key=value` lines, RocketMQ's
+keys). An update may change only the keys in `RUNTIME_KEYS`, each read by the broker at the
+moment it is used; any other key, an unknown key or a bad value refuses the whole update,
+naming the key and the reason, and changes nothing. An accepted update replaces the broker's
+config record (validated as at load) through `apply`, which the wiring implements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from rmq_ha import config as config_mod
+from rmq_ha.broker.ports import Ports
+from rmq_ha.config import BrokerConfig, parse_properties
+from rmq_ha.errors import ConfigError
+from rmq_ha.net.connection import Connection
+from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.admin import GetBrokerConfigResponseHeader
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.models import DataVersion, KVTable
+
+#: RocketMQ key -> why it is safe to change while the broker runs (docs/operations.md).
+RUNTIME_KEYS: Final[Mapping[str, str]] = {
+    "brokerPermission": "checked by every send, pull and pop; re-registered at once",
+    "maxMessageSize": "checked by every send",
+    "longPollingEnable": "read by every pull that finds no message",
+    "autoCreateTopicEnable": "read by every send to an unknown topic",
+    "defaultTopicQueueNums": "read when a send auto-creates a topic",
+}
+
+_RMQ_KEYS: Final = {
+    f.name: f.metadata.get("rocketmq", f.name) for f in dataclasses.fields(BrokerConfig)
+}
+
+#: Replaces the broker's config (the wiring: Ports.cfg, the name-server shell, topics).
+Apply = Callable[[BrokerConfig], Awaitable[None]]
+Status = Callable[[], dict[str, Any]]
+
+
+def check_update(cfg: BrokerConfig, values: Mapping[str, str]) -> BrokerConfig:
+    """The config after the update, or ConfigError naming the first bad key and why. Pure."""
+    if not values:
+        raise ConfigError("bad config update: no key=value given", "")
+    for key in values:
+        name = config_mod.key_of(BrokerConfig, key)
+        if name is None:
+            raise ConfigError(f"bad config {key}: no such broker config key", key)
+        if _RMQ_KEYS.get(name, name) not in RUNTIME_KEYS:
+            allowed = ", ".join(sorted(RUNTIME_KEYS))
+            raise ConfigError(
+                f"bad config {key}: cannot change while the broker runs (set it in the config "
+                f"file and restart); changeable at runtime: {allowed}",
+                key,
+            )
+    return config_mod.replace_keys(cfg, values)
+
+
+def config_text(cfg: BrokerConfig) -> str:
+    """GET_BROKER_CONFIG's body: every key, sorted, one `key=value` line each."""
+    return "".join(f"{k}={v}\n" for k, v in sorted(config_mod.rocketmq_items(cfg)))
+
+
+def _runtime(boot_ms: int) -> str:
+    s = max(0, int(time.time() * 1000) - boot_ms) // 1000
+    return (
+        f"[ {s // 86400} days, {s // 3600 % 24} hours, {s // 60 % 60} minutes, {s % 60} seconds ]"
+    )
+
+
+def runtime_info(p: Ports, status: dict[str, Any], boot_ms: int) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's table: RocketMQ's key names where the value means the same,
+    then rmq_ha's HA fields. Message totals count since the broker started."""
+    native = p.store.native
+    msgs_in = sum(v[0] for v in p.traffic.inbound.values())
+    msgs_out = sum(v[0] for v in p.traffic.outbound.values())
+    table: dict[str, Any] = {
+        "brokerVersionDesc": "rmq_ha",
+        "bootTimestamp": boot_ms,
+        "runtime": _runtime(boot_ms),
+        "brokerActive": "true",
+        "commitLogMinOffset": native.min_offset,
+        "commitLogMaxOffset": native.max_offset,
+        "dispatchBehindBytes": max(0, native.max_offset - native.dispatched_offset),
+        "msgPutTotalTodayNow": msgs_in,
+        "msgGetTotalTodayNow": msgs_out,
+        "brokerPermission": p.cfg.broker_permission,
+        # rmq_ha: replication state (GET_BROKER_EPOCH_CACHE has the rest).
+        "role": status.get("role"),
+        "masterEpoch": status.get("masterEpoch"),
+        "confirmOffset": native.confirm_offset,
+        "flushedOffset": native.flushed_offset,
+        "syncStateSet": json.dumps(status.get("syncStateSet", [])),
+        "fenced": "false" if status.get("fence") is None else str(status.get("fence")),
+    }
+    return {k: str(v) for k, v in table.items()}
+
+
+def register(d: Dispatcher, p: Ports, apply: Apply, status: Status) -> None:
+    boot_ms = int(time.time() * 1000)
+    version = [DataVersion.initial(boot_ms)]
+
+    async def get_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetBrokerConfigResponseHeader(version=version[0].to_json().decode())
+        return cmd.response(Resp.SUCCESS, None, h.to_ext(), config_text(p.cfg).encode())
+
+    async def update_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            text = (cmd.body or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            return cmd.response(Resp.SYSTEM_ERROR, "config update body is not UTF-8 text")
+        try:
+            new = check_update(p.cfg, parse_properties(text))
+        except ConfigError as e:
+            return cmd.response(
+                Resp.NO_PERMISSION if "cannot change" in str(e) else Resp.SYSTEM_ERROR, str(e)
+            )
+        await apply(new)
+        version[0] = version[0].next_version(int(time.time() * 1000))
+        return cmd.response(Resp.SUCCESS)
+
+    async def runtime(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        body = KVTable(table=runtime_info(p, status(), boot_ms))
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+    d.register(RC.GET_BROKER_CONFIG, get_config)
+    d.register(RC.UPDATE_BROKER_CONFIG, update_config)
+    d.register(RC.GET_BROKER_RUNTIME_INFO, runtime)

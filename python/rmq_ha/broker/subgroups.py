@@ -1,0 +1,69 @@
+"""Subscription-group configs (RocketMQ's SubscriptionGroupManager): created or updated by
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (mqadmin updateSubGroup), removed by
+DELETE_SUBSCRIPTIONGROUP, listed by GET_ALL_SUBSCRIPTIONGROUP_CONFIG; persisted atomically as
+`config/subscriptionGroup.json` (RocketMQ's file name and shape: subscriptionGroupTable and
+dataVersion).
+
+rmq_ha's broker does not require a group to exist before it consumes (RocketMQ's
+autoCreateSubscriptionGroup=true behaviour), so these configs are what an operator set, kept,
+persisted and shown. They do not yet change how the broker serves a group: consumeEnable,
+retryMaxTimes, retryQueueNums and the rest are not enforced (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rmq_ha.clock import wall_ms
+from rmq_ha.durable import write_atomic
+from rmq_ha.errors import CorruptFileError
+from rmq_ha.protocol.admin import SubscriptionGroupConfig, SubscriptionGroupWrapper
+from rmq_ha.protocol.json_compat import BodyDecodeError
+from rmq_ha.protocol.models import DataVersion
+
+FILE_NAME = "subscriptionGroup.json"
+
+
+class SubscriptionGroupManager:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion.initial(wall_ms())
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            w = SubscriptionGroupWrapper.from_json(raw)
+        except BodyDecodeError as e:
+            raise CorruptFileError(
+                f"subscription groups {self.path} are unreadable: {e}", str(self.path)
+            ) from None
+        self.table.update(w.subscription_group_table)
+        self.data_version = w.data_version
+
+    def wrapper(self) -> SubscriptionGroupWrapper:
+        return SubscriptionGroupWrapper(dict(self.table), self.data_version)
+
+    def persist(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, self.wrapper().to_json())
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        return self.table.get(group)
+
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        self.table[cfg.group_name] = cfg
+        self.data_version = self.data_version.next_version(wall_ms())
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        """True when the group had a config."""
+        if self.table.pop(group, None) is None:
+            return False
+        self.data_version = self.data_version.next_version(wall_ms())
+        self.persist()
+        return True

@@ -1,0 +1,456 @@
+"""Headers and bodies of the admin requests (mqadmin's): broker config and runtime info,
+client connections, message queries by key, topic and subscription-group deletion, topic and
+consume stats, offset reset by time, topic lists.
+
+Wire names and required markers are RocketMQ 5's (`remoting/.../protocol/header/**`,
+`.../protocol/body/**`, `.../protocol/subscription/SubscriptionGroupConfig`). Kept apart from
+`headers`/`models` because they travel only between admin tools and the roles.
+
+Three bodies (`TopicStatsTable`, `ConsumeStats`, `ResetOffsetBody`) are Java maps keyed by a
+`MessageQueue`; fastjson writes such a map with *object* keys (`{{"brokerName":"b",...}:v}`),
+which is not JSON. `dumps_mq_map` writes that form (so RocketMQ's own tools read our answers)
+and `loads_fastjson` reads it (so our tools read RocketMQ's answers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.headerbase import I32, CommandHeader
+from rmq_ha.protocol.headers import RpcRequestHeader, TopicRequestHeader
+from rmq_ha.protocol.json_compat import BodyDecodeError, quote_bare_keys
+from rmq_ha.protocol.jsonmodel import JsonModel
+from rmq_ha.protocol.models import DataVersion, MessageQueue, SubscriptionData
+
+# ---------------------------------------------------------------------------------------------
+# Headers
+
+
+@dataclass(kw_only=True, slots=True)
+class GetBrokerConfigResponseHeader(CommandHeader):
+    """GET_BROKER_CONFIG (26) answer: the config's DataVersion as JSON text."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_BROKER_CONFIG,)
+
+    version: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class GetConsumerConnectionListRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_CONSUMER_CONNECTION_LIST,)
+
+    consumer_group: str
+
+
+@dataclass(kw_only=True, slots=True)
+class GetProducerConnectionListRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_PRODUCER_CONNECTION_LIST,)
+
+    producer_group: str
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryMessageRequestHeader(TopicRequestHeader):
+    """QUERY_MESSAGE (12): messages of `topic` whose KEYS hold `key` (or whose UNIQ_KEY is
+    `key`, when the request's extFields carry `_UNIQUE_KEY_QUERY=true`), stored between the
+    two timestamps (ms), at most `maxNum`."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_MESSAGE,)
+
+    topic: str
+    key: str
+    max_num: I32
+    begin_timestamp: int
+    end_timestamp: int
+
+
+#: extFields flag of a QUERY_MESSAGE by unique key (MixAll.UNIQUE_MSG_QUERY_FLAG).
+UNIQUE_MSG_QUERY_FLAG: Final = "_UNIQUE_KEY_QUERY"
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryMessageResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_MESSAGE,)
+
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+@dataclass(kw_only=True, slots=True)
+class DeleteTopicRequestHeader(TopicRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.DELETE_TOPIC_IN_BROKER,)
+
+    topic: str
+
+
+@dataclass(kw_only=True, slots=True)
+class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.DELETE_TOPIC_IN_NAMESRV,)
+
+    topic: str
+    cluster_name: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class DeleteSubscriptionGroupRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.DELETE_SUBSCRIPTIONGROUP,)
+
+    group_name: str
+    clean_offset: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class GetTopicStatsInfoRequestHeader(TopicRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_TOPIC_STATS_INFO,)
+
+    topic: str
+
+
+@dataclass(kw_only=True, slots=True)
+class GetConsumeStatsRequestHeader(TopicRequestHeader):
+    """GET_CONSUME_STATS (208): one group's progress on `topic` (every topic it has offsets
+    for when `topic` is absent)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_CONSUME_STATS,)
+
+    consumer_group: str
+    topic: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class ResetOffsetRequestHeader(TopicRequestHeader):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222). `offset` (when given) wins over `timestamp`;
+    `queueId` -1 means every queue; `isForce` false only moves offsets backwards."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.INVOKE_BROKER_TO_RESET_OFFSET,)
+
+    topic: str
+    group: str
+    queue_id: I32 = -1
+    offset: int | None = None
+    timestamp: int
+    is_force: bool
+
+
+@dataclass(kw_only=True, slots=True)
+class GetTopicsByClusterRequestHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_TOPICS_BY_CLUSTER,)
+
+    cluster: str
+
+
+ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
+    GetConsumerConnectionListRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    QueryMessageRequestHeader,
+    DeleteTopicRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    GetConsumeStatsRequestHeader,
+    ResetOffsetRequestHeader,
+    GetTopicsByClusterRequestHeader,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Bodies
+
+
+@dataclass(slots=True)
+class ClientConnection(JsonModel):
+    """One client connection (`protocol/body/Connection`); `language` is the LanguageCode
+    name, `version` the client's MQVersion ordinal."""
+
+    client_id: str = ""
+    client_addr: str = ""
+    language: str = ""
+    version: int = 0
+
+
+@dataclass(slots=True)
+class ConsumerConnection(JsonModel):
+    connection_set: list[ClientConnection] = field(default_factory=list)
+    subscription_table: dict[str, SubscriptionData] = field(default_factory=dict)
+    consume_type: str | None = None
+    message_model: str | None = None
+    consume_from_where: str | None = None
+
+
+@dataclass(slots=True)
+class ProducerConnection(JsonModel):
+    connection_set: list[ClientConnection] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TopicList(JsonModel):
+    topic_list: set[str] = field(default_factory=set)
+    broker_addr: str | None = None
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig(JsonModel):
+    """A consumer group's config (RocketMQ's defaults)."""
+
+    group_name: str = ""
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    consume_message_orderly: bool = False
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+    group_sys_flag: int = 0
+    consume_timeout_minute: int = 15
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SubscriptionGroupWrapper(JsonModel):
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) body, and the broker's subscriptionGroup.json."""
+
+    subscription_group_table: dict[str, SubscriptionGroupConfig] = field(default_factory=dict)
+    data_version: DataVersion = field(default_factory=DataVersion)
+
+
+@dataclass(slots=True)
+class TopicOffset(JsonModel):
+    min_offset: int = 0
+    max_offset: int = 0
+    last_update_timestamp: int = 0
+
+
+@dataclass(slots=True)
+class OffsetWrapper(JsonModel):
+    broker_offset: int = 0
+    consumer_offset: int = 0
+    pull_offset: int = 0
+    last_timestamp: int = 0
+
+
+@dataclass(slots=True)
+class TopicStatsTable:
+    """GET_TOPIC_STATS_INFO (202) body."""
+
+    offset_table: dict[MessageQueue, TopicOffset] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return ("{" + '"offsetTable":' + dumps_mq_map(self.offset_table, _obj) + "}").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str | None) -> TopicStatsTable:
+        table = _mq_table(data, "offsetTable")
+        return cls({mq: TopicOffset.from_obj(v, "$.offsetTable") for mq, v in table.items()})
+
+
+@dataclass(slots=True)
+class ConsumeStats:
+    """GET_CONSUME_STATS (208) body."""
+
+    offset_table: dict[MessageQueue, OffsetWrapper] = field(default_factory=dict)
+    consume_tps: float = 0.0
+
+    def to_json(self) -> bytes:
+        table = dumps_mq_map(self.offset_table, _obj)
+        return f'{{"consumeTps":{self.consume_tps!r},"offsetTable":{table}}}'.encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str | None) -> ConsumeStats:
+        doc = loads_fastjson(data)
+        table = _mq_table_of(doc, "offsetTable")
+        tps = doc.get("consumeTps", 0.0) if isinstance(doc, dict) else 0.0
+        return cls(
+            {mq: OffsetWrapper.from_obj(v, "$.offsetTable") for mq, v in table.items()},
+            float(tps) if isinstance(tps, int | float) else 0.0,
+        )
+
+
+@dataclass(slots=True)
+class ResetOffsetBody:
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) answer and RESET_CONSUMER_CLIENT_OFFSET (220) body."""
+
+    offset_table: dict[MessageQueue, int] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return ('{"offsetTable":' + dumps_mq_map(self.offset_table, int) + "}").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str | None) -> ResetOffsetBody:
+        table = _mq_table(data, "offsetTable")
+        out: dict[MessageQueue, int] = {}
+        for mq, v in table.items():
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise BodyDecodeError(f"expected an integer offset, got {v!r}", "$.offsetTable")
+            out[mq] = v
+        return cls(out)
+
+
+def _obj(v: JsonModel) -> Any:
+    return v.to_obj()
+
+
+# ---------------------------------------------------------------------------------------------
+# fastjson maps with object keys
+
+
+def dumps_mq_map(table: dict[MessageQueue, Any], encode: Callable[[Any], Any]) -> str:
+    """`{{"brokerName":..,"queueId":..,"topic":..}:value,...}` as fastjson writes a
+    Map<MessageQueue, V> (keys in queue order)."""
+    parts = []
+    for mq in sorted(table):
+        key = json.dumps(mq.to_obj(), sort_keys=True, separators=(",", ":"))
+        parts.append(
+            key + ":" + json.dumps(encode(table[mq]), sort_keys=True, separators=(",", ":"))
+        )
+    return "{" + ",".join(parts) + "}"
+
+
+class _ObjKey:
+    """An object used as a map key; hashable by its canonical JSON."""
+
+    __slots__ = ("obj", "text")
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self.text = json.dumps(obj, sort_keys=True)
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ObjKey) and other.text == self.text
+
+
+class _Parser:
+    """A small JSON parser that also takes fastjson's object keys and bare keys."""
+
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+        self.dec = json.JSONDecoder()
+
+    def ws(self) -> None:
+        while self.i < len(self.s) and self.s[self.i] in " \t\r\n":
+            self.i += 1
+
+    def fail(self, what: str) -> BodyDecodeError:
+        return BodyDecodeError(f"{what} at character {self.i}")
+
+    def value(self) -> Any:
+        self.ws()
+        if self.i >= len(self.s):
+            raise self.fail("unexpected end")
+        c = self.s[self.i]
+        if c == "{":
+            return self.obj()
+        if c == "[":
+            self.i += 1
+            out: list[Any] = []
+            self.ws()
+            if self.s.startswith("]", self.i):
+                self.i += 1
+                return out
+            while True:
+                out.append(self.value())
+                self.ws()
+                if self.s.startswith(",", self.i):
+                    self.i += 1
+                    continue
+                if self.s.startswith("]", self.i):
+                    self.i += 1
+                    return out
+                raise self.fail("expected , or ]")
+        try:
+            v, end = self.dec.raw_decode(self.s, self.i)
+        except json.JSONDecodeError as e:
+            raise self.fail(f"bad value ({e.msg})") from None
+        self.i = end
+        return v
+
+    def key(self) -> Any:
+        self.ws()
+        c = self.s[self.i : self.i + 1]
+        if c == "{":
+            o = self.obj()
+            return _ObjKey(o) if isinstance(o, dict) else o
+        if c == '"':
+            return self.value()
+        start = self.i
+        while self.i < len(self.s) and self.s[self.i] not in ": \t\r\n":
+            self.i += 1
+        if start == self.i:
+            raise self.fail("expected a key")
+        return self.s[start : self.i]
+
+    def obj(self) -> dict[Any, Any]:
+        self.i += 1
+        out: dict[Any, Any] = {}
+        self.ws()
+        if self.s.startswith("}", self.i):
+            self.i += 1
+            return out
+        while True:
+            k = self.key()
+            self.ws()
+            if not self.s.startswith(":", self.i):
+                raise self.fail("expected :")
+            self.i += 1
+            out[k] = self.value()
+            self.ws()
+            if self.s.startswith(",", self.i):
+                self.i += 1
+                self.ws()
+                continue
+            if self.s.startswith("}", self.i):
+                self.i += 1
+                return out
+            raise self.fail("expected , or }")
+
+
+def loads_fastjson(data: bytes | str | None) -> Any:
+    """Parses fastjson output, object-valued map keys included (they come back as `_ObjKey`;
+    use `_mq_table_of` to read a MessageQueue-keyed map)."""
+    if data is None or len(data) == 0:
+        return {}
+    text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return json.loads(quote_bare_keys(text))
+    except json.JSONDecodeError:
+        pass
+    p = _Parser(text)
+    v = p.value()
+    p.ws()
+    if p.i != len(text):
+        raise p.fail("trailing data")
+    return v
+
+
+def _mq_table_of(doc: Any, name: str) -> dict[MessageQueue, Any]:
+    if not isinstance(doc, dict):
+        raise BodyDecodeError(f"expected an object, got {type(doc).__name__}")
+    raw = doc.get(name) or {}
+    if not isinstance(raw, dict):
+        raise BodyDecodeError(f"expected an object, got {type(raw).__name__}", f"$.{name}")
+    out: dict[MessageQueue, Any] = {}
+    for k, v in raw.items():
+        if isinstance(k, _ObjKey):
+            obj = k.obj
+        elif isinstance(k, str) and k.startswith("{"):
+            obj = json.loads(k)
+        else:
+            raise BodyDecodeError(f"key {k!r} is not a message queue", f"$.{name}")
+        out[MessageQueue.from_obj(obj, f"$.{name}<key>")] = v
+    return out
+
+
+def _mq_table(data: bytes | str | None, name: str) -> dict[MessageQueue, Any]:
+    return _mq_table_of(loads_fastjson(data), name)
