@@ -96,6 +96,8 @@ class RouteCache:
         self.serialize_type = serialize_type
         self._ns_index = 0
         self._routes: dict[str, TopicRouteData] = {}
+        #: Why the last fetch of a topic found no route (shown when a send finds none).
+        self._last_error: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
         #: brokerName -> {brokerId: addr}, merged from every cached route.
         self._brokers: dict[str, dict[int, str]] = {}
@@ -151,7 +153,9 @@ class RouteCache:
                 route = await self.fetch_route(topic)
             except RouteNotFoundError as e:
                 log.debug("route update of %s: %s", topic, e)
+                self._last_error[topic] = str(e)
                 return None
+            self._last_error.pop(topic, None)
             self._store(topic, route)
             return route
 
@@ -213,6 +217,10 @@ class RouteCache:
                 info = publish_info(topic, shaped, from_default=True)
                 if info.ok:
                     return info
+        # Say why when the name server refused (an ACL refusal, say), not only that it had none.
+        why = self._last_error.get(topic, "")
+        if why and not why.startswith("no route info"):
+            raise RouteNotFoundError(f"no route info of this topic: {topic} ({why})", topic)
         raise RouteNotFoundError(f"no route info of this topic: {topic}", topic)
 
     async def subscribe_queues(self, topic: str) -> frozenset[MessageQueue] | None:
