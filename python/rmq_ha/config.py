@@ -541,6 +541,30 @@ def rocketmq_items(record: Any) -> list[tuple[str, str]]:
     return out
 
 
+class NotRuntimeKey(ConfigError):
+    """A known key that may not change while the role runs."""
+
+
+def replace_runtime_keys(record: C, values: Mapping[str, Any], allowed: Mapping[str, str]) -> C:
+    """`replace_keys`, for a running role: every key must be one of `allowed` (RocketMQ
+    names); NotRuntimeKey for a known key that is not, ConfigError for anything else bad."""
+    if not values:
+        raise ConfigError("bad config update: no key=value given", "")
+    cls = type(record)
+    names = {f.name: f.metadata.get("rocketmq", f.name) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in values:
+        name = key_of(cls, key)
+        if name is None:
+            raise ConfigError(f"bad config {key}: no such key", key)
+        if names[name] not in allowed:
+            raise NotRuntimeKey(
+                f"bad config {key}: cannot change while running (set it in the config file "
+                f"and restart); changeable at runtime: {', '.join(sorted(allowed))}",
+                key,
+            )
+    return replace_keys(record, values)
+
+
 def replace_keys(record: C, values: Mapping[str, Any]) -> C:
     """`record` with the given keys (RocketMQ names or field names) changed, converted and the
     whole record validated as at load; ConfigError names the key and the reason."""

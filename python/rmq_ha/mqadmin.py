@@ -661,31 +661,40 @@ def _client_config(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(mq_client_api_timeout_s=args.api_timeout)
 
 
+async def _guarded(fn: Any, target: Any, args: argparse.Namespace) -> Output | Exception:
+    """The command's output, or the error that ended it (returned, not raised, so that no
+    nursery of the client around it wraps it in an exception group)."""
+    try:
+        out: Output = await fn(target, args)
+    except (UsageError, RmqHaError, ValueError) as e:
+        return e
+    return out
+
+
 async def run_parsed(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     """Runs one parsed command; prints its output to `stream` (stdout) and errors to stderr."""
     stream = stream or sys.stdout
+    got: Output | Exception
     try:
         if args.kind == "controller":
             addrs = split_addrs(args.controller or os.environ.get("CONTROLLER_ADDR", ""))
             if not addrs:
-                print(
-                    f"{args.mqadmin}: no controller address: use -a host:port[;host:port]",
-                    file=sys.stderr,
-                )
-                return 2
-            async with RemotingClient() as rc:
-                out = await args.run(ControllerClient(rc, addrs, args.api_timeout), args)
+                got = UsageError("no controller address: use -a host:port[;host:port]")
+            else:
+                async with RemotingClient() as rc:
+                    got = await _guarded(
+                        args.run, ControllerClient(rc, addrs, args.api_timeout), args
+                    )
         else:
             async with Admin(_namesrv(args), config=_client_config(args)) as a:
-                out = await args.run(a, args)
-    except UsageError as e:
-        print(f"{args.mqadmin}: {e}", file=sys.stderr)
-        return 2
-    except (RmqHaError, ValueError) as e:
-        print(f"{args.mqadmin}: {e}", file=sys.stderr)
-        return 1
-    render(out, args.json, stream)
-    return 1 if out.failed else 0
+                got = await _guarded(args.run, a, args)
+    except (RmqHaError, ValueError) as e:  # starting the client failed
+        got = e
+    if isinstance(got, Exception):
+        print(f"{args.mqadmin}: {got}", file=sys.stderr)
+        return 2 if isinstance(got, UsageError) else 1
+    render(got, args.json, stream)
+    return 1 if got.failed else 0
 
 
 async def main_async(argv: Sequence[str], stream: TextIO | None = None) -> int:

@@ -248,6 +248,8 @@ class Broker:
         changed = [k for k, v in config_items(new) if (k, v) not in set(config_items(old))]
         log.info("broker config updated at runtime: %s", ", ".join(changed) or "no change")
         if old.broker_permission != new.broker_permission:
+            # A new DataVersion, or name servers keep the queue data with the old perm.
+            self.topics.bump_state_version(self.topics.data_version.state_version)
             await self.namesrv.register_all()
 
     # ---- small glue ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from rmq_ha.config import ControllerConfig
-from rmq_ha.controller import wire
+from rmq_ha.controller import config_admin, wire
 from rmq_ha.controller.elect import BrokerKey, scan_need_reelect
 from rmq_ha.controller.events import (
     DecodeError,
@@ -217,6 +217,13 @@ class ControllerNode:
         d.register(RC.BROKER_HEARTBEAT, self._heartbeat_chain(heartbeat_also))
         for code in LEADER_CODES:
             d.register(code, self.controller_request)
+        config_admin.register(d, lambda: self.cfg, self.apply_config)
+
+    def apply_config(self, new: ControllerConfig) -> None:
+        """UPDATE_CONTROLLER_CONFIG: `new` differs only in runtime-safe keys
+        (config_admin.RUNTIME_KEYS), each read where it is used."""
+        self.cfg = new
+        self.policy = PolicyConfig(enable_elect_unclean_master=new.enable_elect_unclean_master)
 
     def embed(self, d: Dispatcher, listen_port: int, heartbeat_also: RequestHandler) -> bool:
         """Embedded in a name server: share its remoting server when this node's peer port is

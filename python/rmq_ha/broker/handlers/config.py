@@ -10,7 +10,6 @@ config record (validated as at load) through `apply`, which the wiring implement
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,7 +17,7 @@ from typing import Any, Final
 
 from rmq_ha import config as config_mod
 from rmq_ha.broker.ports import Ports
-from rmq_ha.config import BrokerConfig, parse_properties
+from rmq_ha.config import BrokerConfig, NotRuntimeKey, parse_properties
 from rmq_ha.errors import ConfigError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -37,31 +36,15 @@ RUNTIME_KEYS: Final[Mapping[str, str]] = {
     "defaultTopicQueueNums": "read when a send auto-creates a topic",
 }
 
-_RMQ_KEYS: Final = {
-    f.name: f.metadata.get("rocketmq", f.name) for f in dataclasses.fields(BrokerConfig)
-}
-
 #: Replaces the broker's config (the wiring: Ports.cfg, the name-server shell, topics).
 Apply = Callable[[BrokerConfig], Awaitable[None]]
 Status = Callable[[], dict[str, Any]]
 
 
 def check_update(cfg: BrokerConfig, values: Mapping[str, str]) -> BrokerConfig:
-    """The config after the update, or ConfigError naming the first bad key and why. Pure."""
-    if not values:
-        raise ConfigError("bad config update: no key=value given", "")
-    for key in values:
-        name = config_mod.key_of(BrokerConfig, key)
-        if name is None:
-            raise ConfigError(f"bad config {key}: no such broker config key", key)
-        if _RMQ_KEYS.get(name, name) not in RUNTIME_KEYS:
-            allowed = ", ".join(sorted(RUNTIME_KEYS))
-            raise ConfigError(
-                f"bad config {key}: cannot change while the broker runs (set it in the config "
-                f"file and restart); changeable at runtime: {allowed}",
-                key,
-            )
-    return config_mod.replace_keys(cfg, values)
+    """The config after the update, or ConfigError naming the first bad key and why
+    (NotRuntimeKey for a key that may not change at runtime). Pure."""
+    return config_mod.replace_runtime_keys(cfg, values, RUNTIME_KEYS)
 
 
 def config_text(cfg: BrokerConfig) -> str:
@@ -120,9 +103,8 @@ def register(d: Dispatcher, p: Ports, apply: Apply, status: Status) -> None:
         try:
             new = check_update(p.cfg, parse_properties(text))
         except ConfigError as e:
-            return cmd.response(
-                Resp.NO_PERMISSION if "cannot change" in str(e) else Resp.SYSTEM_ERROR, str(e)
-            )
+            code = Resp.NO_PERMISSION if isinstance(e, NotRuntimeKey) else Resp.SYSTEM_ERROR
+            return cmd.response(code, str(e))
         await apply(new)
         version[0] = version[0].next_version(int(time.time() * 1000))
         return cmd.response(Resp.SUCCESS)

@@ -1,0 +1,444 @@
+"""`rmq-ha mqadmin`: every command against a running cluster (an in-process name server and
+broker over loopback; for the controller commands a name server with an embedded controller
+and a controller-mode broker), table output and `--json` parsed back; plus the pure parts
+(time forms, fastjson object keys, runtime-safe config checks)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from controllerutil import controller_config, free_ports
+from rmq_ha import config, mqadmin
+from rmq_ha.broker.broker import open_broker
+from rmq_ha.broker.handlers.config import check_update
+from rmq_ha.client import Admin, ConsumeStatus, MessageQueue, Producer, PushConsumer
+from rmq_ha.client.errors import SendError
+from rmq_ha.config import BrokerConfig, NamesrvConfig, NotRuntimeKey
+from rmq_ha.controller import config_admin
+from rmq_ha.errors import ConfigError
+from rmq_ha.nameserver.server import Nameserver
+from rmq_ha.protocol.admin import ConsumeStats, OffsetWrapper, TopicStatsTable, loads_fastjson
+from rmq_ha.protocol.models import MessageQueue as MQ
+from test_client_cluster import FAST_CLIENT, FAST_CONSUMER, FAST_PRODUCER, client_cluster
+
+pytestmark = pytest.mark.timeout(90)
+
+
+async def mq(*argv: str, ok: bool = True) -> tuple[int, Any]:
+    """Runs `rmq-ha mqadmin ARGV --json` in this Trio loop: (exit status, parsed JSON)."""
+    buf = io.StringIO()
+    rc = await mqadmin.main_async([*argv, "--json"], buf)
+    if ok:
+        assert rc == 0, (argv, buf.getvalue())
+    text = buf.getvalue()
+    return rc, json.loads(text) if text else None
+
+
+async def table(*argv: str) -> list[str]:
+    """The table output's lines (header first)."""
+    buf = io.StringIO()
+    assert await mqadmin.main_async(list(argv), buf) == 0, argv
+    return buf.getvalue().splitlines()
+
+
+async def until(pred: Any, timeout_s: float = 10.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not await pred():
+            await trio.sleep(0.05)
+
+
+# --- topics ----------------------------------------------------------------------------------
+
+
+async def test_topic_commands(tmp_path: Path) -> None:
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        _, rows = await mq("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "AdmT",
+                           "-r", "3", "-w", "3", "-p", "6")  # fmt: skip
+        assert rows == [{"broker": env.broker, "perm": 6, "readQueueNums": 3, "result": "OK",
+                         "topic": "AdmT", "writeQueueNums": 3}]  # fmt: skip
+
+        async def routed() -> bool:
+            rc, topics = await mq("topicList", "-n", ns, ok=False)
+            return rc == 0 and "AdmT" in topics
+
+        await until(routed)
+        _, by_cluster = await mq("topicList", "-n", ns, "-c", "DefaultCluster")
+        assert "AdmT" in by_cluster
+        _, route = await mq("topicRoute", "-n", ns, "-t", "AdmT")
+        (qd,) = route["queueDatas"]
+        assert (qd["brokerName"], qd["readQueueNums"], qd["writeQueueNums"]) == ("broker-a", 3, 3)
+        assert route["brokerDatas"][0]["brokerAddrs"] == {"0": env.broker}
+        lines = await table("topicRoute", "-n", ns, "-t", "AdmT")
+        assert lines[0].split() == ["brokerName", "cluster", "brokerAddrs", "readQueueNums",
+                                    "writeQueueNums", "perm"]  # fmt: skip
+        assert lines[1].split() == ["broker-a", "DefaultCluster", f"0={env.broker}", "3", "3",
+                                    "RW-"]  # fmt: skip
+
+        async with Producer("pg", ns, config=FAST_PRODUCER) as p:
+            for i in range(4):
+                await p.send("AdmT", f"m{i}", queue=MessageQueue("AdmT", "broker-a", 1))
+        _, stats = await mq("topicStatus", "-n", ns, "-t", "AdmT")
+        assert [(r["queueId"], r["minOffset"], r["maxOffset"]) for r in stats] == [
+            (0, 0, 0), (1, 0, 4), (2, 0, 0),
+        ]  # fmt: skip
+        assert stats[1]["lastUpdateTimestamp"] > 0 and stats[0]["lastUpdateTimestamp"] == 0
+
+        _, deleted = await mq("deleteTopic", "-n", ns, "-t", "AdmT", "-c", "DefaultCluster")
+        assert deleted == [{"brokers": [env.broker], "cluster": "DefaultCluster",
+                            "result": "OK", "topic": "AdmT"}]  # fmt: skip
+        rc, _ = await mq("topicRoute", "-n", ns, "-t", "AdmT", ok=False)
+        assert rc == 1
+        _, topics = await mq("topicList", "-n", ns)
+        assert "AdmT" not in topics
+        # The broker dropped it too: it does not come back with the next registration.
+        assert env.node is not None and env.node.topics.get("AdmT") is None
+        # Usage errors exit 2.
+        assert await mqadmin.main_async(["updateTopic", "-n", ns, "-t", "X"], io.StringIO()) == 2
+
+
+# --- messages --------------------------------------------------------------------------------
+
+
+async def test_message_queries_and_producer_connection(tmp_path: Path) -> None:
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("MsgT", cluster="DefaultCluster", queue_nums=2,
+                                 wait_for_route_s=5)  # fmt: skip
+        async with Producer("pgq", ns, config=FAST_PRODUCER) as p:
+            results = [await p.send("MsgT", f"body{i}", keys=f"key{i} common", tags="TagA")
+                       for i in range(6)]  # fmt: skip
+
+            async def known() -> bool:  # after the producer's first heartbeat
+                rc, _ = await mq("producerConnection", "-n", ns, "-g", "pgq", "-t", "MsgT",
+                                 ok=False)  # fmt: skip
+                return rc == 0
+
+            await until(known)
+            _, conns = await mq("producerConnection", "-n", ns, "-g", "pgq", "-t", "MsgT")
+            (conn,) = conns["connectionSet"]
+            assert conn["language"] == "PYTHON" and conn["clientAddr"].startswith("127.0.0.1:")
+            rc, _ = await mq("producerConnection", "-n", ns, "-g", "nobody", "-t", "MsgT",
+                             ok=False)  # fmt: skip
+            assert rc == 1
+
+        _, found = await mq("queryMsgByKey", "-n", ns, "-t", "MsgT", "-k", "key3")
+        assert [m["body"] for m in found] == ["body3"]
+        assert found[0]["msgId"] == results[3].msg_id
+        _, common = await mq("queryMsgByKey", "-n", ns, "-t", "MsgT", "-k", "common", "-c", "4")
+        assert len(common) == 4
+        _, none = await mq("queryMsgByKey", "-n", ns, "-t", "MsgT", "-k", "key3", "-b", "0",
+                           "-e", "1")  # fmt: skip
+        assert none == []
+
+        r = results[2]
+        _, by_offset_id = await mq("queryMsgById", "-n", ns, "-i", r.offset_msg_id)
+        assert [(m["body"], m["tags"], m["offsetMsgId"]) for m in by_offset_id] == [
+            ("body2", "TagA", r.offset_msg_id)
+        ]
+        _, by_uniq = await mq("queryMsgById", "-n", ns, "-i", r.msg_id, "-t", "MsgT")
+        assert [m["body"] for m in by_uniq] == ["body2"]
+
+        _, at = await mq("queryMsgByOffset", "-n", ns, "-t", "MsgT", "-b", "broker-a",
+                         "-i", str(r.queue.queue_id), "-o", str(r.queue_offset))  # fmt: skip
+        assert [(m["body"], m["queueOffset"]) for m in at] == [("body2", r.queue_offset)]
+        rc, _ = await mq("queryMsgByOffset", "-n", ns, "-t", "MsgT", "-b", "broker-a",
+                         "-i", "0", "-o", "999", ok=False)  # fmt: skip
+        assert rc == 1
+        lines = await table("queryMsgByKey", "-n", ns, "-t", "MsgT", "-k", "key5")
+        assert lines[0].split()[:3] == ["msgId", "topic", "brokerName"]
+        assert "body5" in lines[1]
+
+
+# --- groups, connections, progress, offset reset ---------------------------------------------
+
+
+async def test_groups_connections_progress_and_reset(tmp_path: Path) -> None:
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        _, rows = await mq("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "cg",
+                           "-r", "3", "-o", "true")  # fmt: skip
+        assert [r["result"] for r in rows] == ["OK"]
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            groups = await a.subscription_groups(env.broker)
+            assert (groups["cg"].retry_max_times, groups["cg"].consume_message_orderly) == (3, True)
+            await a.create_topic("GT", cluster="DefaultCluster", queue_nums=2, wait_for_route_s=5)
+            mq0 = MessageQueue("GT", "broker-a", 0)
+            async with Producer("pg", ns, config=FAST_PRODUCER) as p:
+                for i in range(5):
+                    await p.send("GT", f"early{i}", queue=mq0)
+                stats = await a.topic_stats("GT")
+                t_mid = stats.offset_table[MQ("GT", "broker-a", 0)].last_update_timestamp + 1
+                await trio.sleep(0.05)  # the later messages are stored after t_mid
+                for i in range(3):
+                    await p.send("GT", f"late{i}", queue=mq0)
+
+            def listener(msgs: Any, ctx: object) -> ConsumeStatus:
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            # A new group whose queue still holds every message starts at offset 0.
+            async with PushConsumer("cg", ns, "GT", listener, config=FAST_CONSUMER):
+
+                async def online() -> bool:
+                    rc, _ = await mq("consumerConnection", "-n", ns, "-g", "cg", ok=False)
+                    return rc == 0
+
+                await until(online)
+                _, cc = await mq("consumerConnection", "-n", ns, "-g", "cg")
+                assert len(cc["connectionSet"]) == 1
+                assert cc["connectionSet"][0]["language"] == "PYTHON"
+                assert "GT" in cc["subscriptionTable"]
+                await until(_offset_at(ns, "cg", 8))
+            _, prog = await mq("consumerProgress", "-n", ns, "-g", "cg")
+            q0 = next(q for q in prog["queues"] if q["topic"] == "GT" and q["queueId"] == 0)
+            assert (q0["brokerOffset"], q0["consumerOffset"], q0["diff"]) == (8, 8, 0)
+            assert q0["lastTimestamp"] > 0 and prog["diffTotal"] == 0
+
+            _, reset = await mq("resetOffsetByTime", "-n", ns, "-g", "cg", "-t", "GT",
+                                "-s", str(t_mid))  # fmt: skip
+            assert {(r["queueId"], r["offset"]) for r in reset} == {(0, 5), (1, 0)}
+            _, prog = await mq("consumerProgress", "-n", ns, "-g", "cg", "-t", "GT")
+            q0 = next(q for q in prog["queues"] if q["queueId"] == 0)
+            assert (q0["consumerOffset"], q0["diff"]) == (5, 3)
+            # Not forced: only moves backwards.
+            _, kept = await mq("resetOffsetByTime", "-n", ns, "-g", "cg", "-t", "GT",
+                               "-s", "now", "-f", "false")  # fmt: skip
+            assert {(r["queueId"], r["offset"]) for r in kept} == {(0, 5), (1, 0)}
+
+        rc, _ = await mq("consumerConnection", "-n", ns, "-g", "cg", ok=False)
+        assert rc == 1  # nobody online any more
+        _, rows = await mq("deleteSubGroup", "-n", ns, "-b", env.broker, "-g", "cg", "-r", "true")
+        assert rows[0]["removeOffset"] is True
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            assert "cg" not in await a.subscription_groups(env.broker)
+        _, prog = await mq("consumerProgress", "-n", ns, "-g", "cg", "-t", "GT")
+        assert all(q["consumerOffset"] == 0 for q in prog["queues"])  # offsets removed
+
+
+def _offset_at(ns: str, group: str, offset: int) -> Any:
+    async def check() -> bool:
+        _, prog = await mq("consumerProgress", "-n", ns, "-g", group, "-t", "GT")
+        return any(q["queueId"] == 0 and q["consumerOffset"] == offset for q in prog["queues"])
+
+    return check
+
+
+# --- broker config and status ----------------------------------------------------------------
+
+
+async def test_broker_status_config_cluster_list_and_epochs(tmp_path: Path) -> None:
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        _, brokers = await mq("clusterList", "-n", ns)
+        rows = [(b["cluster"], b["brokerName"], b["brokerId"], b["addr"], b["role"])
+                for b in brokers]  # fmt: skip
+        assert rows == [("DefaultCluster", "broker-a", 0, env.broker, "MASTER")]
+        _, status = await mq("brokerStatus", "-n", ns, "-b", env.broker)
+        assert status["role"] == "MASTER" and int(status["commitLogMaxOffset"]) >= 0
+        assert status["brokerVersionDesc"].startswith("rmq_ha")
+        _, by_cluster = await mq("brokerStatus", "-n", ns, "-c", "DefaultCluster")
+        assert status.keys() == by_cluster.keys()  # one broker: the same key/value object
+
+        _, cfg = await mq("getBrokerConfig", "-n", ns, "-b", env.broker)
+        assert cfg["brokerName"] == "broker-a" and cfg["maxMessageSize"] == str(4 * 1024 * 1024)
+        lines = await table("getBrokerConfig", "-n", ns, "-c", "DefaultCluster")
+        assert lines[0].split() == ["key", "value"]
+        assert any(line.split() == ["brokerName", "broker-a"] for line in lines)
+
+        _, rows = await mq("updateBrokerConfig", "-n", ns, "-b", env.broker,
+                           "-k", "maxMessageSize", "-v", "100")  # fmt: skip
+        assert rows[0]["result"] == "OK"
+        _, cfg = await mq("getBrokerConfig", "-n", ns, "-b", env.broker)
+        assert cfg["maxMessageSize"] == "100"
+        # The change is live: the broker refuses a larger body now.
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("CfgT", cluster="DefaultCluster", queue_nums=1,
+                                 wait_for_route_s=5)  # fmt: skip
+        async with Producer("pgc", ns, config=FAST_PRODUCER) as p:
+            await p.send("CfgT", "x" * 50)
+            with pytest.raises(SendError, match="MESSAGE_ILLEGAL"):
+                await p.send("CfgT", "x" * 200)
+
+        err = io.StringIO()
+        for key, value, why in (
+            ("listenPort", "1", "cannot change while running"),
+            ("maxMessageSize", "big", "'big' is not an integer"),
+            ("noSuchKey", "1", "no such key"),
+            ("brokerPermission", "64", "bits beyond"),
+        ):
+            buf = io.StringIO()
+            sys_err, sys.stderr = sys.stderr, err
+            try:
+                rc = await mqadmin.main_async(["updateBrokerConfig", "-n", ns, "-b", env.broker,
+                                               "-k", key, "-v", value], buf)  # fmt: skip
+            finally:
+                sys.stderr = sys_err
+            assert rc == 1, key
+            assert why in err.getvalue() and key in err.getvalue()
+        # brokerPermission is runtime-safe and reaches the name server at once.
+        await mq("updateBrokerConfig", "-n", ns, "-c", "DefaultCluster",
+                 "-k", "brokerPermission", "-v", "4")  # fmt: skip
+
+        async def read_only() -> bool:
+            _, route = await mq("topicRoute", "-n", ns, "-t", "CfgT")
+            return bool(route["queueDatas"][0]["perm"] == 4)
+
+        await until(read_only)
+
+        _, epochs = await mq("getBrokerEpoch", "-n", ns, "-b", "broker-a")
+        assert [(e["brokerId"], e["addr"]) for e in epochs] == [(0, env.broker)]
+        assert epochs[0]["epochs"][0]["epoch"] == 1
+        _, by_cluster_epochs = await mq("getBrokerEpoch", "-n", ns, "-c", "DefaultCluster")
+        assert by_cluster_epochs == epochs
+
+
+async def test_the_cli_entry_point_runs_mqadmin(tmp_path: Path) -> None:
+    async with client_cluster(tmp_path) as env:
+        proc = await trio.run_process(
+            [sys.executable, "-m", "rmq_ha.cli", "mqadmin", "clusterList", "-n", env.namesrv,
+             "--json"], capture_stdout=True, capture_stderr=True, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert json.loads(proc.stdout)[0]["addr"] == env.broker
+
+
+# --- controller commands ---------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def controller_cluster(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+    """A name server with an embedded one-node controller and one controller-mode broker
+    that became master: (name server = controller address, broker address)."""
+    (port,) = free_ports(1)
+    ncfg, _ = config.from_mapping(
+        NamesrvConfig, {"listenPort": port, "enableControllerInNamesrv": True}
+    )
+    ns = Nameserver(ncfg, controller_cfg=controller_config([port], 0, tmp_path / "ctl"))
+    async with trio.open_nursery() as n:
+        await n.start(ns.serve)
+        bcfg = BrokerConfig(
+            listen_port=0,
+            namesrv_addr=ns.address,
+            store_path_root_dir=str(tmp_path / "store"),
+            commitlog_segment_bytes=1 << 20,
+            enable_controller_mode=True,
+            broker_id=-1,
+            controller_heartbeat_timeout_ms=3000,
+            sync_broker_metadata_period_ms=200,
+            check_sync_state_set_period_ms=200,
+            broker_heartbeat_interval_ms=200,
+        )
+        async with open_broker(bcfg) as node:
+
+            async def master() -> bool:
+                rc, rows = await mq("getSyncStateSet", "-a", ns.address, "-b", "broker-a",
+                                    ok=False)  # fmt: skip
+                return rc == 0 and rows[0].get("masterAddress") == node.address
+
+            await until(master, 30)
+            yield ns.address, node.address
+            n.cancel_scope.cancel()
+
+
+@pytest.mark.timeout(120)
+async def test_controller_commands(tmp_path: Path) -> None:
+    async with controller_cluster(tmp_path) as (ctl, broker):
+        _, meta = await mq("getControllerMetaData", "-a", ctl)
+        assert [(r["addr"], r["isLeader"]) for r in meta] == [(ctl, True)]
+
+        _, sss = await mq("getSyncStateSet", "-a", ctl, "-b", "broker-a")
+        (row,) = sss
+        assert row["masterAddress"] == broker and row["masterEpoch"] >= 1
+        assert [r["brokerAddress"] for r in row["inSyncReplicas"]] == [broker]
+        _, by_cluster = await mq("getSyncStateSet", "-a", ctl, "-c", "DefaultCluster", "-n", ctl)
+        assert by_cluster == sss
+        rc, unknown = await mq("getSyncStateSet", "-a", ctl, "-b", "broker-z", ok=False)
+        assert rc == 1 and unknown[0]["error"] == "not in the controller"
+
+        _, epochs = await mq("getBrokerEpoch", "-n", ctl, "-b", "broker-a")
+        assert epochs[0]["addr"] == broker
+        assert epochs[0]["epochs"][-1]["epoch"] == row["masterEpoch"]
+
+        _, elected = await mq("electMaster", "-a", ctl, "-c", "DefaultCluster", "-b", "broker-a",
+                              "-i", str(row["masterBrokerId"]))  # fmt: skip
+        assert elected["masterAddress"] == broker
+        assert elected["result"] in ("SUCCESS", "CONTROLLER_MASTER_STILL_EXIST")
+
+        _, cfgs = await mq("getControllerConfig", "-a", ctl)
+        assert cfgs[ctl]["enableElectUncleanMaster"] == "false"
+        _, rows = await mq("updateControllerConfig", "-a", ctl, "-k", "enableElectUncleanMaster",
+                           "-v", "true")  # fmt: skip
+        assert rows == [{"controller": ctl, "key": "enableElectUncleanMaster", "result": "OK",
+                         "value": "true"}]  # fmt: skip
+        _, cfgs = await mq("getControllerConfig", "-a", ctl)
+        assert cfgs[ctl]["enableElectUncleanMaster"] == "true"
+        rc, _ = await mq("updateControllerConfig", "-a", ctl, "-k", "controllerDLegerPeers",
+                         "-v", "n0-127.0.0.1:1", ok=False)  # fmt: skip
+        assert rc == 1
+        rc, _ = await mq("updateControllerConfig", "-a", ctl, "-k", "electMasterMaxRetryCount",
+                         "-v", "0", ok=False)  # fmt: skip
+        assert rc == 1
+
+        # Last: the living group's metadata goes (the broker registers again afterwards).
+        rc, cleaned = await mq("cleanBrokerMetadata", "-a", ctl, "-c", "DefaultCluster",
+                               "-bn", "broker-a", "-l")  # fmt: skip
+        assert cleaned == {"brokerName": "broker-a", "cleaned": "all", "result": "OK"}
+        rc, _ = await mq("cleanBrokerMetadata", "-a", ctl, "-c", "DefaultCluster",
+                               "-bn", "broker-q", ok=False)  # fmt: skip
+        assert rc == 1
+    assert await mqadmin.main_async(["getControllerMetaData"], io.StringIO()) in (1, 2)
+
+
+# --- pure parts ------------------------------------------------------------------------------
+
+
+def test_time_forms() -> None:
+    assert mqadmin.parse_time_ms("1234") == 1234
+    assert mqadmin.parse_time_ms("2024-01-02#03:04:05:006") > 1_700_000_000_000
+    with pytest.raises(Exception, match="not a time"):
+        mqadmin.parse_time_ms("yesterday")
+
+
+def test_fastjson_message_queue_keys_round_trip() -> None:
+    raw = (
+        b'{"consumeTps":1.5,"offsetTable":{{"brokerName":"b","queueId":1,"topic":"t"}:'
+        b'{"brokerOffset":9,"consumerOffset":7,"lastTimestamp":3,"pullOffset":7},'
+        b'{"brokerName":"b","queueId":0,"topic":"t"}:{"brokerOffset":1,"consumerOffset":1,'
+        b'"lastTimestamp":0,"pullOffset":1}}}'
+    )
+    cs = ConsumeStats.from_json(raw)
+    assert cs.consume_tps == 1.5
+    assert cs.offset_table[MQ("t", "b", 1)] == OffsetWrapper(9, 7, 7, 3)
+    assert ConsumeStats.from_json(cs.to_json()) == cs
+    assert TopicStatsTable.from_json(b'{"offsetTable":{}}').offset_table == {}
+    assert loads_fastjson(b'{0:"a"}') == {"0": "a"}
+    with pytest.raises(ValueError):
+        loads_fastjson(b'{{"topic":"t"}:1')
+
+
+def test_runtime_config_updates_are_checked() -> None:
+    cfg = BrokerConfig()
+    assert check_update(cfg, {"maxMessageSize": "10"}).max_message_size == 10
+    assert check_update(cfg, {"brokerPermission": "4"}).broker_permission == 4
+    with pytest.raises(NotRuntimeKey, match="storePathRootDir"):
+        check_update(cfg, {"storePathRootDir": "/x"})
+    with pytest.raises(ConfigError, match="defaultTopicQueueNums: 0 must be positive"):
+        check_update(cfg, {"defaultTopicQueueNums": "0"})
+    with pytest.raises(ConfigError, match="no key"):
+        check_update(cfg, {})
+    ccfg = config.ControllerConfig()
+    assert config_admin.check_update(ccfg, {"notifyBrokerRoleChanged": "false"}) == (
+        config.ControllerConfig(notify_broker_role_changed=False)
+    )
+    with pytest.raises(NotRuntimeKey):
+        config_admin.check_update(ccfg, {"controllerDLegerSelfId": "n1"})
