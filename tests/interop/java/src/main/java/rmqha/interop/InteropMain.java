@@ -39,6 +39,8 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.remoting.protocol.RequestCode;
@@ -92,6 +94,8 @@ public final class InteropMain {
     int delayLevel = 1;
     int intervalMs = 20;
     int consumeDelayMs = 40;
+    String accessKey;
+    String secretKey;
 
     final Map<String, Object> result = new LinkedHashMap<>();
     final List<Object> sent = Collections.synchronizedList(new ArrayList<>());
@@ -104,6 +108,8 @@ public final class InteropMain {
     final Map<String, AtomicInteger> pullsFound = new ConcurrentHashMap<>();
     /** Queues ("brokerName:queueId") each broker address granted in a LOCK_BATCH_MQ answer. */
     final Map<String, Set<String>> locksGranted = new ConcurrentHashMap<>();
+    /** --access-key/--secret-key: the real client's ACL hook signs every request after counting. */
+    RPCHook acl;
     final RPCHook hook = new RPCHook() {
         @Override
         public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
@@ -112,6 +118,9 @@ public final class InteropMain {
             requests.computeIfAbsent(peer, k -> new ConcurrentHashMap<>())
                 .computeIfAbsent(request.isOnewayRPC() ? -code : code, k -> new AtomicInteger())
                 .incrementAndGet();
+            if (acl != null) {
+                acl.doBeforeRequest(remoteAddr, request);
+            }
         }
 
         @Override
@@ -208,11 +217,19 @@ public final class InteropMain {
                 case "--delay-level": delayLevel = Integer.parseInt(v); break;
                 case "--interval-ms": intervalMs = Integer.parseInt(v); break;
                 case "--consume-delay-ms": consumeDelayMs = Integer.parseInt(v); break;
+                case "--access-key": accessKey = v; break;
+                case "--secret-key": secretKey = v; break;
                 default: throw new IllegalArgumentException("unknown option " + k);
             }
         }
         if (namesrv == null || topic == null) {
             throw new IllegalArgumentException("--namesrv and --topic are required");
+        }
+        if ((accessKey == null) != (secretKey == null)) {
+            throw new IllegalArgumentException("--access-key and --secret-key go together");
+        }
+        if (accessKey != null) {
+            acl = new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
         }
         if (group == null) {
             group = "G_" + topic;
