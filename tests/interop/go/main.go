@@ -46,6 +46,7 @@ const (
 
 type opts struct {
 	scenario, namesrv, topic, group, serialize, prefix, broker string
+	accessKey, secretKey                                       string
 	count, timeoutSec, keys, batchSize, bodySize, failEvery    int
 	retryDelayLevel, queues                                    int
 }
@@ -86,6 +87,8 @@ func main() {
 	fs.IntVar(&o.failEvery, "fail-every", 3, "consume-with-failures: fail body n when n%F==0")
 	fs.IntVar(&o.retryDelayLevel, "retry-delay-level", 1, "delay level for RECONSUME_LATER")
 	fs.IntVar(&o.queues, "queues", 0, "route: create the topic with this many queues")
+	fs.StringVar(&o.accessKey, "access-key", "", "ACL access key (the client's credentials option)")
+	fs.StringVar(&o.secretKey, "secret-key", "", "ACL secret key")
 	if err := fs.Parse(os.Args[2:]); err != nil || o.namesrv == "" || o.topic == "" {
 		fmt.Fprintln(os.Stderr, "usage error: --namesrv and --topic are required")
 		os.Exit(2)
@@ -208,6 +211,10 @@ func (r *run) instance(role string) string {
 	return fmt.Sprintf("interop-go-%s-%d-%d", role, os.Getpid(), n)
 }
 
+func (r *run) credentials() primitive.Credentials {
+	return primitive.Credentials{AccessKey: r.o.accessKey, SecretKey: r.o.secretKey}
+}
+
 func (r *run) resolver() primitive.NsResolver {
 	return primitive.NewPassthroughResolver([]string{r.o.namesrv})
 }
@@ -271,6 +278,9 @@ func (r *run) producer(extra ...producer.Option) (rocketmq.Producer, error) {
 		producer.WithInstanceName(r.instance("producer")),
 		producer.WithRetry(2),
 		producer.WithSendMsgTimeout(10 * time.Second),
+	}
+	if r.o.accessKey != "" {
+		options = append(options, producer.WithCredentials(r.credentials()))
 	}
 	p, err := rocketmq.NewProducer(append(options, extra...)...)
 	if err != nil {
@@ -534,6 +544,9 @@ func (r *run) pushConsumer(orderly bool, extra ...consumer.Option) (rocketmq.Pus
 		consumer.WithConsumeMessageBatchMaxSize(1),
 		consumer.WithConsumerOrder(orderly),
 	}
+	if r.o.accessKey != "" {
+		options = append(options, consumer.WithCredentials(r.credentials()))
+	}
 	return rocketmq.NewPushConsumer(append(options, extra...)...)
 }
 
@@ -677,13 +690,17 @@ func (r *run) offsetResume() error {
 
 func (r *run) consumeLitePull() error {
 	d := newDistinct()
-	c, err := rocketmq.NewPullConsumer(
+	pullOptions := []consumer.Option{
 		consumer.WithNsResolver(r.resolver()),
 		consumer.WithGroupName(r.o.group),
 		consumer.WithInstance(r.instance("pull")),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
 		consumer.WithConsumerModel(consumer.Clustering),
-	)
+	}
+	if r.o.accessKey != "" {
+		pullOptions = append(pullOptions, consumer.WithCredentials(r.credentials()))
+	}
+	c, err := rocketmq.NewPullConsumer(pullOptions...)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 """The real Java client (rocketmq-client 5.5.0 with rocketmq-acl's AclClientRPCHook, from Maven)
-against an rmq_ha broker with aclEnable: good credentials send and consume; a wrong secret, an
-unknown access key, no credentials and a denied topic get RocketMQ's AclException answers."""
+and the real Go client (rocketmq-client-go v2.1.2, its WithCredentials option) against an rmq_ha
+broker with aclEnable: good credentials send and consume; a wrong secret, an unknown access key,
+no credentials and a denied topic get RocketMQ's AclException answers."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ pytestmark = [
         os.environ.get("RMQ_INTEROP_IMPL", "both").strip().lower() == "real",
         reason="an rmq_ha cluster with ACL (RMQ_INTEROP_IMPL=real)",
     ),
+]
+
+
+CLIENTS = [
+    "java",
+    pytest.param("go", marks=pytest.mark.skipif(shutil.which("go") is None, reason="needs go")),
 ]
 
 
@@ -54,7 +61,7 @@ def errors_of(run: object) -> str:
     return json.dumps(getattr(run, "data", {}).get("errors", []))
 
 
-@pytest.mark.parametrize("client", ["java"])
+@pytest.mark.parametrize("client", CLIENTS)
 def test_good_credentials_send_and_consume(
     client: str, secure: Cluster, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -71,6 +78,7 @@ def test_good_credentials_send_and_consume(
     assert sorted(r["body"] for r in got.received) == sorted(s["body"] for s in sent.sent)
 
 
+@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(
     ("ak", "sk", "reason"),
     [
@@ -80,13 +88,14 @@ def test_good_credentials_send_and_consume(
     ],
 )
 def test_bad_credentials_get_rocketmqs_answers(
+    client: str,
     ak: str | None, sk: str | None, reason: str, secure: Cluster, tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     n = Names.for_test(request.node.name)
     extra = creds(ak, sk) if ak and sk else []
     run = run_client(
-        "java", "send-sync", secure, tmp_path, topic=n.topic, group=n.group, count=2,
+        client, "send-sync", secure, tmp_path, topic=n.topic, group=n.group, count=2,
         serialize="JSON", extra=extra, timeout=40, check=False,
     )  # fmt: skip
     assert not run.sent or all(s.get("status") != "SEND_OK" for s in run.sent)
