@@ -239,3 +239,29 @@ async def test_roles_refuse_a_bad_acl_config(tmp_path: Path) -> None:
     bad.write_text("accounts: [{accessKey: ab, secretKey: '12345678'}]")
     with pytest.raises(AclConfigError, match="accessKey must be at least 6"):
         Nameserver(replace(NamesrvConfig(listen_port=0), acl_enable=True, plain_acl_file=str(bad)))
+
+
+# ---- every registered code is classified -----------------------------------------------------
+
+
+async def test_every_code_the_roles_register_is_in_the_table(tmp_path: Path) -> None:
+    """A new handler cannot slip through unclassified: the name server (with an embedded
+    controller), a controller and a broker register only codes the rules table knows."""
+    from rmq_ha.broker.broker import open_broker
+    from rmq_ha.config import BrokerConfig
+    from rmq_ha.security.rules import RULES
+
+    ports = free_ports(1)
+    ccfg = controller_config(ports, 0, tmp_path / "c")
+    ns = Nameserver(
+        NamesrvConfig(listen_port=ports[0], enable_controller_in_namesrv=True), controller_cfg=ccfg
+    )
+    codes = {"namesrv+controller": set(ns.dispatcher.codes())}
+    codes["controller"] = set(ControllerNode(ccfg).dispatcher.codes())
+    cfg = BrokerConfig(listen_port=0, store_path_root_dir=str(tmp_path / "b"), namesrv_addr="")
+    async with open_broker(cfg) as node:
+        codes["broker"] = set(node.dispatcher.codes())
+    for role, registered in codes.items():
+        assert registered, role
+        missing = sorted(c for c in registered if c not in RULES)
+        assert not missing, f"{role} registers codes the ACL table does not classify: {missing}"
