@@ -33,6 +33,8 @@ class ConsumerOffsetManager:
         self._commits = 0
         #: The table was adopted from another replica: the next commit bumps the version.
         self._adopted = False
+        #: Commits were made here since the table was last adopted from the master.
+        self._local = False
         self._dirty = False
         self._load()
 
@@ -66,6 +68,7 @@ class ConsumerOffsetManager:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.table.setdefault(self.key(topic, group), {})[queue_id] = offset
+        self._local = True
         self._commits += 1
         if self._adopted or self._commits >= self.version_step:
             self._commits = 0
@@ -75,14 +78,32 @@ class ConsumerOffsetManager:
 
     def merge_from_json(self, raw: bytes) -> None:
         """A slave adopts its master's offsets and their version (the master is where
-        consumers commit)."""
+        consumers commit). A commit made here since the last adoption (while this slave acted
+        for the master, or from a client's stale route) is kept while it is ahead of the
+        master's, and so is this table's version, until the master has pulled it back
+        (pre-online or a hand-back): adopting the master's older table would drop what this
+        slave acknowledged (found by the acting-master simulator, issue 14)."""
         doc = json.loads(raw)
-        for key, queues in doc.get("offsetTable", {}).items():
-            mine = self.table.setdefault(str(key), {})
+        theirs = {
+            str(key): {int(q): int(o) for q, o in queues.items()}
+            for key, queues in doc.get("offsetTable", {}).items()
+        }
+        ahead = self._local and any(
+            o > theirs.get(key, {}).get(q, -1)
+            for key, queues in self.table.items()
+            for q, o in queues.items()
+        )
+        for key, queues in theirs.items():
+            mine = self.table.setdefault(key, {})
             for q, o in queues.items():
-                if mine.get(int(q)) != int(o):
-                    mine[int(q)] = int(o)
-                    self._dirty = True
+                cur = mine.get(q)
+                if cur == o or (ahead and cur is not None and cur > o):
+                    continue
+                mine[q] = o
+                self._dirty = True
+        if ahead:
+            return
+        self._local = False
         dv = _version(doc)
         if dv is not None and dv != self.data_version:
             self.data_version = dv
@@ -94,23 +115,32 @@ class ConsumerOffsetManager:
         self._adopted = True
 
     def merge_newer(self, raw: bytes) -> bool:
-        """Pre-online: takes another replica's offsets when our DataVersion is not newer than
-        theirs (RocketMQ's rule: local <= remote; equal versions can hold different tables,
-        the version moving only every `step` commits), keeping the larger offset of each
-        queue (an offset never goes backwards, also for queues our own last commits moved
-        after the replica's last copy). True when taken."""
+        """Pre-online: takes back what another replica holds beyond ours, the larger offset of
+        each queue (an offset never goes backwards), whatever the two DataVersions say; the
+        version moves on to theirs when it is newer. True when anything was taken.
+
+        RocketMQ takes the other table only when its version is not older (local <= remote),
+        but the versions of tables that diverged are not comparable: a master restarted from
+        its file and a slave that acted from its last copy each moved their counter on, and a
+        slave that acted with fewer version bumps than the master made after that copy looked
+        older, so what it acknowledged was dropped (found by the acting-master simulator,
+        issue 14). The cost: an offset reset on the master in the few seconds before the slave
+        copied it can come back at the next pull."""
         doc = json.loads(raw)
         dv = _version(doc)
-        if dv is None or dv.compare(self.data_version) < 0:
-            return False
+        changed = False
         for key, queues in doc.get("offsetTable", {}).items():
             mine = self.table.setdefault(str(key), {})
             for q, o in queues.items():
                 if int(o) > mine.get(int(q), -1):
                     mine[int(q)] = int(o)
-        self.data_version = dv
-        self._dirty = True
-        return True
+                    changed = True
+        if dv is not None and dv.compare(self.data_version) > 0:
+            self.data_version = dv
+            changed = True
+        if changed:
+            self._dirty = True
+        return changed
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.table.get(self.key(topic, group), {}).get(queue_id)

@@ -43,6 +43,10 @@ PROPOSAL_STALE_MS = 10_000
 #: metadata anyway, and how long before a failed round is tried again.
 PRE_ONLINE_HA_WAIT_MS = 10_000
 PRE_ONLINE_RETRY_MS = 1_000
+#: A slave that handed back to a returning master (906 during the master's pre-online) does
+#: not act again for this long while the name servers still lack the master: the master is
+#: not registered until its pre-online ends (each push renews it).
+HAND_BACK_HOLD_MS = 3 * PRE_ONLINE_HA_WAIT_MS
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
@@ -137,6 +141,15 @@ class RoleState:
     last_epoch_start: int = 0
     #: Why the commitlog's disk is too full to write (None: it is not), from `DiskFull`.
     disk_full: str | None = None
+    #: Classic: a returning master pushed its HA address (its pre-online); until this time
+    #: (local ms) a member group without it does not make this slave act again.
+    hand_back_until_ms: int | None = None
+    #: Classic master with acting master, online: the slaves whose metadata it pulled back
+    #: since it last may have been replaced (pre-online, or a hand-back after isolation); a
+    #: live member not in it is handed back (906, then its metadata pulled) while online.
+    pulled: set[int] = field(default_factory=set)
+    #: The slave being handed back now (None: none).
+    hand_back: int | None = None
 
 
 class RoleCore:
@@ -264,7 +277,7 @@ class RoleCore:
             case e.NamesrvAnswered():
                 self._namesrv_answered(event, now_ms, out)
             case e.MinBrokerChanged():
-                self._min_broker_changed(event, out)
+                self._min_broker_changed(event, now_ms, out)
             case e.MemberGroup():
                 self._member_group(event, now_ms, out)
             case e.HaInfoPushed():
@@ -272,13 +285,7 @@ class RoleCore:
             case e.MasterHaAnswered():
                 self._master_ha_answered(event, now_ms, out)
             case e.MasterPushedHa():
-                s = self.state
-                if s.role is Role.SLAVE:
-                    # A returning master's pre-online: follow it (also while acting: its log
-                    # is the group's, an acting slave never wrote to its own).
-                    if event.master_addr:
-                        s.master_addr = event.master_addr
-                    self._follow(event.ha_addr, out)
+                self._master_pushed_ha(event, now_ms, out)
             case e.SlaveFollowing():
                 self._slave_following(out)
             case e.ReverseSynced():
@@ -580,7 +587,7 @@ class RoleCore:
 
     def _namesrv_answered(self, ev: e.NamesrvAnswered, now_ms: int, out: list[a.Action]) -> None:
         s = self.state
-        self._namesrv_ms = now_ms
+        self._namesrv_contact(now_ms, out)
         if s.role is not Role.SLAVE or s.acting or not ev.master_ha_addr:
             return
         if self.cfg.controller_mode:
@@ -592,12 +599,18 @@ class RoleCore:
             s.master_addr = ev.master_addr
         self._follow(ev.master_ha_addr, out)
 
-    def _min_broker_changed(self, ev: e.MinBrokerChanged, out: list[a.Action]) -> None:
+    def _min_broker_changed(self, ev: e.MinBrokerChanged, now_ms: int, out: list[a.Action]) -> None:
         """RocketMQ's onMinBrokerChange (slaves only): start or stop acting; forget a master
         that went offline; follow a master that came back."""
         s, cfg = self.state, self.cfg
         if not cfg.acting_master or s.pre_online is not None or cfg.broker_id == MASTER_ID:
             return
+        if ev.min_id == MASTER_ID:
+            s.hand_back_until_ms = None
+        elif s.hand_back_until_ms is not None:
+            if now_ms < s.hand_back_until_ms:
+                return  # the returning master is in pre-online, not registered yet
+            s.hand_back_until_ms = None
         if s.min_broker == (ev.min_id, ev.min_addr):
             return
         out.append(
@@ -620,6 +633,27 @@ class RoleCore:
             else:
                 out.append(a.AskMasterHa(ev.min_addr))
             out.append(a.WakePulls())
+
+    def _master_pushed_ha(self, ev: e.MasterPushedHa, now_ms: int, out: list[a.Action]) -> None:
+        """A returning master's pre-online (906): follow it (also while acting: its log is the
+        group's, an acting slave never wrote to its own), and stop acting before it pulls our
+        metadata back: what an acting slave acknowledged after that pull would be lost at the
+        hand-back. Until the master is registered (or `HAND_BACK_HOLD_MS` passed without a
+        new push) the name servers still lack it, and that must not make us act again (both
+        found by the acting-master simulator, issue 14)."""
+        s = self.state
+        if s.role is not Role.SLAVE:
+            return
+        if ev.master_addr:
+            s.master_addr = ev.master_addr
+        if self.cfg.acting_master and (s.acting or s.min_broker is None or s.min_broker[0] != 0):
+            # The name servers do not list the master yet (its pre-online).
+            s.hand_back_until_ms = now_ms + HAND_BACK_HOLD_MS
+            if s.acting:
+                s.min_broker = (MASTER_ID, ev.master_addr)
+                out.append(a.Log(INFO, "the master is back (pre-online): stop acting for it"))
+                self._set_acting(False, out)
+        self._follow(ev.ha_addr, out)
 
     def _set_min(self, min_id: int, min_addr: str | None, out: list[a.Action]) -> None:
         self.state.min_broker = (min_id, min_addr)
@@ -661,25 +695,85 @@ class RoleCore:
 
     def _fmq_check(self, now_ms: int, out: list[a.Action]) -> None:
         s, cfg = self.state, self.cfg
-        if not cfg.fence_when_isolated or cfg.controller_mode or cfg.broker_id != MASTER_ID:
+        if not cfg.fence_when_isolated or cfg.controller_mode:
+            return
+        if s.acting and now_ms - self._namesrv_ms > cfg.isolation_timeout_ms:
+            # An acting slave the name servers stopped hearing from has been dropped: a
+            # returning master goes online without knowing it (found by the acting-master
+            # simulator, issue 14). It stops acting and looks at the group again when a name
+            # server answers.
+            s.min_broker = None
+            out.append(
+                a.Log(
+                    ERROR,
+                    f"stops acting: no name server heard for {cfg.isolation_timeout_ms} ms",
+                )
+            )
+            self._set_acting(False, out)
+            return
+        if cfg.broker_id != MASTER_ID:
             return
         if self._slave_ack_ms is None:
             return  # never had a slave: nothing to be partitioned from
         limit = cfg.isolation_timeout_ms
-        isolated = now_ms - self._slave_ack_ms > limit and now_ms - self._namesrv_ms > limit
+        isolated = now_ms - self._namesrv_ms > limit
+        if not cfg.acting_master:
+            # A slave's acks keep the master up while every name server is away.
+            isolated = isolated and now_ms - self._slave_ack_ms > limit
+        # With slave acting master, the name servers' view decides who acts: a master they
+        # may have dropped fences whatever its slaves say (one of them may act while the
+        # others still follow it; found by the acting-master simulator, issue 14).
         if isolated and not s.isolated_fence:
             s.isolated_fence = True
-            out.append(
-                a.Log(ERROR, f"master fenced: no name server and no slave heard for {limit} ms")
-            )
+            heard = "no name server" if cfg.acting_master else "no name server and no slave"
+            out.append(a.Log(ERROR, f"master fenced: {heard} heard for {limit} ms"))
         elif not isolated and s.isolated_fence:
             s.isolated_fence = False
+            s.pulled = set()  # a slave may have acted meanwhile: hand every slave back
             out.append(a.Log(WARNING, "master unfenced: contact is back"))
+
+    def _namesrv_contact(self, now_ms: int, out: list[a.Action]) -> None:
+        """A name server answered. After a silence in which the name servers may have dropped
+        this master (half the isolation timeout: the master counts from answers, the name
+        server from heartbeats it got), a slave may have acted for it: every slave is handed
+        back again (found by the acting-master simulator, issue 14)."""
+        s = self.state
+        silent = now_ms - self._namesrv_ms
+        self._namesrv_ms = now_ms
+        if (
+            self.cfg.acting_master
+            and s.role is Role.MASTER
+            and s.pulled
+            and silent > self.cfg.isolation_timeout_ms // 2
+        ):
+            out.append(
+                a.Log(WARNING, f"no name server heard for {silent} ms: handing slaves back again")
+            )
+            s.pulled = set()
+
+    def _hand_back_next(self, out: list[a.Action]) -> None:
+        """An online master pulls back the metadata of a live slave it has not pulled since it
+        may have been replaced: 906 first (the slave stops acting), then the pull."""
+        s, cfg = self.state, self.cfg
+        if (
+            not cfg.acting_master
+            or cfg.broker_id != MASTER_ID
+            or s.role is not Role.MASTER
+            or s.pre_online is not None
+            or s.hand_back is not None
+            or s.isolated_fence
+        ):
+            return
+        late = sorted(i for i in s.members if i != MASTER_ID and i not in s.pulled)
+        if late:
+            s.hand_back = late[0]
+            out.append(a.Log(INFO, f"handing slave {late[0]} back (its metadata not pulled yet)"))
+            out.append(a.PushHaInfo(late[0], s.members[late[0]]))
 
     def _member_group(self, ev: e.MemberGroup, now_ms: int, out: list[a.Action]) -> None:
         s, cfg = self.state, self.cfg
         if ev.members is not None:
-            self._namesrv_ms = now_ms
+            self._namesrv_contact(now_ms, out)
         p = s.pre_online
         if p is not None:
             self._pre_online_members(p, ev.members, now_ms, out)
@@ -689,6 +783,7 @@ class RoleCore:
         s.members = dict(ev.members)
         if not cfg.acting_master:
             return
+        self._hand_back_next(out)
         # The name servers may not list us (registration pending): count ourselves.
         live = dict(ev.members)
         live.setdefault(cfg.broker_id, s.address)
@@ -697,7 +792,9 @@ class RoleCore:
         if s.min_broker is not None and s.min_broker[1] is not None:
             if s.min_broker[1] not in live.values():
                 offline = s.min_broker[1]
-        self._min_broker_changed(e.MinBrokerChanged(min_id, live[min_id], offline, None), out)
+        self._min_broker_changed(
+            e.MinBrokerChanged(min_id, live[min_id], offline, None), now_ms, out
+        )
 
     # ---- pre-online -----------------------------------------------------------------------
 
@@ -738,6 +835,14 @@ class RoleCore:
         out.append(a.PushHaInfo(bid, p.members[bid]))
 
     def _ha_info_pushed(self, ev: e.HaInfoPushed, now_ms: int, out: list[a.Action]) -> None:
+        s = self.state
+        if s.pre_online is None and s.hand_back == ev.broker_id:
+            addr = s.members.get(ev.broker_id)
+            if ev.ok and addr is not None:
+                out.append(a.ReverseSync(ev.broker_id, addr))
+            else:
+                s.hand_back = None  # the next member-group answer tries again
+            return
         p = self.state.pre_online
         if p is None or p.phase != "push" or p.slave != ev.broker_id:
             return
@@ -760,12 +865,20 @@ class RoleCore:
         out.append(a.ReverseSync(p.slave, p.members[p.slave]))
 
     def _reverse_synced(self, ev: e.ReverseSynced, now_ms: int, out: list[a.Action]) -> None:
-        p = self.state.pre_online
+        s = self.state
+        if s.pre_online is None and s.hand_back == ev.broker_id:
+            s.hand_back = None
+            if ev.ok:
+                s.pulled.add(ev.broker_id)
+                self._hand_back_next(out)
+            return
+        p = s.pre_online
         if p is None or p.phase != "sync" or p.slave != ev.broker_id:
             return
         if not ev.ok:
             self._pre_online_retry(p, now_ms, f"metadata of slave {ev.broker_id} not pulled", out)
             return
+        s.pulled.add(ev.broker_id)
         self._pre_online_next_slave(p, out)
 
     def _slave_following(self, out: list[a.Action]) -> None:
