@@ -199,6 +199,10 @@ async def test_groups_connections_progress_and_reset(tmp_path: Path) -> None:
                 assert cc["connectionSet"][0]["language"] == "PYTHON"
                 assert "GT" in cc["subscriptionTable"]
                 await until(_offset_at(ns, "cg", 8))
+                _, summary = await mq("consumerProgress", "-n", ns)  # every group
+                row = next(r for r in summary if r["group"] == "cg")
+                assert (row["count"], row["diffTotal"]) == (1, 0)
+                assert row["consumeType"] == "CONSUME_PASSIVELY"
             _, prog = await mq("consumerProgress", "-n", ns, "-g", "cg")
             q0 = next(q for q in prog["queues"] if q["topic"] == "GT" and q["queueId"] == 0)
             assert (q0["brokerOffset"], q0["consumerOffset"], q0["diff"]) == (8, 8, 0)

@@ -307,6 +307,8 @@ async def broker_status(a: Admin, args: argparse.Namespace) -> Output:
 
 
 async def consumer_progress(a: Admin, args: argparse.Namespace) -> Output:
+    if not args.group:
+        return await _all_groups_progress(a, args)
     stats = await a.consume_stats(args.group, args.topic, cluster=args.cluster)
     out = Output(
         [
@@ -338,6 +340,28 @@ async def consumer_progress(a: Admin, args: argparse.Namespace) -> Output:
         "diffTotal": total,
         "queues": out.rows,
     }
+    return out
+
+
+async def _all_groups_progress(a: Admin, args: argparse.Namespace) -> Output:
+    """consumerProgress without -g: one line per group (mqadmin's summary)."""
+    out = Output(["group", "count", "consumeType", "messageModel", "consumeTps", "diffTotal"])
+    for group in await a.consumer_groups(args.cluster):
+        stats = await a.consume_stats(group, args.topic, cluster=args.cluster)
+        diff = sum(max(0, w.broker_offset - w.consumer_offset) for w in stats.offset_table.values())
+        try:
+            cc = await a.consumer_connection(group, args.cluster)
+            count, ctype, model = len(cc.connection_set), cc.consume_type, cc.message_model
+        except BrokerResponseError:  # CONSUMER_NOT_ONLINE
+            count, ctype, model = 0, None, None
+        out.add(
+            group=group,
+            count=count,
+            consumeType=ctype,
+            messageModel=model,
+            consumeTps=stats.consume_tps,
+            diffTotal=diff,
+        )
     return out
 
 
@@ -813,8 +837,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("-r", "--removeOffset", dest="remove_offset", type=_bool, default=False)
     p = _ns(sub, "brokerStatus", broker_status, "a broker's runtime info")
     _target(p)
-    p = _ns(sub, "consumerProgress", consumer_progress, "a group's offsets and lag per queue")
-    p.add_argument("-g", "--groupName", dest="group", required=True)
+    p = _ns(
+        sub,
+        "consumerProgress",
+        consumer_progress,
+        "a group's offsets and lag per queue (every group's total without -g)",
+    )
+    p.add_argument("-g", "--groupName", dest="group", help="one group (default: all)")
     p.add_argument("-t", "--topicName", dest="topic", help="only this topic")
     p.add_argument("-c", "--clusterName", dest="cluster", help="only this cluster's masters")
     p = _ns(sub, "consumerConnection", consumer_connection, "a consumer group's live clients")

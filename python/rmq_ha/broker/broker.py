@@ -245,7 +245,8 @@ class Broker:
         self.namesrv.cfg = new
         self.topics.auto_create = new.auto_create_topic_enable
         self.topics.default_queue_nums = new.default_topic_queue_nums
-        changed = [k for k, v in config_items(new) if (k, v) not in set(config_items(old))]
+        before = set(config_items(old))
+        changed = [k for k, v in config_items(new) if (k, v) not in before]
         log.info("broker config updated at runtime: %s", ", ".join(changed) or "no change")
         if old.broker_permission != new.broker_permission:
             # A new DataVersion, or name servers keep the queue data with the old perm.

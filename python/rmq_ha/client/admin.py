@@ -57,6 +57,7 @@ from rmq_ha.protocol.message import parse_offset_msg_id
 from rmq_ha.protocol.models import (
     MASTER_ID,
     ClusterInfo,
+    ConsumerOffsetSerializeWrapper,
     KVTable,
     MessageQueue,
     TopicConfig,
@@ -414,6 +415,17 @@ class Admin:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)."""
         resp = await self.instance.api.call(addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         return SubscriptionGroupWrapper.from_json(resp.body).subscription_group_table
+
+    async def consumer_groups(self, cluster: str | None = None) -> list[str]:
+        """Every consumer group the masters know: those with a subscription-group config
+        (201) and those with committed offsets (GET_ALL_CONSUMER_OFFSET, 43)."""
+        groups: set[str] = set()
+        for addr in await self._every_master(cluster):
+            groups.update(await self.subscription_groups(addr))
+            resp = await self.instance.api.call(addr, RC.GET_ALL_CONSUMER_OFFSET)
+            table = ConsumerOffsetSerializeWrapper.from_json(resp.body).offset_table
+            groups.update(key.split("@", 1)[1] for key in table if "@" in key)
+        return sorted(groups)
 
     async def delete_subscription_group(
         self, addr: str, group: str, *, clean_offset: bool = False
