@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from rmq_ha.broker.broker import Broker, open_broker
-from rmq_ha.config import BrokerConfig, NamesrvConfig
+from rmq_ha.config import BrokerConfig, BrokerRole, NamesrvConfig
 from rmq_ha.nameserver.server import Nameserver
 from rmq_ha.security.signing import Credentials
 
@@ -45,10 +45,14 @@ class SecureEnv:
     nameserver: Nameserver
     node: Broker
     acl_file: Path
+    slave: Broker | None = None
 
 
 @asynccontextmanager
-async def secure_cluster(tmp_path: Path, **broker_kw: Any) -> AsyncIterator[SecureEnv]:
+async def secure_cluster(
+    tmp_path: Path, *, slave: bool = False, **broker_kw: Any
+) -> AsyncIterator[SecureEnv]:
+    """`slave`: also broker-a's slave (id 1), replicating over the authenticated HA port."""
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL_TEXT)
     async with trio.open_nursery() as n:
@@ -65,5 +69,16 @@ async def secure_cluster(tmp_path: Path, **broker_kw: Any) -> AsyncIterator[Secu
             **broker_kw,
         )
         async with open_broker(cfg) as node:
-            yield SecureEnv(ns.address, node.address, ns, node, acl)
+            if not slave:
+                yield SecureEnv(ns.address, node.address, ns, node, acl)
+            else:
+                scfg = replace(
+                    cfg,
+                    broker_id=1,
+                    broker_role=BrokerRole.SLAVE,
+                    store_path_root_dir=str(tmp_path / "slave"),
+                    ha_send_heartbeat_interval_ms=200,
+                )
+                async with open_broker(scfg) as s:
+                    yield SecureEnv(ns.address, node.address, ns, node, acl, s)
         n.cancel_scope.cancel()

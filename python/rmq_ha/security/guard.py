@@ -46,11 +46,16 @@ class AclGuard:
         self.reloads = 0
         self._next_look = time.monotonic() + watch_interval_s
 
-    def check(self, peer: str, cmd: RemotingCommand) -> RemotingCommand | None:
+    def current(self) -> AclConfig:
+        """The config in force, after looking at the file if the interval has passed."""
         now = time.monotonic()
         if now >= self._next_look:
             self._next_look = now + self.watch_interval_s
             self.reload_if_changed()
+        return self.acl
+
+    def check(self, peer: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        self.current()
         ip = host_of(peer)
         v = decide(self.acl, cmd.code, cmd.ext_fields, cmd.body, cmd.version, ip)
         if v.allowed:

@@ -29,6 +29,8 @@ from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha.core import HaCore
 from rmq_ha.broker.ha.slave import first_error as _leaf
 from rmq_ha.errors import QuarantinedRecordError
+from rmq_ha.security.acl import AclConfig
+from rmq_ha.security.ha_auth import HaAuthError, authenticate_slave
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,8 @@ class HaMaster:
         self._data = trio.Event()
         self._progress = trio.Event()
         self._accepting: Callable[[], bool] = lambda: True
+        #: The cluster accounts a slave must prove it belongs to (aclEnable), else None.
+        self.auth: Callable[[], AclConfig] | None = None
         self._scopes: dict[int, trio.CancelScope] = {}
         self.connections: dict[int, trio.abc.Stream] = {}
         #: Per connected slave, the lowest commitlog offset it still needs (where the master
@@ -138,7 +142,19 @@ class HaMaster:
             with scope:
                 async with stream:
                     dec = HaMasterSideDecoder()
-                    first, rest = await _read_first(stream, dec)
+                    early: list[tuple[object, ...]] = []
+                    if self.auth is not None:
+                        try:
+                            _who, extra = await authenticate_slave(stream, self.auth)
+                        except (HaAuthError, trio.TooSlowError) as e:
+                            # Not the cluster: refused before the handshake, nothing changed.
+                            log.warning("HA: refused %s: %s", peer, e or "authentication timeout")
+                            return
+                        early = dec.feed(extra) if extra else []
+                    if early:
+                        first, rest = early[0], early[1:]
+                    else:
+                        first, rest = await _read_first(stream, dec)
                     if first[0] != "handshake":
                         log.warning("HA %s: first record is %s, not a handshake", peer, first[0])
                         return

@@ -27,6 +27,8 @@ from rmq_ha.broker.ha.core import HaCore
 from rmq_ha.broker.ha.master import HaMaster
 from rmq_ha.broker.ha.slave import HaSlave
 from rmq_ha.config import BrokerConfig, BrokerRole
+from rmq_ha.security.guard import guard_of
+from rmq_ha.security.signing import parse_credentials_json
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,14 @@ class HaService:
         )
         self.slave.on_event = on_event
         self.listeners: list[trio.SocketListener] = []
+        # Cluster credentials on the HA port (docs/security.md): a master with aclEnable
+        # requires a slave to prove an admin account of its plain_acl.yml; a slave with
+        # innerClientAuthenticationCredentials proves itself and checks the master.
+        ha_guard = guard_of(cfg, "broker-ha")
+        self.master.auth = None if ha_guard is None else ha_guard.current
+        self.slave.credentials = parse_credentials_json(
+            cfg.inner_client_authentication_credentials, "innerClientAuthenticationCredentials"
+        )
         self.port = 0
 
     def recover(self) -> CatchUp | None:

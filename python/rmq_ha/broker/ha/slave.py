@@ -25,6 +25,8 @@ from rmq_ha._native import (
 )
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha.core import consistent_point
+from rmq_ha.security.ha_auth import HaAuthError, authenticate_master
+from rmq_ha.security.signing import Credentials
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,9 @@ class HaSlave:
         self.broker_id = broker_id
         self.async_learner = async_learner
         self.sync_from_last_file = sync_from_last_file
+        #: Cluster credentials proven to the master before the handshake (None: RocketMQ's
+        #: unauthenticated HA wire).
+        self.credentials: Credentials | None = None
         self.heartbeat_s = heartbeat_interval_ms / 1000
         self.housekeeping_s = housekeeping_ms / 1000
         self.controller_mode = controller_mode
@@ -123,6 +128,10 @@ class HaSlave:
         with trio.fail_after(3):
             stream = await trio.open_tcp_stream(host, int(port))
         async with stream:
+            if self.credentials is not None:
+                self.status.state = "AUTH"
+                if await authenticate_master(stream, self.credentials):
+                    raise HaAuthError("the master sent data before the handshake")
             self.status.state = "HANDSHAKE"
             dec = HaSlaveSideDecoder()
             await stream.send_all(
