@@ -31,6 +31,10 @@ CLUSTER = "RmqJepsen"
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 HA_PORT = 10912
+#: Prometheus endpoints (issue 20): name servers at RocketMQ's default 5557, brokers at 5558
+#: (+ SLOT_STRIDE per further broker on a node); the bench scrapes them during a run.
+NS_METRICS_PORT = 5557
+BROKER_METRICS_PORT = 5558
 #: Second and later brokers on one node move up by this much.
 SLOT_STRIDE = 20
 
@@ -161,6 +165,12 @@ class Role:
     def dir(self, host: Host) -> str:
         return f"{host.workdir}/{self.name}"
 
+    def metrics_addr(self) -> str | None:
+        """host:port of the role's Prometheus endpoint, when its config turns it on."""
+        if str(self.values.get("metricsExporterType", "")).upper() != "PROM":
+            return None
+        return f"{self.values['metricsPromExporterHost']}:{self.values['metricsPromExporterPort']}"
+
 
 @dataclass
 class Install:
@@ -196,6 +206,7 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
             "listenPort": port(x, NAMESRV_PORT),
             "scanNotActiveBrokerInterval": timing.scan_ms,
             "brokerChannelExpiredTime": timing.broker_expired_ms,
+            **_metrics(by[x].address, port(x, NS_METRICS_PORT)),
         }
         if topo.acting:
             v.update({"supportActingMaster": "true", "notifyMinBrokerIdChanged": "true"})
@@ -240,6 +251,7 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
                 "transactionTimeOut": timing.transaction_timeout_ms,
                 "transactionCheckInterval": timing.transaction_check_ms,
                 "reviveInterval": timing.revive_ms,
+                **_metrics(by[x].address, port(x, BROKER_METRICS_PORT, slot)),
             }
             if topo.mode == "controller":
                 v.update(
@@ -277,6 +289,14 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
             name = f"{gname}-{r}"
             roles.append(Role(name, "broker", x, bport, v, gname, r, hport))
     return roles
+
+
+def _metrics(address: str, port: int) -> dict[str, Any]:
+    return {
+        "metricsExporterType": "PROM",
+        "metricsPromExporterHost": address,
+        "metricsPromExporterPort": port,
+    }
 
 
 def broker_node(topo: Topology, nodes: list[str], nns: int, group: int, replica: int) -> str:

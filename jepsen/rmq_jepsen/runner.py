@@ -6,6 +6,7 @@ wait, drain, collect, export, check. The run directory `store/<test>/<timestamp>
     nemesis.jsonl    the nemesis timeline (every step of every fault, with targets)
     control.log      every control action, with its host
     nodes/<node>/    each node's role directories: role.conf, role.log, store/, controller/
+    metrics.jsonl    the roles' own metrics, scraped once a second (rmq_jepsen.scrape)
     summary.json     what the bench saw: op counts, faults, healed-or-not, timings, drain
     results.json, report.html   written by the checker (`rmq-ha check RUN_DIR`), when present
 """
@@ -35,6 +36,7 @@ from rmq_jepsen.db import DB, TOPOLOGIES, ClusterView, Install, Timing
 from rmq_jepsen.nemesis import Nemesis, Timeline, heal_journal
 from rmq_jepsen.progress import Progress
 from rmq_jepsen.recorder import Recorder, export_parquet
+from rmq_jepsen.scrape import Scraper, scraping
 from rmq_jepsen.state import StateDir, write_json_atomic
 from rmq_jepsen.workload import WorkloadOptions, Workloads, delay_levels_ms, parse_workloads
 
@@ -357,8 +359,11 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         )
         nem = nemesis
         progress.faults = lambda: [a.event.variant for a in nem.active.values()]
+        # The cluster's own metrics, from the run phase to the end of the drain (issue 20).
+        targets = {r.name: a for r in db.roles if (a := r.metrics_addr()) is not None}
+        scraper = Scraper(targets, run_dir / "metrics.jsonl", recorder.now_ns)
 
-        async with wl.lifetime():
+        async with wl.lifetime(), scraping(scraper):
             progress.set_phase("run", opts.time_s)
             timeline.t0 = time.monotonic()  # nemesis.jsonl times count from the run phase
             timeline.write(event="run-start", wall_ns=time.time_ns())
@@ -402,6 +407,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
             t = time.monotonic()
             summary["drain"] = await wl.drain(opts.drain_timeout_s)
             timings["drain_s"] = time.monotonic() - t
+        summary["metrics_scrapes"] = scraper.summary()
         summary["client_errors"] = wl.stats.errors[:20]
         summary["healed"] = await nemesis.verify_healed()
         if not summary["healed"]["healed"]:

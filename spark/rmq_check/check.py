@@ -303,6 +303,7 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> list[Path]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = plots.draw(results, out_dir)
+    files += plots.draw_cluster(results, out_dir)
     slim = json.loads(json.dumps(_jsonable(results), default=str))
     av = slim.get("analyses", {}).get("availability")
     if av:

@@ -83,6 +83,17 @@ def spark_conf(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def attach_cluster_metrics(results: dict[str, Any], hist: Path) -> None:
+    """The run's metrics.jsonl (the bench's scrapes), if any, on the report's time axis."""
+    from rmq_check import clustermetrics
+
+    path = clustermetrics.find(hist)
+    if path is None:
+        return
+    t0 = (results.get("analyses", {}).get("availability") or {}).get("t0_ns") or 0
+    results["cluster_metrics"] = clustermetrics.load(path, int(t0))
+
+
 def run_check(args: argparse.Namespace) -> int:
 
     from pyspark.sql import SparkSession
@@ -120,6 +131,7 @@ def run_check(args: argparse.Namespace) -> int:
                 cfg,
                 progress=lambda name: status.update(f"checking: {name}"),
             )
+            attach_cluster_metrics(results, hist)
             write_outputs(results, out)
     except HistoryInvalid as e:
         # one line per problem, no stack trace: "FILE:LINE: what is wrong"

@@ -122,3 +122,87 @@ def draw(results: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title(f"unavailability windows (resolution {av['bin_ms']:.0f} ms)")
     files.append(_save(fig, out / "availability.png"))
     return files
+
+
+ROLE_COLOURS = {"MASTER": "#1f77b4", "SLAVE": "#aec7e8", "NONE": "#d9d9d9"}
+
+
+def _runs(ts: list[float], vals: list[Any]) -> list[tuple[float, float, Any]]:
+    """(start, width, value) of the runs of equal values; a point lasts until the next."""
+    out: list[tuple[float, float, Any]] = []
+    for i, (t, v) in enumerate(zip(ts, vals, strict=True)):
+        end = ts[i + 1] if i + 1 < len(ts) else t + (ts[i] - ts[i - 1] if i else 1.0)
+        if out and out[-1][2] == v and abs(out[-1][0] + out[-1][1] - t) < 1e-9:
+            out[-1] = (out[-1][0], end - out[-1][0], v)
+        else:
+            out.append((t, end - t, v))
+    return out
+
+
+def draw_cluster(results: dict[str, Any], out: Path) -> list[Path]:
+    """cluster-metrics.png: the cluster's own metrics scraped by the bench (roles per broker
+    and controller leadership, epoch, SyncStateSet size, replication lag), under the fault
+    bands; nothing when the run has no metrics.jsonl."""
+    from rmq_check import clustermetrics
+
+    cm = results.get("cluster_metrics")
+    if not cm or not cm.get("nodes"):
+        return []
+    av = results.get("analyses", {}).get("availability") or {}
+    faults = av.get("faults", [])
+    brokers = clustermetrics.brokers(cm)
+    ctls = clustermetrics.controllers(cm)
+    fig, axes = plt.subplots(4, 1, figsize=(10, 10), sharex=True)
+    ax = axes[0]
+    _bands(ax, faults)
+    rows = brokers + ctls
+    for y, node in enumerate(rows):
+        s = cm["nodes"][node]
+        if node in brokers:
+            vals = [r if u else "down" for r, u in zip(s["role"], s["up"], strict=True)]
+        else:
+            vals = [
+                ("LEADER" if v == 1 else "follower") if u else "down"
+                for v, u in zip(s["raft_leader"], s["up"], strict=True)
+            ]
+        colours = ROLE_COLOURS | {"down": "#FF1E90", "LEADER": "#2ca02c", "follower": "#c7e9c0"}
+        for start, width, v in _runs(s["t_s"], vals):
+            ax.broken_barh([(start, width)], (y - 0.35, 0.7), color=colours.get(v, "#d9d9d9"))
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_title(
+        "roles (brokers: dark MASTER, light SLAVE; controllers: green leader; pink: not scraped)"
+    )
+    for key, ax, title in (
+        ("epoch", axes[1], "master epoch per broker"),
+        ("sync_state_set_size", axes[2], "SyncStateSet size (as each master sees it)"),
+    ):
+        _bands(ax, faults)
+        for node in brokers:
+            s = cm["nodes"][node]
+            pts = [
+                (t, v)
+                for t, v, u in zip(s["t_s"], s[key], s["up"], strict=True)
+                if u and v is not None and (key != "sync_state_set_size" or v > 0)
+            ]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.step(xs, ys, where="post", label=node, lw=1)
+        ax.set_title(title)
+        if brokers:
+            ax.legend(loc="upper left", fontsize=7, ncol=3)
+    ax = axes[3]
+    _bands(ax, faults)
+    for node in brokers:
+        s = cm["nodes"][node]
+        for rid, col in sorted(s["lag"].items()):
+            pts = [(t, v) for t, v in zip(s["t_s"], col, strict=True) if v is not None]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, lw=1, label=f"{node} -> replica {rid}")
+    ax.set_yscale("symlog", linthresh=1024)
+    ax.set_ylabel("bytes")
+    ax.set_xlabel("time (s)")
+    ax.set_title("replication lag (master's view per replica)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize=7, ncol=2)
+    return [_save(fig, out / "cluster-metrics.png")]

@@ -138,6 +138,18 @@ def write(results: dict[str, Any], out: Path, images: list[str]) -> Path:
         body = json.dumps(r["examples"], indent=1, default=str)
         ex_blocks.append(f"<h3>{n}</h3><pre>{html.escape(body)}</pre>")
     imgs = "".join(f"<h3>{i}</h3><img src='{i}' alt='{i}'>" for i in images)
+    cm = results.get("cluster_metrics")
+    if cm:
+        up = sum(u for s in cm["nodes"].values() for u in s["up"])
+        total = sum(len(s["up"]) for s in cm["nodes"].values())
+        note = (
+            f"<p>Cluster metrics (cluster-metrics.png): {total} scrapes of "
+            f"{len(cm['nodes'])} roles by the bench, {total - up} unanswered"
+            + (f", {cm['bad_lines']} malformed lines skipped" if cm["bad_lines"] else "")
+            + (", file truncated" if cm["truncated"] else "")
+            + ". They are the cluster's own view and do not enter the verdict.</p>"
+        )
+        imgs = note + imgs
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rmq-ha check</title>
 <style>{CSS}</style></head><body>
 <h1>rmq-ha check: <span class='{_cls(results.get("valid"))}'>{html.escape(verdict)}</span></h1>

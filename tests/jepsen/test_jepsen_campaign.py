@@ -113,6 +113,21 @@ def test_short_campaign_heals_every_fault_and_fills_the_run_dir(tmp_path, state)
         assert log.exists() and log.stat().st_size > 0, log
     ops = list(h.read(run / "history.jsonl"))
     assert [o.index for o in ops] == list(range(len(ops)))
+
+    # The roles' own metrics, scraped through the run (issue 20): every role answered, on
+    # the history's clock, and every broker group had a MASTER.
+    scrapes = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {x["node"] for x in scrapes if x["up"]} == {r["name"] for r in config["roles"]}
+    assert summary["metrics_scrapes"]["scrapes"] == len(scrapes)
+    assert 0 <= scrapes[0]["time_ns"] <= ops[-1].time_ns
+    masters = {
+        r["group"]
+        for x in scrapes
+        if x["up"] and x["m"].get("rmq_ha_broker_role") == "MASTER"
+        for r in config["roles"]
+        if r["name"] == x["node"]
+    }
+    assert masters == {r["group"] for r in config["roles"] if r["group"]}
     sends_ok = [o for o in ops if o.f == "send" and o.type == "ok"]
     assert len(sends_ok) > 100
     assert any(o.f == "drain" and o.type == "ok" for o in ops)
