@@ -214,9 +214,7 @@ def test_topic_and_group_permissions() -> None:
 def test_heartbeat_body_is_checked() -> None:
     hb = {
         "clientID": "c",
-        "consumerDataSet": [
-            {"groupName": "groupB", "subscriptionDataSet": [{"topic": "topicA"}]}
-        ],
+        "consumerDataSet": [{"groupName": "groupB", "subscriptionDataSet": [{"topic": "topicA"}]}],
     }
     ok, reason = ask(RC.HEART_BEAT, {}, json.dumps(hb).encode())
     assert (ok, reason) == (False, "No permission for topic=topicA")
@@ -255,3 +253,14 @@ def test_white_lists_as_rocketmq_but_never_for_cluster_traffic() -> None:
 def test_unclassified_code_is_refused() -> None:
     ok, reason = ask(77_777, {}, creds=ADMIN)
     assert not ok and "not classified" in reason
+
+
+def test_config_printing_masks_the_inner_credentials() -> None:
+    from rmq_ha.config import BrokerConfig, rocketmq_items
+
+    secret = '{"accessKey": "clusterAdmin", "secretKey": "cluster-secret-1"}'
+    cfg = BrokerConfig(inner_client_authentication_credentials=secret)
+    items = dict(rocketmq_items(cfg))
+    assert items["innerClientAuthenticationCredentials"] == "******"
+    assert "cluster-secret-1" not in repr(cfg) and "cluster-secret-1" not in str(items)
+    assert dict(rocketmq_items(BrokerConfig()))["innerClientAuthenticationCredentials"] == ""

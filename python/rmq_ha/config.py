@@ -526,7 +526,8 @@ def key_of(cls: type, key: str) -> str | None:
 
 
 def rocketmq_items(record: Any) -> list[tuple[str, str]]:
-    """(RocketMQ key, value as text) of every field, as GET_BROKER_CONFIG prints them."""
+    """(RocketMQ key, value as text) of every field, as GET_BROKER_CONFIG prints them;
+    secrets masked."""
     out = []
     for f in dataclasses.fields(record):
         v = getattr(record, f.name)
@@ -537,6 +538,8 @@ def rocketmq_items(record: Any) -> list[tuple[str, str]]:
             if isinstance(v, bool)
             else str(v)
         )
+        if is_secret(f) and text:
+            text = "******"  # a secret never leaves the process (docs/security.md)
         out.append((f.metadata.get("rocketmq", f.name), text))
     return out
 
