@@ -118,6 +118,10 @@ bench-history: dev ## recorder ops/s vs raw json writes, and 5-host bring-up tim
 hosts-down: dev ## heal every fault the bench journalled, stop its processes, delete local hosts
 	$(VENV)/bin/rmq-ha hosts down
 
+.PHONY: test-real-rocketmq
+test-real-rocketmq: dev ## real RocketMQ 5.5.0 controller mode (3 namesrv+controllers, 3 brokers): up, kill the master, failover, heal (1-3 min; java+mvn)
+	RMQ_REAL_ROCKETMQ_TEST=1 $(VPY) -m pytest -q tests/jepsen/test_real_controller_group.py $(PYTEST_ARGS)
+
 # --- history checker (spark/, issue 7) ---
 .PHONY: test-check check-demo bench-check
 CHECK_DEMO_DIR ?= $(or $(TMPDIR),/tmp)/rmq-check-demo

@@ -205,6 +205,11 @@ class HaCluster(ProcessCluster):
                     return True
         return False
 
+    async def sync_state_size(self, i: int) -> int | None:
+        """The size of broker i's SyncStateSet as it reports it (None: no answer)."""
+        st = await self.status(i)
+        return None if st is None else len(st["syncStateSet"])
+
     async def wait_sync_state_set(self, i: int, size: int, timeout_s: float = 20) -> list[int]:
         with trio.move_on_after(timeout_s):
             while True:

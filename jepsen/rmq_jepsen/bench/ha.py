@@ -12,8 +12,12 @@
     and the group waits for a full SyncStateSet before the next fault. p50/p99 as multiples
     of controllerHeartBeatTimeoutMills (goal p99 <= 1.5).
 
-Real RocketMQ's controller mode is not measured by this command (see docs/PERF.md): the
-replication ratio and failover time are ours only.
+`--impl rmq_ha|rocketmq|both` picks what is measured: rmq_ha (`bench.cluster.HaCluster`), real
+Apache RocketMQ 5.5.0 in controller mode (`bench.realrmq.RealControllerGroup`: 3 name servers
+with embedded controllers, 3 brokers, allAckInSyncStateSet; its single broker is
+`realrmq.start_real`), or both in the same run with the same settings under RocketMQ's own key
+names, with the ratios RocketMQ / rmq_ha. The master and SyncStateSet are found by asking each
+cluster (rmq_ha: the brokers; RocketMQ: the controller leader).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from rich.console import Console
@@ -37,10 +41,43 @@ from rmq_ha.client import ClientConfig, Producer, ProducerConfig
 from rmq_ha.client.errors import ClientError
 from rmq_jepsen.bench import LatencyHistogram, machine, produce, realrmq
 from rmq_jepsen.bench.cluster import HaCluster
+from rmq_jepsen.launch import Proc
 
 TOPIC = "BenchHA"
 GOAL_RATIO = 0.7
 GOAL_FAILOVER = 1.5
+IMPLS = ("rmq_ha", "rocketmq")
+#: Ceiling for a group to settle (a full SyncStateSet, a restarted JVM ready): real RocketMQ
+#: groups take ~45 s to come up on a loaded 2-core machine.
+SETTLE_S = 180.0
+
+
+class Group(Protocol):
+    """A replicated group either implementation provides (HaCluster, RealControllerGroup)."""
+
+    ns_addrs: list[str]
+    brokers: list[Proc]
+
+    async def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    async def master(self, timeout_s: float = 20, exclude: int | None = None) -> int: ...
+
+    async def wait_sync_state_set(self, i: int, size: int, timeout_s: float = 20) -> Any: ...
+
+    async def sync_state_size(self, i: int) -> int | None: ...
+
+    def broker_addr(self, i: int) -> str: ...
+
+
+def _group(impl: str, root: Path, args: argparse.Namespace) -> Group:
+    """Three replicas in controller mode with allAckInSyncStateSet, the bench's timings."""
+    if impl == "rmq_ha":
+        return HaCluster(root, replicas=3, broker=_broker_overrides(args))
+    return realrmq.RealControllerGroup(
+        root, replicas=3, broker=_broker_overrides(args), sizes=realrmq.jvm_sizes(args)
+    )
 
 
 def _producer(namesrv: str, timeout_s: float) -> Producer:
@@ -98,25 +135,55 @@ def _broker_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def replication_cost(args: argparse.Namespace, root: Path, progress: Progress) -> Any:
-    task = progress.add_task("replication cost", total=2)
+class _Single:
+    """One broker with no replication (ASYNC_MASTER) and its name server."""
+
+    def __init__(self, impl: str, root: Path, args: argparse.Namespace) -> None:
+        self.impl, self.root, self.args = impl, root, args
+        self.ns_addrs: list[str] = []
+        self._ha: HaCluster | None = None
+        self._real: Any = None
+
+    async def start(self) -> None:
+        if self.impl == "rmq_ha":
+            self._ha = HaCluster(
+                self.root, replicas=1, controller_mode=False, broker={"brokerRole": "ASYNC_MASTER"}
+            )
+            await self._ha.start()
+            self.ns_addrs = self._ha.ns_addrs
+        else:
+            sizes = realrmq.jvm_sizes(self.args)
+            self._real = await trio.to_thread.run_sync(
+                lambda: realrmq.start_real(self.root, SETTLE_S, sizes=sizes)
+            )
+            self.ns_addrs = [self._real.namesrv]
+
+    def stop(self) -> None:
+        if self._ha is not None:
+            self._ha.stop()
+        if self._real is not None:
+            self._real.stop()
+
+
+async def replication_cost(
+    args: argparse.Namespace, root: Path, progress: Progress, impl: str = "rmq_ha"
+) -> Any:
+    task = progress.add_task(f"replication cost ({impl})", total=2)
     out: dict[str, Any] = {}
     jar = _java_loadgen(progress) if not args.python_loadgen else None
     out["loadgen"] = "java rocketmq-client 5.5.0 (BenchProducer)" if jar else "python client"
-    for name, kw in (
-        (
-            "single",
-            {"replicas": 1, "controller_mode": False, "broker": {"brokerRole": "ASYNC_MASTER"}},
-        ),
-        ("replicated", {"replicas": 3, "broker": _broker_overrides(args)}),
-    ):
+    for name in ("single", "replicated"):
         (root / name).mkdir(parents=True)
-        c = HaCluster(root / name, **kw)  # type: ignore[arg-type]
+        c: Group | _Single = (
+            _Single(impl, root / name, args)
+            if name == "single"
+            else _group(impl, root / name, args)
+        )
         try:
             await c.start()
-            if name == "replicated":
-                m = await c.master()
-                await c.wait_sync_state_set(m, 3)
+            if not isinstance(c, _Single):
+                m = await c.master(SETTLE_S)
+                await c.wait_sync_state_set(m, 3, SETTLE_S)
             if jar is not None:
                 data = await trio.to_thread.run_sync(
                     functools.partial(
@@ -169,7 +236,7 @@ def _java_loadgen(progress: Progress) -> Path | None:
         return None
 
 
-async def _first_ok_after(c: HaCluster, killed: str, deadline_s: float) -> tuple[float, str]:
+async def _first_ok_after(c: Group, killed: str, deadline_s: float) -> tuple[float, str]:
     """Sends one message at a time until one is acknowledged by a broker other than
     `killed`; returns the monotonic time of that acknowledgement and that broker's address."""
     async with _producer(c.ns_addrs[0], 0.3) as p:
@@ -186,11 +253,13 @@ async def _first_ok_after(c: HaCluster, killed: str, deadline_s: float) -> tuple
                     return time.monotonic(), addr
 
 
-async def _alone_until(c: HaCluster, master: str, deadline_s: float) -> float:
+async def _alone_until(c: Group, master: str, deadline_s: float) -> float | None:
     """The single-copy window (issue 13): while a producer keeps sending, the time until the
     new master's SyncStateSet holds a second replica again (until then, with
-    allAckInSyncStateSet and minInSyncReplicas=1, it acknowledges writes alone)."""
-    i = c.broker_ports.index(int(master.rpartition(":")[2]))
+    allAckInSyncStateSet and minInSyncReplicas=1, it acknowledges writes alone). None if that
+    did not happen within `deadline_s` (real RocketMQ after SIGSTOP: the surviving slave keeps
+    replicating from the frozen master's HA port)."""
+    i = [c.broker_addr(j) for j in range(len(c.brokers))].index(master)
     async with _producer(c.ns_addrs[0], 1.0) as p, trio.open_nursery() as n:
 
         async def keep_sending() -> None:
@@ -201,14 +270,15 @@ async def _alone_until(c: HaCluster, master: str, deadline_s: float) -> float:
                     await trio.sleep(0.01)
 
         n.start_soon(keep_sending)
-        with trio.fail_after(deadline_s):
+        with trio.move_on_after(deadline_s):
             while True:
-                st = await c.status(i)
-                if st is not None and len(st["syncStateSet"]) >= 2:
+                size = await c.sync_state_size(i)
+                if size is not None and size >= 2:
                     n.cancel_scope.cancel()
                     return time.monotonic()
                 await trio.sleep(0.02)
-    raise AssertionError("unreachable")
+        n.cancel_scope.cancel()
+    return None
 
 
 def _addr_of(p: Producer, broker_name: str) -> str | None:
@@ -216,22 +286,25 @@ def _addr_of(p: Producer, broker_name: str) -> str | None:
     return inst.routes.master_addr(broker_name) if inst is not None else None
 
 
-async def failover(args: argparse.Namespace, root: Path, progress: Progress, how: str) -> Any:
+async def failover(
+    args: argparse.Namespace, root: Path, progress: Progress, how: str, impl: str = "rmq_ha"
+) -> Any:
     """`how`: "kill" (kill -9: the kernel closes the master's connections, which the
     controllers notice at once) or "pause" (SIGSTOP: a hung or partitioned master, noticed only
     when its heartbeats time out). Either way the old master is restarted afterwards."""
     (root / how).mkdir(parents=True)
-    c = HaCluster(root / how, replicas=3, broker=_broker_overrides(args))
-    task = progress.add_task(f"failover ({how} the master)", total=args.kills)
+    c = _group(impl, root / how, args)
+    task = progress.add_task(f"failover ({how} the master, {impl})", total=args.kills)
     times: list[float] = []
     windows: list[float] = []
+    not_rejoined = 0
     try:
         await c.start()
         async with _producer(c.ns_addrs[0], 5.0) as p:
             await p.send(TOPIC, b"warm")
         for _ in range(args.kills):
-            m = await c.master()
-            await c.wait_sync_state_set(m, 3, timeout_s=60)
+            m = await c.master(SETTLE_S)
+            await c.wait_sync_state_set(m, 3, timeout_s=SETTLE_S)
             killed = c.broker_addr(m)
             async with trio.open_nursery() as n:
                 result: list[tuple[float, str]] = []
@@ -250,15 +323,20 @@ async def failover(args: argparse.Namespace, root: Path, progress: Progress, how
                     c.brokers[m].signal(signal.SIGSTOP)
             t_ok, new_master = result[0]
             times.append(t_ok - t_kill)
-            windows.append(await _alone_until(c, new_master, 120) - t_ok)
+            t_rejoined = await _alone_until(c, new_master, args.rejoin_timeout)
+            if t_rejoined is None:
+                not_rejoined += 1
+            else:
+                windows.append(t_rejoined - t_ok)
             c.brokers[m].kill()
             c.brokers[m].start()
-            await c.brokers[m].wait_ready()
+            await c.brokers[m].wait_ready(SETTLE_S)
             progress.advance(task)
     finally:
         c.stop()
     hb = args.heartbeat_timeout_ms / 1000
     return {
+        "impl": impl,
         "how": how,
         "kills": len(times),
         "heartbeat_timeout_ms": args.heartbeat_timeout_ms,
@@ -271,10 +349,14 @@ async def failover(args: argparse.Namespace, root: Path, progress: Progress, how
         "samples_s": [round(t, 3) for t in times],
         # Issue 13: from the new master's first acknowledged write until its SyncStateSet has
         # a second member again (it acknowledges alone meanwhile, unless minInSyncReplicas>1).
-        "single_copy_p50_s": statistics.median(windows),
-        "single_copy_p99_s": _p99(windows),
-        "single_copy_max_s": max(windows),
+        # Over the rounds where a slave rejoined within --rejoin-timeout; the others are
+        # counted in single_copy_not_rejoined (their window is longer than the timeout).
+        "single_copy_p50_s": statistics.median(windows) if windows else None,
+        "single_copy_p99_s": _p99(windows) if windows else None,
+        "single_copy_max_s": max(windows) if windows else None,
         "single_copy_samples_s": [round(t, 3) for t in windows],
+        "single_copy_not_rejoined": not_rejoined,
+        "rejoin_timeout_s": args.rejoin_timeout,
     }
 
 
@@ -282,19 +364,57 @@ def _p99(xs: list[float]) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[98] if len(xs) > 1 else xs[0]
 
 
+def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
+    """RocketMQ's figure / rmq_ha's, for each figure both runs have (a time ratio > 1: RocketMQ
+    took longer; a throughput ratio > 1: RocketMQ sent more)."""
+    out: dict[str, float] = {}
+    for part, keys in (
+        ("replication", ("ratio",)),
+        ("failover_kill", ("p50_s", "p99_s", "single_copy_p50_s")),
+        ("failover_pause", ("p50_s", "p99_s", "single_copy_p50_s")),
+    ):
+        a, b = ours.get(part), theirs.get(part)
+        if not a or not b:
+            continue
+        if part == "replication":
+            for k in ("single", "replicated"):
+                x, y = a[k]["msgs_per_s"], b[k]["msgs_per_s"]
+                if x:
+                    out[f"{k}_msgs_per_s"] = y / x
+            continue
+        for k in keys:
+            if a.get(k) and b.get(k) is not None:
+                out[f"{part}_{k}"] = b[k] / a[k]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
+    impls = list(IMPLS) if args.impl == "both" else [args.impl]
+    if "rocketmq" in impls:
+        try:
+            realrmq.source_checkout()
+            realrmq.require_tools("java", "mvn", "javap")
+        except realrmq.NeedsCheckout as e:
+            console.print(f"bench ha --impl {args.impl}: {e}")
+            return 2
     root = Path(tempfile.mkdtemp(prefix="rmq-ha-bench-ha-"))
     try:
         with Progress(console=console, transient=True) as progress:
 
             async def main() -> dict[str, Any]:
-                out: dict[str, Any] = {"machine": machine()}
-                if not args.skip_replication:
-                    out["replication"] = await replication_cost(args, root, progress)
-                if args.kills > 0:
-                    out["failover_kill"] = await failover(args, root, progress, "kill")
-                    out["failover_pause"] = await failover(args, root, progress, "pause")
+                out: dict[str, Any] = {"machine": machine(), "impls": impls}
+                for impl in impls:
+                    r: dict[str, Any] = {}
+                    d = root / impl
+                    if not args.skip_replication:
+                        r["replication"] = await replication_cost(args, d, progress, impl)
+                    if args.kills > 0:
+                        r["failover_kill"] = await failover(args, d, progress, "kill", impl)
+                        r["failover_pause"] = await failover(args, d, progress, "pause", impl)
+                    out[impl] = r
+                if len(impls) == 2:
+                    out["ratios"] = ratios(out["rmq_ha"], out["rocketmq"])
                 return out
 
             result = trio.run(main)
@@ -307,7 +427,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(r: dict[str, Any]) -> None:
+def _print(out: dict[str, Any]) -> None:
+    for impl in out["impls"]:
+        print(f"== {impl}")
+        _print_one(out[impl])
+    rat = out.get("ratios")
+    if rat:
+        print("== RocketMQ / rmq_ha (time: > 1 means RocketMQ took longer)")
+        for k, v in rat.items():
+            print(f"  {k:34s} {v:6.2f}")
+
+
+def _print_one(r: dict[str, Any]) -> None:
     rep = r.get("replication")
     if rep:
         s, g = rep["single"], rep["replicated"]
@@ -324,10 +455,18 @@ def _print(r: dict[str, Any]) -> None:
             f"failover, {fo['how']} the master, {fo['kills']} times: p50 {fo['p50_s']:.2f} s "
             f"({fo['p50_x_timeout']:.2f}x), p99 {fo['p99_s']:.2f} s "
             f"({fo['p99_x_timeout']:.2f}x the {fo['heartbeat_timeout_ms']} ms heartbeat timeout; "
-            f"goal <= {fo['goal_p99_x_timeout']}x)\n"
-            f"  then the new master acknowledged alone for p50 {fo['single_copy_p50_s']:.2f} s, "
-            f"p99 {fo['single_copy_p99_s']:.2f} s (until a slave rejoined its SyncStateSet)"
+            f"goal <= {fo['goal_p99_x_timeout']}x)"
         )
+        if fo["single_copy_p50_s"] is not None:
+            print(
+                f"  then the new master acknowledged alone for p50 {fo['single_copy_p50_s']:.2f} s,"
+                f" p99 {fo['single_copy_p99_s']:.2f} s (until a slave rejoined its SyncStateSet)"
+            )
+        if fo.get("single_copy_not_rejoined"):
+            print(
+                f"  in {fo['single_copy_not_rejoined']} of {fo['kills']} rounds no slave rejoined "
+                f"the new master's SyncStateSet within {fo['rejoin_timeout_s']:.0f} s"
+            )
 
 
 def add_parser(sub: Any) -> None:
@@ -337,9 +476,22 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--size", type=int, default=1024, help="message body bytes")
     p.add_argument("--kills", type=int, default=20, help="failovers to time (0: skip)")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=2000)
+    p.add_argument(
+        "--rejoin-timeout",
+        type=float,
+        default=60.0,
+        help="s to wait after a failover for a slave to rejoin the new master's SyncStateSet",
+    )
     p.add_argument("--skip-replication", action="store_true")
     p.add_argument(
         "--python-loadgen", action="store_true", help="load with the Python client, not Java"
     )
+    p.add_argument(
+        "--impl",
+        choices=[*IMPLS, "both"],
+        default="rmq_ha",
+        help="what to measure: rmq_ha, real RocketMQ 5.5.0 (controller mode), or both in one run",
+    )
+    realrmq.add_jvm_flags(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)

@@ -47,6 +47,7 @@ from rmq_jepsen import checkout
 from rmq_jepsen.launch import (
     LOOPBACK,
     Proc,
+    ProcessExited,
     free_port,
     free_ports,
     java_proc,
@@ -489,13 +490,31 @@ class RealControllerGroup:
                 await self.controller_leader(timeout_s)
                 for p in self.brokers:
                     p.start()
-                for p in self.brokers:
-                    await p.wait_ready(timeout_s)
+                for i in range(len(self.brokers)):
+                    await self._broker_ready(i, timeout_s)
                 m = await self.master(timeout_s)
                 await self.wait_sync_state_set(m, self.replicas, timeout_s)
         except BaseException:
             self.stop()
             raise
+
+    async def _broker_ready(self, i: int, timeout_s: float, tries: int = 3) -> None:
+        """Waits for broker i; if it exited because a port of its block was taken meanwhile
+        (ports are picked free before the JVMs start, and the controllers' own connections
+        take ephemeral ports), it gets a new block and starts again, up to `tries` times."""
+        p = self.brokers[i]
+        for attempt in range(tries):
+            try:
+                await p.wait_ready(timeout_s)
+                return
+            except ProcessExited:
+                if "Address already in use" not in p.tail(200) or attempt == tries - 1:
+                    raise
+            port = free_port((-2, 0, 1))
+            self.broker_ports[i] = port
+            self.broker_confs[i] |= {"listenPort": port, "haListenPort": port + 1}
+            write_properties(self.tmp / f"broker-{i}.conf", self.broker_confs[i])
+            p.start()
 
     def stop(self) -> None:
         """SIGKILL, brokers first (each by its pid, with its process group)."""

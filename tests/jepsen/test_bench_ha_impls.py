@@ -1,0 +1,61 @@
+"""Issue 17: `rmq-ha bench ha --impl rmq_ha|rocketmq|both`: the parser, and the ratios
+RocketMQ / rmq_ha printed when both were measured in one run."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from rmq_jepsen.bench import ha
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    ha.add_parser(ap.add_subparsers())
+    return ap.parse_args(["ha", *argv])
+
+
+def test_impl_flag_and_jvm_sizes():
+    assert _parse().impl == "rmq_ha"
+    a = _parse("--impl", "both", "--broker-heap-mb", "768")
+    assert (a.impl, a.broker_heap_mb) == ("both", 768)
+    with pytest.raises(SystemExit):
+        _parse("--impl", "kafka")
+
+
+def _fo(p50: float, p99: float, single: float) -> dict[str, float]:
+    return {"p50_s": p50, "p99_s": p99, "single_copy_p50_s": single}
+
+
+def test_ratios_are_rocketmq_over_rmq_ha_for_figures_both_have():
+    ours = {
+        "replication": {"single": {"msgs_per_s": 1000}, "replicated": {"msgs_per_s": 800}},
+        "failover_kill": _fo(0.5, 1.0, 0.2),
+        "failover_pause": _fo(2.0, 2.5, 0.4),
+    }
+    theirs = {
+        "replication": {"single": {"msgs_per_s": 3000}, "replicated": {"msgs_per_s": 1600}},
+        "failover_kill": _fo(0.25, 0.4, 0.2),
+    }
+    r = ha.ratios(ours, theirs)
+    assert r == {
+        "single_msgs_per_s": 3.0,
+        "replicated_msgs_per_s": 2.0,
+        "failover_kill_p50_s": 0.5,
+        "failover_kill_p99_s": 0.4,
+        "failover_kill_single_copy_p50_s": 1.0,
+    }
+
+
+def test_print_names_each_impl_and_the_ratios(capsys):
+    one = {"failover_kill": {**_fo(0.5, 1.0, 0.2), "how": "kill", "kills": 2}}
+    for k in ("p50_x_timeout", "p99_x_timeout", "single_copy_p99_s"):
+        one["failover_kill"][k] = 0.5
+    one["failover_kill"] |= {"heartbeat_timeout_ms": 2000, "goal_p99_x_timeout": 1.5}
+    ha._print(
+        {"impls": ["rmq_ha", "rocketmq"], "rmq_ha": one, "rocketmq": one, "ratios": {"x": 1.0}}
+    )
+    out = capsys.readouterr().out
+    assert "== rmq_ha" in out and "== rocketmq" in out and "RocketMQ / rmq_ha" in out
