@@ -12,7 +12,7 @@ NATIVE_SRC += $(wildcard jepsen/pyproject.toml spark/pyproject.toml)
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS ?=
 
-.PHONY: help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim interop sysdeps wheels wheelhouse
+.PHONY: certs help dev demo test test-rust test-py test-fuzz lint fmt bench clean fuzz sim interop sysdeps wheels wheelhouse
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ test-fuzz: ## 20 s of the stable fuzz replay driver: records, frames, batch bodi
 
 test-py: dev wheelhouse ## pytest, incl. the Java/Go client interop suite against rmq_ha (exit code 5 fails)
 	RMQ_INTEROP_IMPL=rmq_ha $(VPY) -m pytest -q $(PYTEST_ARGS)
+
+certs: ## a test CA, server (127.0.0.1/localhost) and client certificates for TLS in .certs/ (never committed; docs/security.md)
+	bash scripts/gen_test_certs.sh .certs
 
 INTEROP_IMPL ?= both
 interop: dev ## real Java + Go RocketMQ clients vs real RocketMQ 5.5.0 and rmq_ha (INTEROP_IMPL=real|rmq_ha|both)

@@ -40,7 +40,7 @@ def test_key_order_is_java_utf16_not_code_points() -> None:
     # U+FF21 (one UTF-16 unit, 0xFF21) sorts after U+1F600 (surrogates 0xD83D..) in Java's
     # String.compareTo, but before it in Python's code-point order.
     ext = {"\U0001f600": "emoji", "\uff21": "fullwidth"}
-    assert signed_content(ext, None) == "emojifullwidth".encode()
+    assert signed_content(ext, None) == b"emojifullwidth"
 
 
 def test_signature_is_base64_hmac_sha1_of_the_content() -> None:

@@ -60,6 +60,7 @@ from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.models import EpochEntry, EpochEntryCache
 from rmq_ha.protocol.perm import PERM_READ, PERM_WRITE
 from rmq_ha.security.guard import guard_of, inner_signer
+from rmq_ha.security.tls import client_context, server_context, server_mode
 from rmq_ha.store import AsyncStore, open_store
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class Broker:
         self.locks = QueueLocks(cfg.lock_expire_ms)
         self.subgroups = SubscriptionGroupManager(root / SUBGROUPS_FILE)
         self.hold = PullHold()
-        self.outbound = RemotingClient(signer=inner_signer(cfg))
+        self.outbound = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
         # The role: the transport first (recovery cuts the epoch file, issue 13), then the core.
         self.ha = HaService(
             cfg,
@@ -539,7 +540,13 @@ async def open_broker(cfg: BrokerConfig) -> AsyncIterator[Broker]:
     record (and so the offset message ids clients derive from it) is the real one, even with
     port 0."""
     cfg.store_root.mkdir(parents=True, exist_ok=True)
-    server = RemotingServer(Dispatcher("broker"), cfg.broker_ip, cfg.listen_port)
+    server = RemotingServer(
+        Dispatcher("broker"),
+        cfg.broker_ip,
+        cfg.listen_port,
+        tls=server_context(cfg),
+        tls_mode=server_mode(cfg),
+    )
     port = await server.bind()
     async with open_store(
         cfg.store_root,

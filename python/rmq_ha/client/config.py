@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ class ClientConfig:
     #: ACL credentials (Java: an AclClientRPCHook with SessionCredentials): every request
     #: is signed with them. None: requests go unsigned.
     credentials: Credentials | None = None
+    #: TLS on every connection (Java: useTLS / -Dtls.enable=true), e.g.
+    #: rmq_ha.security.tls.make_client_context(trust="ca.pem"). None: plaintext.
+    tls: ssl.SSLContext | None = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ class ClientInstance:
         self.remoting = RemotingClient(
             handler=self._on_request,
             signer=None if cfg.credentials is None else request_signer(cfg.credentials),
+            tls=cfg.tls,
         )
         ser = cfg.serialize_type.value
         self.routes = RouteCache(

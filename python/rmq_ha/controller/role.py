@@ -75,6 +75,7 @@ from rmq_ha.raft.driver import NotLeaderError, ProposalOutcomeUnknown, RaftDrive
 from rmq_ha.raft.messages import Role as RaftRole
 from rmq_ha.raft.outputs import RoleState
 from rmq_ha.security.guard import guard_of, inner_signer
+from rmq_ha.security.tls import client_context, server_context, server_mode
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class ControllerNode:
         self.policy = PolicyConfig(enable_elect_unclean_master=cfg.enable_elect_unclean_master)
         self.sm = ControllerStateMachine()
         self.live = HeartbeatTable(monotonic_ms)
-        self.client = RemotingClient(signer=inner_signer(cfg))
+        self.client = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
         self.driver = RaftDriver(
             self.node_id,
             self.peers,
@@ -254,7 +255,13 @@ class ControllerNode:
             self._nursery = nursery
             if self._own_server:
                 host, _, port = self.address.rpartition(":")
-                server = RemotingServer(self.dispatcher, host, int(port))
+                server = RemotingServer(
+                    self.dispatcher,
+                    host,
+                    int(port),
+                    tls=server_context(self.cfg),
+                    tls_mode=server_mode(self.cfg),
+                )
                 await nursery.start(server.serve)
             await nursery.start(self.driver.run)
             nursery.start_soon(self._scan_not_active_loop)

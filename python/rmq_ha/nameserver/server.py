@@ -55,6 +55,7 @@ from rmq_ha.protocol.models import (
 )
 from rmq_ha.protocol.register_body import decode_register_body
 from rmq_ha.security.guard import guard_of, inner_signer
+from rmq_ha.security.tls import client_context, server_context, server_mode
 
 if TYPE_CHECKING:
     from rmq_ha.controller.role import ControllerNode
@@ -90,8 +91,14 @@ class Nameserver:
         d.register(RC.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
         d.register(RC.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
         self.dispatcher = d
-        self.server = RemotingServer(d, cfg.listen_host, cfg.listen_port)
-        self.outbound = RemotingClient(signer=inner_signer(cfg))
+        self.server = RemotingServer(
+            d,
+            cfg.listen_host,
+            cfg.listen_port,
+            tls=server_context(cfg),
+            tls_mode=server_mode(cfg),
+        )
+        self.outbound = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
         #: The connection each broker address last registered or beat over.
         self._broker_conns: dict[str, Connection] = {}
         self.controller = self._embed_controller(controller_cfg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from types import TracebackType
 
 import trio
@@ -10,6 +11,7 @@ import trio
 from rmq_ha.errors import RemotingConnectError
 from rmq_ha.net.connection import Connection, Handler, Signer
 from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.security.tls import connect as tls_connect
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +33,16 @@ class RemotingClient:
     asking a producer CHECK_TRANSACTION_STATE). `signer` signs every request sent (ACL
     credentials, rmq_ha.security)."""
 
-    def __init__(self, handler: Handler | None = None, signer: Signer | None = None) -> None:
+    def __init__(
+        self,
+        handler: Handler | None = None,
+        signer: Signer | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._handler = handler
         self.signer = signer
+        #: A client SSLContext: every connection is TLS (RocketMQ's useTLS).
+        self.tls = tls
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
@@ -71,9 +80,18 @@ class RemotingClient:
             host, port = split_addr(addr)
             try:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(host, port)
+                    tcp = await trio.open_tcp_stream(host, port)
             except (OSError, trio.TooSlowError) as e:
                 raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
+            stream: trio.abc.Stream = tcp
+            if self.tls is not None:
+                try:
+                    stream = await tls_connect(tcp, self.tls, host)
+                except (OSError, ssl.SSLError, trio.BrokenResourceError, trio.TooSlowError) as e:
+                    with trio.CancelScope(shield=True):
+                        await tcp.aclose()
+                    why = e.__cause__ or e
+                    raise RemotingConnectError(f"TLS to {addr} failed: {why}") from None
             conn = Connection(stream, self._handler, addr, self.signer)
             if self._nursery is None:
                 raise RuntimeError("RemotingClient used outside `async with`")

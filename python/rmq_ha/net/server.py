@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 import logging
+import ssl
 
 import trio
 
 from rmq_ha.net.connection import Connection, Handler
+from rmq_ha.security.tls import TlsRefused, accept
 
 log = logging.getLogger(__name__)
 
 
 class RemotingServer:
     """Listens on (host, port); `port=0` picks a free port, reported by `serve`'s
-    `task_status.started(port)` and kept in `self.port`."""
+    `task_status.started(port)` and kept in `self.port`. With `tls` (a server SSLContext)
+    connections are TLS as `tls_mode` says (rmq_ha.security.tls: permissive or enforcing)."""
 
-    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls: ssl.SSLContext | None = None,
+        tls_mode: str = "disabled",
+    ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
+        self.tls = tls
+        self.tls_mode = tls_mode if tls is not None else "disabled"
+        #: Connections closed by TLS (failed handshake, plaintext on an enforcing port).
+        self.tls_refused = 0
         self.connections: set[Connection] = set()
         self._listeners: list[trio.SocketListener] | None = None
 
@@ -47,11 +62,19 @@ class RemotingServer:
             peer = f"{host}:{port}"
         except OSError:
             peer = "?"
-        conn = Connection(stream, self.handler, peer)
+        try:
+            s = await accept(stream, self.tls, self.tls_mode, peer)
+        except TlsRefused as e:  # this connection only
+            self.tls_refused += 1
+            log.warning("closing connection: %s", e)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+        conn = Connection(s, self.handler, peer)
         self.connections.add(conn)
         try:
             await conn.run()
         finally:
             self.connections.discard(conn)
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                await s.aclose()
