@@ -490,3 +490,51 @@ async def test_pops_count_out_and_a_dead_letter_counts_by_original_topic(tmp_pat
         assert (
             value(s, "rocketmq_send_to_dlq_messages_total", topic="PopM", consumer_group="pmg") == 1
         )
+
+
+@pytest.mark.timeout(60)
+async def test_consumer_lag_latency_is_the_age_of_the_oldest_uncommitted_message(
+    tmp_path: Path,
+) -> None:
+    """rocketmq_consumer_lag_latency: scrape time minus the store time of the message at the
+    group's committed offset (bounded by wall-clock readings around the send and the scrape;
+    no elapsed time is assumed); 0 once the group has committed everything."""
+    import time
+
+    from rmq_ha.client import Producer
+    from rmq_ha.client.api import BrokerApi
+    from rmq_ha.config import MetricsExporterType as M
+    from rmq_ha.net.client import RemotingClient
+    from rmq_ha.protocol.models import MessageQueue
+    from specialutil import special_cluster
+    from test_client_cluster import FAST_PRODUCER, create_topic
+
+    on = {
+        "metrics_exporter_type": M.PROM,
+        "metrics_prom_exporter_host": "127.0.0.1",
+        "metrics_prom_exporter_port": 0,
+    }
+    async with special_cluster(tmp_path, **on) as env:
+        addr = env.broker.metrics_address
+        assert addr is not None
+        await create_topic(env.namesrv, "LagT", queues=1)
+        before_send = time.time_ns() // 1_000_000
+        async with Producer("lp", env.namesrv, config=FAST_PRODUCER) as p:
+            for i in range(3):
+                await p.send("LagT", f"m{i}")
+        after_send = time.time_ns() // 1_000_000
+        mq = MessageQueue("LagT", env.cfg.broker_name, 0)
+        async with RemotingClient() as rc:
+            await BrokerApi(rc).update_consumer_offset(env.addr, "lg", mq, 1, oneway=False)
+            before_scrape = time.time_ns() // 1_000_000
+            s = await scrape(addr)
+            after_scrape = time.time_ns() // 1_000_000
+            assert (
+                value(s, "rocketmq_consumer_lag_messages", topic="LagT", consumer_group="lg") == 2
+            )
+            age = value(s, "rocketmq_consumer_lag_latency", topic="LagT", consumer_group="lg")
+            assert age is not None
+            assert before_scrape - after_send <= age <= after_scrape - before_send, age
+            await BrokerApi(rc).update_consumer_offset(env.addr, "lg", mq, 3, oneway=False)
+            s = await scrape(addr)
+            assert value(s, "rocketmq_consumer_lag_latency", topic="LagT", consumer_group="lg") == 0

@@ -28,7 +28,7 @@ import trio
 from rmq_ha.broker.clients import ClientManager
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleConfig, RoleCore
-from rmq_ha.broker.core.storage import retention_floor
+from rmq_ha.broker.core.storage import record_store_timestamp, retention_floor
 from rmq_ha.broker.ha.service import HaService
 from rmq_ha.broker.handlers import admin, adminops, clients, locks, pull, queries, send, topics
 from rmq_ha.broker.handlers import config as config_handlers
@@ -50,6 +50,7 @@ from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.clock import monotonic_ms
 from rmq_ha.config import BrokerConfig, BrokerRole
 from rmq_ha.config import rocketmq_items as config_items
+from rmq_ha.errors import StoreError
 from rmq_ha.metrics import SnapshotCollector, endpoint, registry_of, serve_metrics
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
@@ -410,13 +411,22 @@ class Broker:
         report = native.open_report
         counters = self.storage
         lag: dict[tuple[str, str], int] = {}
+        latency: dict[tuple[str, str], int] = {}
         groups: set[str] = set(self.clients.consumers)
+        wall_ms = time.time_ns() // 1_000_000
         for key, queues in self.offsets.table.items():
             topic, _, group = key.partition("@")
             groups.add(group)
-            lag[(topic, group)] = sum(
-                max(0, native.queue_max_offset(topic, qid) - off) for qid, off in queues.items()
-            )
+            total = 0
+            for qid, off in queues.items():
+                behind = max(0, native.queue_max_offset(topic, qid) - off)
+                total += behind
+                if behind:
+                    stored = self._stored_ms(topic, qid, off)
+                    if stored is not None:
+                        age = max(0, wall_ms - stored)
+                        latency[(topic, group)] = max(latency.get((topic, group), 0), age)
+            lag[(topic, group)] = total
         ctl = self.controller
         return BrokerSnapshot(
             role=s.role.value,
@@ -464,7 +474,23 @@ class Broker:
             producer_connections=sum(len(g) for g in self.clients.producers.values()),
             consumer_connections=sum(len(g.clients) for g in self.clients.consumers.values()),
             consumer_lag=lag,
+            consumer_lag_latency=latency,
         )
+
+    def _stored_ms(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """Store time of the message at `offset` of a queue (None: not readable now, e.g.
+        deleted by retention or damaged)."""
+        try:
+            got = self.store.native.read_queue(topic, queue_id, max(offset, 0), 1, 1 << 22, None)
+        except StoreError:  # retention moved the queue's start, or the record is damaged
+            return None
+        bufs = got[0]
+        if not bufs:
+            return None
+        try:
+            return record_store_timestamp(bufs[0])
+        except ValueError:
+            return None
 
     def metrics_collector(self) -> SnapshotCollector:
         base = {

@@ -113,6 +113,9 @@ class BrokerSnapshot:
     consumer_connections: int
     #: (topic, consumer group) -> messages not yet consumed (queue max - committed offset)
     consumer_lag: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (topic, group) -> ms since the oldest message the group has not committed was stored
+    #: (only groups with a lag).
+    consumer_lag_latency: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 #: The HA slave's connection states (broker/ha/slave.py).
@@ -196,6 +199,13 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
         "Messages of the topic the group has not committed yet (RocketMQ's name)",
         labels=("topic", "consumer_group"),
         samples=((k, v) for k, v in s.consumer_lag.items()),
+    )
+    f.gauge(
+        "rocketmq_consumer_lag_latency",
+        "ms since the oldest message the group has not committed was stored; 0 without lag "
+        "(RocketMQ's name)",
+        labels=("topic", "consumer_group"),
+        samples=((k, s.consumer_lag_latency.get(k, 0)) for k in s.consumer_lag),
     )
     f.gauge(
         "rocketmq_producer_connections",

@@ -115,3 +115,18 @@ class DamagedReads:
 def record_queue_offset(buf: bytes | StoreBuffer) -> int:
     """QUEUEOFFSET of a stored record (bytes 20..28, docs/store.md)."""
     return int.from_bytes(memoryview(buf)[20:28], "big", signed=True)
+
+
+#: SYSFLAG bit: the born host is IPv6 (16 address bytes instead of 4).
+BORNHOST_V6_FLAG = 0x1 << 4
+
+
+def record_store_timestamp(buf: bytes | StoreBuffer) -> int:
+    """STORETIMESTAMP (ms) of a stored record: after SYSFLAG (36..40), BORNTIMESTAMP (40..48)
+    and BORNHOST (address + 4-byte port; IPv4 or IPv6 by SYSFLAG), docs/store.md."""
+    m = memoryview(buf)
+    sys_flag = int.from_bytes(m[36:40], "big")
+    at = 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+    if len(m) < at + 8:
+        raise ValueError(f"record of {len(m)} bytes has no store timestamp at {at}")
+    return int.from_bytes(m[at : at + 8], "big", signed=True)
