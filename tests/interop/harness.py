@@ -259,19 +259,28 @@ class Cluster:
         return "\n".join(f"--- {p.describe()}:\n{p.tail()}" for p in self.procs)
 
 
-def start_rmq_ha(workdir: Path, timeout: float = 30.0, broker_conf: Iterable[str] = ()) -> Cluster:
+def start_rmq_ha(
+    workdir: Path,
+    timeout: float = 30.0,
+    broker_conf: Iterable[str] = (),
+    namesrv_conf: Iterable[str] = (),
+) -> Cluster:
     """Starts `rmq-ha namesrv` and `rmq-ha broker -c broker.conf`; each writes host:port to its
     --ready-file once it listens. Ready when the namesrv lists the broker. `broker_conf`: more
-    `key=value` lines for broker.conf."""
+    `key=value` lines for broker.conf; `namesrv_conf`: lines for a namesrv.conf (-c)."""
     workdir.mkdir(parents=True, exist_ok=True)
     ns_ready = workdir / "namesrv.ready"
     br_ready = workdir / "broker.ready"
     procs: list[Proc] = []
     cluster = Cluster("rmq_ha", "", "", "broker-a", workdir, procs)
     try:
+        ns_args = [*RMQ_HA, "namesrv", "--listen-port", "0", "--ready-file", str(ns_ready)]
+        if namesrv_conf:
+            (workdir / "namesrv.conf").write_text("\n".join([*namesrv_conf, ""]))
+            ns_args += ["-c", str(workdir / "namesrv.conf")]
         ns = Proc(
             "rmq-ha namesrv",
-            [*RMQ_HA, "namesrv", "--listen-port", "0", "--ready-file", str(ns_ready)],
+            ns_args,
             workdir / "namesrv.log",
             ReadyFile(ns_ready),
             cwd=workdir,
