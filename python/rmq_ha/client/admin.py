@@ -17,6 +17,7 @@ from types import TracebackType
 
 import trio
 
+from rmq_ha.client.api import PULL_FLAG_SUBSCRIPTION
 from rmq_ha.client.config import ClientConfig, parse_namesrv_addrs
 from rmq_ha.client.errors import (
     BrokerNotFoundError,
@@ -491,7 +492,10 @@ class Admin:
             mq=mq,
             offset=offset,
             max_nums=1,
-            sys_flag=0,
+            # With its subscription, as a pull consumer sends: RocketMQ refuses a pull of a
+            # group it has no heartbeat from otherwise ("the consumer's group info not exist").
+            sys_flag=PULL_FLAG_SUBSCRIPTION,
+            subscription="*",
         )
         for m in r.messages:
             if m.queue_offset == offset:
@@ -503,12 +507,36 @@ class Admin:
     ) -> dict[MessageQueue, int]:
         """INVOKE_BROKER_TO_RESET_OFFSET (222) on every broker of the topic: the group's
         offsets move to the first message stored at or after `timestamp_ms` (only backwards
-        unless `force`). Returns the new offsets."""
+        unless `force`). Returns the new offsets. A broker that refuses with
+        CONSUMER_NOT_ONLINE (RocketMQ resets only through online clients) gets mqadmin's
+        fallback: each queue's offset searched by time and committed with
+        UPDATE_CONSUMER_OFFSET."""
         out: dict[MessageQueue, int] = {}
-        for _name, addr in sorted((await self._route_masters(topic)).items()):
+        for name, addr in sorted((await self._route_masters(topic)).items()):
             h = ResetOffsetRequestHeader(
                 topic=topic, group=group, timestamp=timestamp_ms, is_force=force
             )
-            resp = await self.instance.api.call(addr, RC.INVOKE_BROKER_TO_RESET_OFFSET, h.to_ext())
-            out.update(ResetOffsetBody.from_json(resp.body).offset_table)
+            code = RC.INVOKE_BROKER_TO_RESET_OFFSET
+            ok = (Resp.SUCCESS, Resp.CONSUMER_NOT_ONLINE)
+            resp = await self.instance.api.call(addr, code, h.to_ext(), ok=ok)
+            if resp.code == Resp.SUCCESS:
+                out.update(ResetOffsetBody.from_json(resp.body).offset_table)
+                continue
+            out.update(await self._reset_offline(addr, name, group, topic, timestamp_ms, force))
+        return out
+
+    async def _reset_offline(
+        self, addr: str, name: str, group: str, topic: str, timestamp_ms: int, force: bool
+    ) -> dict[MessageQueue, int]:
+        api = self.instance.api
+        route = await self.route(topic)
+        qd = next((q for q in route.queue_datas if q.broker_name == name), None)
+        out: dict[MessageQueue, int] = {}
+        for qid in range(qd.read_queue_nums if qd is not None else 0):
+            mq = MessageQueue(topic, name, qid)
+            target = await api.search_offset(addr, mq, timestamp_ms)
+            current = await api.query_consumer_offset(addr, group, mq)
+            offset = target if force or current is None or target < current else current
+            await api.update_consumer_offset(addr, group, mq, offset, oneway=False)
+            out[mq] = offset
         return out
