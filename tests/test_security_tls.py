@@ -181,3 +181,75 @@ async def test_a_cluster_over_tls(certs: Path, tmp_path: Path) -> None:
                             await trio.sleep(0.1)  # until the broker's registration lands
                 assert r.ok
         n.cancel_scope.cancel()
+
+
+async def test_master_and_slave_replicate_over_tls_and_plaintext_is_cut(
+    certs: Path, tmp_path: Path
+) -> None:
+    """HA port with TLS enforcing (and ACL: the slave authenticates inside TLS)."""
+    from rmq_ha._native import encode_slave_handshake
+    from rmq_ha.broker.broker import open_broker
+    from rmq_ha.config import BrokerRole
+    from securityutil import INNER, USER
+
+    ca = str(certs / "ca.pem")
+    acl = tmp_path / "plain_acl.yml"
+    from securityutil import ACL_TEXT
+
+    acl.write_text(ACL_TEXT)
+    tls = {
+        "tls_server_mode": TlsMode.ENFORCING,
+        "tls_server_cert_path": str(certs / "server.pem"),
+        "tls_server_key_path": str(certs / "server.key"),
+        "tls_enable": True,
+        "tls_client_trust_cert_path": ca,
+        "acl_enable": True,
+        "plain_acl_file": str(acl),
+        "inner_client_authentication_credentials": INNER,
+    }
+    async with trio.open_nursery() as n:
+        ns = Nameserver(ns_config(certs, TlsMode.ENFORCING))
+        await n.start(ns.serve)
+        mcfg = replace(
+            BrokerConfig(
+                listen_port=0,
+                namesrv_addr=ns.address,
+                store_path_root_dir=str(tmp_path / "m"),
+                commitlog_segment_bytes=1 << 20,
+            ),
+            **tls,  # type: ignore[arg-type]
+        )
+        scfg = replace(
+            mcfg,
+            broker_id=1,
+            broker_role=BrokerRole.SLAVE,
+            store_path_root_dir=str(tmp_path / "s"),
+            ha_send_heartbeat_interval_ms=200,
+        )
+        async with open_broker(mcfg) as master, open_broker(scfg) as slave:
+            client = replace(FAST_CLIENT, tls=make_client_context(ca), credentials=USER)
+            async with Producer("pg", ns.address, config=ProducerConfig(client=client)) as p:
+                with trio.fail_after(20):
+                    while True:
+                        try:
+                            r = await p.send("TBW102", b"over tls")
+                            break
+                        except RemotingError:
+                            await trio.sleep(0.1)
+                assert r.ok
+            with trio.fail_after(20):
+                while slave.store.native.max_offset < master.store.native.max_offset:
+                    await trio.sleep(0.05)
+            assert set(master.ha.master.connections) == {1}
+            # plaintext on the TLS HA port: closed, nothing joins
+            plain = await trio.open_tcp_stream("127.0.0.1", master.ha.port)
+            await plain.send_all(encode_slave_handshake(False, False, 9))
+            with trio.fail_after(15):
+                try:
+                    while await plain.receive_some(100):
+                        pass
+                except trio.BrokenResourceError:
+                    pass
+            await plain.aclose()
+            assert set(master.ha.master.connections) == {1}
+        n.cancel_scope.cancel()

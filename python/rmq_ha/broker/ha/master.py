@@ -15,6 +15,7 @@ The codec is Rust (`rmq_ha._native`, HA wire format); this module only moves byt
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 
 import trio
@@ -31,6 +32,8 @@ from rmq_ha.broker.ha.slave import first_error as _leaf
 from rmq_ha.errors import QuarantinedRecordError
 from rmq_ha.security.acl import AclConfig
 from rmq_ha.security.ha_auth import HaAuthError, authenticate_slave
+from rmq_ha.security.tls import TlsRefused
+from rmq_ha.security.tls import accept as tls_accept
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,9 @@ class HaMaster:
         self._accepting: Callable[[], bool] = lambda: True
         #: The cluster accounts a slave must prove it belongs to (aclEnable), else None.
         self.auth: Callable[[], AclConfig] | None = None
+        #: TLS on the HA port (tls.server.mode), as on the remoting port.
+        self.tls: ssl.SSLContext | None = None
+        self.tls_mode = "disabled"
         self._scopes: dict[int, trio.CancelScope] = {}
         self.connections: dict[int, trio.abc.Stream] = {}
         #: Per connected slave, the lowest commitlog offset it still needs (where the master
@@ -129,11 +135,18 @@ class HaMaster:
         self._progress.set()
         self._progress = trio.Event()
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
-        peer = _peer(stream)
+    async def _connection(self, tcp: trio.SocketStream) -> None:
+        peer = _peer(tcp)
         broker_id: int | None = None
         if not self._accepting():
-            await stream.aclose()
+            await tcp.aclose()
+            return
+        try:
+            # TLS first (tls.server.mode), then the cluster credentials, then RocketMQ's HA.
+            stream = await tls_accept(tcp, self.tls, self.tls_mode, peer)
+        except TlsRefused as e:
+            log.warning("HA: closing %s", e)
+            await tcp.aclose()
             return
         scope = trio.CancelScope()
         key = id(scope)
@@ -198,7 +211,7 @@ class HaMaster:
 
     async def _first_ack(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         dec: HaMasterSideDecoder,
         pending: list[tuple[object, ...]],
         sync_last: bool,
@@ -236,7 +249,7 @@ class HaMaster:
         return native.min_offset
 
     async def _read_acks(
-        self, stream: trio.SocketStream, dec: HaMasterSideDecoder, broker_id: int
+        self, stream: trio.abc.Stream, dec: HaMasterSideDecoder, broker_id: int
     ) -> None:
         while True:
             data = await stream.receive_some(RECV_BYTES)
@@ -252,7 +265,7 @@ class HaMaster:
             self.needs[broker_id] = ack
         self.on_event(ev.SlaveAcked(broker_id, ack, self.store.native.max_offset))
 
-    async def _write(self, stream: trio.SocketStream, broker_id: int, start: int) -> None:
+    async def _write(self, stream: trio.abc.Stream, broker_id: int, start: int) -> None:
         native = self.store.native
         pos = start
         hb_s = self.heartbeat_interval_ms / 1000
@@ -290,7 +303,7 @@ class HaMaster:
             last_send = trio.current_time()
 
     async def _held_at_damage(
-        self, stream: trio.SocketStream, broker_id: int, pos: int, e: QuarantinedRecordError
+        self, stream: trio.abc.Stream, broker_id: int, pos: int, e: QuarantinedRecordError
     ) -> None:
         """The slave needs bytes this master has quarantined (issue 15). Never send them and
         never drop the slave for it: ask for a repair from an in-sync replica, keep the
@@ -330,7 +343,7 @@ class HaMaster:
 
 
 async def _read_first(
-    stream: trio.SocketStream, dec: HaMasterSideDecoder
+    stream: trio.abc.Stream, dec: HaMasterSideDecoder
 ) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
     with trio.fail_after(30):
         while True:

@@ -29,6 +29,7 @@ from rmq_ha.broker.ha.slave import HaSlave
 from rmq_ha.config import BrokerConfig, BrokerRole
 from rmq_ha.security.guard import guard_of
 from rmq_ha.security.signing import parse_credentials_json
+from rmq_ha.security.tls import client_context, server_context, server_mode
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class HaService:
         self.slave.credentials = parse_credentials_json(
             cfg.inner_client_authentication_credentials, "innerClientAuthenticationCredentials"
         )
+        self.master.tls, self.master.tls_mode = server_context(cfg), server_mode(cfg)
+        self.slave.tls = client_context(cfg)
         self.port = 0
 
     def recover(self) -> CatchUp | None:

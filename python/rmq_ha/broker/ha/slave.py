@@ -12,6 +12,7 @@ min(master's confirm offset, its own max offset) and acks its max offset.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha.core import consistent_point
 from rmq_ha.security.ha_auth import HaAuthError, authenticate_master
 from rmq_ha.security.signing import Credentials
+from rmq_ha.security.tls import connect as tls_connect
 from rmq_ha.store import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,8 @@ class HaSlave:
         #: Cluster credentials proven to the master before the handshake (None: RocketMQ's
         #: unauthenticated HA wire).
         self.credentials: Credentials | None = None
+        #: TLS to the master's HA port (tlsEnable + tls.client.*).
+        self.tls: ssl.SSLContext | None = None
         self.heartbeat_s = heartbeat_interval_ms / 1000
         self.housekeeping_s = housekeeping_ms / 1000
         self.controller_mode = controller_mode
@@ -126,7 +130,14 @@ class HaSlave:
     async def _session(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")
         with trio.fail_after(3):
-            stream = await trio.open_tcp_stream(host, int(port))
+            tcp = await trio.open_tcp_stream(host, int(port))
+        stream: trio.abc.Stream = tcp
+        if self.tls is not None:
+            try:
+                stream = await tls_connect(tcp, self.tls, host)
+            except BaseException:
+                await tcp.aclose()
+                raise
         async with stream:
             if self.credentials is not None:
                 self.status.state = "AUTH"
@@ -235,7 +246,7 @@ class HaSlave:
 
 
 async def _first_record(
-    stream: trio.SocketStream, dec: HaSlaveSideDecoder
+    stream: trio.abc.Stream, dec: HaSlaveSideDecoder
 ) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
     while True:
         data = await stream.receive_some(RECV_BYTES)
