@@ -294,6 +294,17 @@ class BrokerConfig:
     ha_send_heartbeat_interval_ms: int = rmq("haSendHeartbeatInterval", 5000)
     ha_housekeeping_interval_ms: int = rmq("haHousekeepingInterval", 20_000)
     ha_transfer_batch_bytes: int = rmq("haTransferBatchSize", 32 * 1024)
+    ha_flow_control_enable: bool = rmq(
+        "haFlowControlEnable", False, "limit each slave's transfer to maxHaTransferByteInSecond"
+    )
+    max_ha_transfer_rate_bytes: int = rmq(
+        "maxHaTransferByteInSecond", 100 * 1024 * 1024, "bytes per second per slave (flow control)"
+    )
+    ha_max_gap_not_in_sync_bytes: int = rmq(
+        "haMaxGapNotInSync",
+        256 * 1024 * 1024,
+        "classic SYNC_MASTER: a slave further behind is not waited for (SLAVE_NOT_AVAILABLE)",
+    )
     ha_max_time_slave_not_catchup_ms: int = rmq("haMaxTimeSlaveNotCatchup", 15_000)
     slave_timeout_ms: int = rmq(
         "slaveTimeout", 3000, "wait for replicas before FLUSH_SLAVE_TIMEOUT"

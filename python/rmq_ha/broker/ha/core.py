@@ -189,6 +189,11 @@ class HaCore:
         self.confirm = max(self.confirm, min(value, master_max))
         return self.confirm
 
+    def best_ack(self) -> int:
+        """The highest offset any connected replica has acknowledged (-1: none yet);
+        RocketMQ's push2SlaveMaxOffset."""
+        return max((r.ack for r in self.replicas.values()), default=-1)
+
     def acked_by(self, offset: int) -> int:
         """How many replicas (the master included) hold everything below `offset`."""
         return 1 + sum(1 for r in self.replicas.values() if r.ack >= offset)
@@ -235,3 +240,38 @@ def consistent_point(
         if master_max <= start and local[0][1] == start:
             return start
     return point
+
+
+def slave_ok(connections: int, master_max: int, best_ack: int, max_gap: int) -> bool:
+    """Classic mode's isSlaveOK: a SYNC_MASTER waits for its slave only while one is
+    connected and no further behind than ``haMaxGapNotInSync``; otherwise the send answers
+    SLAVE_NOT_AVAILABLE at once (stored on the master only)."""
+    return connections > 0 and master_max - max(best_ack, 0) < max_gap
+
+
+@dataclass
+class FlowMonitor:
+    """``haFlowControlEnable`` / ``maxHaTransferByteInSecond`` for one slave connection:
+    on average at most `rate` bytes per second. Transfers are whole records, so one may
+    overshoot a window's budget; the overshoot is carried into the next windows. Pure: the
+    caller passes the time (seconds, any monotonic origin)."""
+
+    rate: int
+    window_start: float | None = None
+    sent: int = 0
+
+    def allowance(self, now: float) -> int:
+        """Bytes that may be sent now (0: wait until `next_window`)."""
+        if self.window_start is None:
+            self.window_start = now
+        elif now >= self.window_start + 1.0:
+            passed = int(now - self.window_start)
+            self.window_start += passed
+            self.sent = max(0, self.sent - self.rate * passed)
+        return max(0, self.rate - self.sent)
+
+    def used(self, n: int) -> None:
+        self.sent += n
+
+    def next_window(self) -> float:
+        return (self.window_start or 0.0) + 1.0

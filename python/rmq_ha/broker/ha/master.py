@@ -27,7 +27,7 @@ from rmq_ha._native import (
     encode_transfer_header,
 )
 from rmq_ha.broker.core import events as ev
-from rmq_ha.broker.ha.core import HaCore
+from rmq_ha.broker.ha.core import FlowMonitor, HaCore
 from rmq_ha.broker.ha.slave import first_error as _leaf
 from rmq_ha.errors import QuarantinedRecordError
 from rmq_ha.security.acl import AclConfig
@@ -58,6 +58,7 @@ class HaMaster:
         batch_bytes: int,
         heartbeat_interval_ms: int,
         controller_mode: bool,
+        flow_rate: int | None = None,
     ) -> None:
         self.store = store
         self.epochs = epochs
@@ -66,6 +67,8 @@ class HaMaster:
         self.batch_bytes = batch_bytes
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.controller_mode = controller_mode
+        #: haFlowControlEnable: bytes per second per slave (None: no limit).
+        self.flow_rate = flow_rate
         self._data = trio.Event()
         self._progress = trio.Event()
         self._accepting: Callable[[], bool] = lambda: True
@@ -270,9 +273,22 @@ class HaMaster:
         pos = start
         hb_s = self.heartbeat_interval_ms / 1000
         last_send = trio.current_time()
+        flow = None if self.flow_rate is None else FlowMonitor(self.flow_rate)
         while True:
             data_event = self._data
             end = native.max_offset
+            batch = self.batch_bytes
+            if pos < end and flow is not None:
+                allowed = flow.allowance(trio.current_time())
+                if allowed <= 0:
+                    # Over this second's budget: wait for the next window, keeping the
+                    # slave's connection alive with a heartbeat when one is due.
+                    if trio.current_time() >= last_send + hb_s:
+                        await stream.send_all(self._heartbeat(pos))
+                        last_send = trio.current_time()
+                    await trio.sleep_until(min(flow.next_window(), last_send + hb_s))
+                    continue
+                batch = min(batch, allowed)
             if pos < end:
                 entry = self.epochs.find_by_offset(pos)
                 if entry is None:
@@ -280,7 +296,7 @@ class HaMaster:
                 epoch, epoch_start, epoch_end = entry
                 limit = min(end, epoch_end)
                 try:
-                    buf = native.read_range(pos, self.batch_bytes, limit)
+                    buf = native.read_range(pos, batch, limit)
                 except QuarantinedRecordError as e:
                     await self._held_at_damage(stream, broker_id, pos, e)
                     last_send = trio.current_time()
@@ -292,6 +308,8 @@ class HaMaster:
                 header = encode_transfer_header(pos, epoch, epoch_start, self._confirm(), n)
                 await stream.send_all(header)
                 await stream.send_all(memoryview(buf))
+                if flow is not None:
+                    flow.used(n)
                 pos += n
                 last_send = trio.current_time()
                 continue

@@ -23,7 +23,7 @@ from rmq_ha._native import EpochFile
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha import catchup
 from rmq_ha.broker.ha.catchup import CatchUp
-from rmq_ha.broker.ha.core import HaCore
+from rmq_ha.broker.ha.core import HaCore, slave_ok
 from rmq_ha.broker.ha.master import HaMaster
 from rmq_ha.broker.ha.slave import HaSlave
 from rmq_ha.config import BrokerConfig, BrokerRole
@@ -66,6 +66,7 @@ class HaService:
             batch_bytes=cfg.ha_transfer_batch_bytes,
             heartbeat_interval_ms=cfg.ha_send_heartbeat_interval_ms,
             controller_mode=self.controller_mode,
+            flow_rate=cfg.max_ha_transfer_rate_bytes if cfg.ha_flow_control_enable else None,
         )
         self.slave = HaSlave(
             store,
@@ -175,7 +176,12 @@ class HaService:
     async def wait_replicated(self, end_offset: int) -> ReplicationOutcome:
         if not self.sync_master():
             return ReplicationOutcome(True)
-        if not self.controller_mode and not self.master.connections:
+        if not self.controller_mode and not slave_ok(
+            len(self.master.connections),
+            end_offset,
+            self.master.core().best_ack(),
+            self.cfg.ha_max_gap_not_in_sync_bytes,
+        ):
             return ReplicationOutcome(False, "no-slave")
         ok = await self.master.wait_acked(end_offset, self.cfg.slave_timeout_ms / 1000)
         return ReplicationOutcome(ok, "" if ok else "timeout")
