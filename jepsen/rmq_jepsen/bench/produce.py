@@ -21,6 +21,17 @@ Prometheus's default 15 s interval its cost is negligible next to the per-reques
 
 The ratio is rmq_ha msgs/s / RocketMQ msgs/s; the headline is 1 KiB single sends (goal >= 1.0x).
 The load generator runs on the same machine and competes with the broker for CPU.
+--threads takes a list (4,16): every size x batch case runs at each thread count.
+
+Broker CPU per message (issue 16): the load generator reads utime + stime of the broker's
+processes (namesrv + broker, /proc/<pid>/stat, by pid) at the start and end of its measured
+window; the CPU used in that window over the messages acknowledged (or consumed) in it, in
+microseconds, per case and broker, and the ratio rmq_ha / RocketMQ (goal <= 0.8x).
+
+The consume case (--consume-msgs N, 0 = off): BenchConsumer (same jar) stores N messages of
+--consume-size bytes in batches (unmeasured), then one DefaultLitePullConsumer drains the topic
+from its first offset; msgs/s and broker CPU per message from its first received batch to the
+last, per broker in the same rounds, and the ratio rmq_ha / RocketMQ (goal >= 1.0x).
 
 Needs a SOURCE CHECKOUT of rmq_ha (tests/interop/: the Java harness and the real RocketMQ pom;
 found from an editable install, the current directory or $RMQ_HA_SOURCE), a JDK (java 17+) and
@@ -65,6 +76,9 @@ VARIANTS: dict[str, tuple[list[str], float]] = {
 }
 HEADLINE = (1024, 1)  # 1 KiB single sends: the case the goal speaks of
 GOAL = 1.0
+QUICK_CONSUME_MSGS = 5000
+CPU_GOAL = 0.8  # broker CPU per message, rmq_ha / RocketMQ (issue 16)
+CONSUME_GOAL = 1.0
 LOADGEN_JVM = ["-Xms256m", "-Xmx256m", "-XX:+UseSerialGC"]
 
 
@@ -80,17 +94,11 @@ def _loadgen(
     seconds: float,
     warmup: float,
     queues: int,
+    cpu_pids: list[int] | tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    """One BenchProducer run; its JSON line. The JVM is killed by pid if anything goes wrong."""
-    home = workdir / "loadgen-home"
-    home.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        "java",
-        *LOADGEN_JVM,
-        f"-Duser.home={home}",
-        "-cp",
-        str(jar),
-        "rmqha.interop.BenchProducer",
+    """One BenchProducer run; its JSON line (with `cpu_pids`: brokerCpuTicks, their CPU in the
+    measured window). The JVM is killed by pid if anything goes wrong."""
+    argv = [
         "--namesrv",
         namesrv,
         "--topic",
@@ -107,7 +115,21 @@ def _loadgen(
         str(batch),
         "--queues",
         str(queues),
+        "--cpu-pids",
+        ",".join(map(str, cpu_pids)),
     ]
+    return _java(jar, workdir, "BenchProducer", topic, argv, seconds + warmup + 120)
+
+
+def _java(
+    jar: Path, workdir: Path, cls: str, topic: str, argv: list[str], timeout: float
+) -> dict[str, Any]:
+    """Runs rmqha.interop.<cls> (BenchProducer, BenchConsumer); its JSON result line. The JVM
+    is killed by pid if anything goes wrong."""
+    home = workdir / "loadgen-home"
+    home.mkdir(parents=True, exist_ok=True)
+    cmd = ["java", *LOADGEN_JVM, f"-Duser.home={home}", "-cp", str(jar), f"rmqha.interop.{cls}"]
+    cmd += argv
     err_log = workdir / f"loadgen-{topic}.stderr"
     out_file = workdir / f"loadgen-{topic}.stdout"
     proc = Proc(
@@ -119,7 +141,7 @@ def _loadgen(
         append_log=False,
     ).start()
     try:
-        rc = proc.wait(seconds + warmup + 120)
+        rc = proc.wait(timeout)
     finally:
         proc.kill()  # no-op once it exited; else by pid, with its group
     out = out_file.read_bytes()
@@ -144,17 +166,42 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_us_per_msg(ticks: int | None, msgs: int, clk_tck: int) -> float | None:
+    """Broker CPU per message in microseconds: `ticks` clock ticks (of `clk_tck` a second)
+    over `msgs` messages; None without a reading or without messages."""
+    if ticks is None or ticks < 0 or msgs <= 0 or clk_tck <= 0:
+        return None
+    return round(ticks / clk_tck * 1e6 / msgs, 2)
+
+
+def ratio(ours: float | None, theirs: float | None) -> float | None:
+    """ours / theirs rounded to 3 places; None when either side has no (positive) figure."""
+    return round(ours / theirs, 3) if ours and theirs and ours > 0 and theirs > 0 else None
+
+
+def compare(case: dict[str, Any]) -> None:
+    """Adds rmq_ha / RocketMQ ratios to a case: msgs/s (`ratio`) and broker CPU per message
+    (`cpu_ratio`, lower is better)."""
+    ours, theirs = case.get("rmq_ha", {}), case.get("rocketmq", {})
+    case["ratio"] = ratio(ours.get("msgs_per_s"), theirs.get("msgs_per_s"))
+    case["cpu_ratio"] = ratio(
+        ours.get("broker_cpu_us_per_msg"), theirs.get("broker_cpu_us_per_msg")
+    )
+
+
 def _side(data: dict[str, Any], broker_cores: float) -> dict[str, Any]:
+    clk = os.sysconf("SC_CLK_TCK")
     return {
         "msgs_per_s": data["msgsPerSec"],
         "bytes_per_s": data["bytesPerSec"],
-        "p50_ms": data["p50Ms"],
-        "p99_ms": data["p99Ms"],
+        "p50_ms": data.get("p50Ms"),
+        "p99_ms": data.get("p99Ms"),
         "errors": data["errors"],
-        "sends": data["sends"],
+        "sends": data.get("sends", data["msgs"]),
         "msgs": data["msgs"],
         "seconds": data["seconds"],
         "broker_cores": round(broker_cores, 2),
+        "broker_cpu_us_per_msg": cpu_us_per_msg(data.get("brokerCpuTicks"), data["msgs"], clk),
         **({"error_samples": data["errorSamples"]} if data.get("errorSamples") else {}),
     }
 
@@ -171,10 +218,18 @@ def _start(impl: str, workdir: Path, h: Any) -> Any:
     return realrmq.start_real(workdir)
 
 
+def case_key(c: dict[str, Any], base_threads: int | None = None) -> str:
+    """`SIZExBATCH`, with `@Nt` when the case ran at another thread count than the first."""
+    key = f"{c['size']}x{c['batch']}"
+    t = c.get("threads")
+    return key if t is None or t == base_threads or base_threads is None else f"{key}@{t}t"
+
+
 def variant_ratios(cases: list[dict[str, Any]], impls: list[str]) -> dict[str, Any]:
     """Per variant run beside plain rmq_ha: msgs/s over plain rmq_ha's per case, and the
     headline case's ratio against the variant's goal."""
     out: dict[str, Any] = {}
+    base_threads = cases[0].get("threads") if cases else None
     for v in (i for i in impls if i in VARIANTS):
         if "rmq_ha" not in impls:
             out[v] = {"note": "plain rmq_ha not run: no ratio"}
@@ -183,7 +238,7 @@ def variant_ratios(cases: list[dict[str, Any]], impls: list[str]) -> dict[str, A
         for c in cases:
             base = c["rmq_ha"].get("msgs_per_s") or 0
             got = c[v].get("msgs_per_s") or 0
-            per_case[f"{c['size']}x{c['batch']}"] = round(got / base, 3) if base and got else None
+            per_case[case_key(c, base_threads)] = round(got / base, 3) if base and got else None
         head = per_case.get(f"{HEADLINE[0]}x{HEADLINE[1]}")
         goal = VARIANTS[v][1]
         out[v] = {
@@ -209,22 +264,28 @@ def _one_broker(
     workdir: Path,
     h: Any,
     jar: Path,
-    combos: list[tuple[int, int]],
+    combos: list[tuple[int, int, int]],
     args: argparse.Namespace,
     timing: tuple[float, float, float],
     progress: Progress,
     task: Any,
     console: Console,
-) -> dict[tuple[int, int], dict[str, Any]]:
-    """Starts one broker pair, warms it up, runs every case against it, stops it (by pid)."""
+    consume_msgs: int,
+) -> dict[Any, dict[str, Any]]:
+    """Starts one broker pair, warms it up, runs every case against it (then the consume case
+    under the key "consume" when `consume_msgs`), stops it (by pid)."""
     seconds, warmup, broker_warmup = timing
-    out: dict[tuple[int, int], dict[str, Any]] = {}
+    out: dict[Any, dict[str, Any]] = {}
     os.sync()  # the previous broker's dirty pages must not be written back meanwhile
     cluster = None
     try:
         cluster = _start(impl, workdir, h)
 
-        def load(topic: str, size: int, batch: int, secs: float, warm: float) -> dict[str, Any]:
+        pids = [p.pid for p in cluster.procs]
+
+        def load(
+            topic: str, size: int, batch: int, threads: int, secs: float, warm: float
+        ) -> dict[str, Any]:
             return _loadgen(
                 jar,
                 cluster.namesrv,
@@ -232,38 +293,81 @@ def _one_broker(
                 topic=topic,
                 size=size,
                 batch=batch,
-                threads=args.threads,
+                threads=threads,
                 seconds=secs,
                 warmup=warm,
                 queues=args.queues,
+                cpu_pids=pids,
             )
 
         if broker_warmup > 0:
             # Unmeasured: lets the broker warm up (the JVM's JIT) before any case.
             progress.update(task, description=f"{impl}: warming up")
             try:
-                load("Bench_warmup", *HEADLINE, broker_warmup, 0)
+                load("Bench_warmup", *HEADLINE, threads_list(args)[0], broker_warmup, 0)
             except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
                 console.print(f"[yellow]{impl} warm-up: {e}")
-        for size, batch in combos:
-            progress.update(task, description=f"{impl}: {size} B x {batch}")
+        for size, batch, threads in combos:
+            progress.update(task, description=f"{impl}: {size} B x {batch}, {threads} threads")
             dead = [p for p in cluster.procs if not p.alive]
             if dead:
-                out[(size, batch)] = _failed(f"{dead[0].name} exited ({dead[0].returncode})")
+                out[(size, batch, threads)] = _failed(
+                    f"{dead[0].name} exited ({dead[0].returncode})"
+                )
             else:
-                pids = [p.pid for p in cluster.procs]
                 cpu0, t0 = _cpu_seconds(pids), time.monotonic()
                 try:
-                    data = load(f"Bench_{size}_{batch}", size, batch, seconds, warmup)
+                    topic = f"Bench_{size}_{batch}_{threads}"
+                    data = load(topic, size, batch, threads, seconds, warmup)
                     cores = (_cpu_seconds(pids) - cpu0) / (time.monotonic() - t0)
-                    out[(size, batch)] = _side(data, cores)
+                    out[(size, batch, threads)] = _side(data, cores)
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
-                    out[(size, batch)] = _failed(str(e))
-                    console.print(f"[red]{impl} {size} B x {batch}: {e}")
+                    out[(size, batch, threads)] = _failed(str(e))
+                    console.print(f"[red]{impl} {size} B x {batch} x {threads} threads: {e}")
+            progress.advance(task)
+        if consume_msgs > 0:
+            progress.update(task, description=f"{impl}: consume {consume_msgs} msgs")
+            dead = [p for p in cluster.procs if not p.alive]
+            if dead:
+                out["consume"] = _failed(f"{dead[0].name} exited ({dead[0].returncode})")
+            else:
+                cpu0, t0 = _cpu_seconds(pids), time.monotonic()
+                try:
+                    data = _consume(jar, cluster.namesrv, workdir, args, consume_msgs, pids)
+                    cores = (_cpu_seconds(pids) - cpu0) / (time.monotonic() - t0)
+                    out["consume"] = _side(data, cores)
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                    out["consume"] = _failed(str(e))
+                    console.print(f"[red]{impl} consume: {e}")
             progress.advance(task)
     finally:
         if cluster is not None:
             cluster.stop()
+    return out
+
+
+def _consume(
+    jar: Path, namesrv: str, workdir: Path, args: argparse.Namespace, n: int, pids: list[int]
+) -> dict[str, Any]:
+    """One BenchConsumer run (fill n messages, then drain them); its JSON line."""
+    argv = ["--namesrv", namesrv, "--topic", "Bench_consume", "--count", str(n)]
+    argv += ["--body-size", str(args.consume_size), "--queues", str(args.queues)]
+    argv += ["--timeout", str(args.consume_timeout), "--cpu-pids", ",".join(map(str, pids))]
+    return _java(jar, workdir, "BenchConsumer", "Bench_consume", argv, args.consume_timeout * 3)
+
+
+def threads_list(args: argparse.Namespace) -> list[int]:
+    return parse_threads(str(args.threads))
+
+
+def parse_threads(text: str) -> list[int]:
+    """`--threads 4,16` -> [4, 16]; ValueError naming the flag for anything else."""
+    try:
+        out = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"--threads {text!r}: expected comma-separated integers") from None
+    if not out or any(t <= 0 for t in out):
+        raise ValueError(f"--threads {text!r}: expected one or more positive thread counts")
     return out
 
 
@@ -284,6 +388,7 @@ def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "p99_ms": _median([r["p99_ms"] for r in runs]),
         "errors": sum(r["errors"] for r in runs),
         "broker_cores": _median([r["broker_cores"] for r in runs]),
+        "broker_cpu_us_per_msg": _median([r.get("broker_cpu_us_per_msg") for r in runs]),
         "sends": sum(r["sends"] for r in runs),
         "msgs": sum(r["msgs"] for r in runs),
         "rounds_msgs_per_s": [r["msgs_per_s"] for r in runs],
@@ -303,9 +408,16 @@ def _run(args: argparse.Namespace) -> int:
     except realrmq.NeedsCheckout as e:
         console.print(f"[red]rmq-ha bench produce: {e}")
         return 2
+    try:
+        threads = threads_list(args)
+    except ValueError as e:
+        console.print(f"[red]rmq-ha bench produce: {e}")
+        return 2
+    consume_msgs = args.consume_msgs
     if args.quick:
         sizes, batches, rounds = [1024], [1], 1
         timing = (2.0, 1.0, 2.0)
+        consume_msgs = min(consume_msgs, QUICK_CONSUME_MSGS)
     else:
         sizes = [int(s) for s in args.sizes.split(",")]
         batches = [int(b) for b in args.batches.split(",")]
@@ -316,10 +428,9 @@ def _run(args: argparse.Namespace) -> int:
     if bad:
         console.print(f"[red]rmq-ha bench produce: unknown --impls {bad}; use {','.join(IMPLS)}")
         return 2
-    combos = [(s, b) for s in sizes for b in batches]
-    runs: dict[str, dict[tuple[int, int], list[dict[str, Any]]]] = {
-        i: {c: [] for c in combos} for i in impls
-    }
+    combos = [(s, b, t) for t in threads for s in sizes for b in batches]
+    keys: list[Any] = [*combos, *(["consume"] if consume_msgs > 0 else [])]
+    runs: dict[str, dict[Any, list[dict[str, Any]]]] = {i: {c: [] for c in keys} for i in impls}
     root = Path(tempfile.mkdtemp(prefix="rmq-bench-produce-", dir=args.dir))
     t_start = time.monotonic()
     try:
@@ -329,13 +440,23 @@ def _run(args: argparse.Namespace) -> int:
             if "rocketmq" in impls:
                 progress.update(task, description="fetching RocketMQ 5.5.0 jars")
                 h.real_rocketmq_lib()
-            progress.update(task, total=rounds * len(impls) * len(combos), completed=0)
+            progress.update(task, total=rounds * len(impls) * len(keys), completed=0)
             for r in range(rounds):
                 # Alternating brokers, a fresh pair each round: drift hits both sides alike.
                 for impl in impls:
                     workdir = root / f"{impl}-{r}"
                     one = _one_broker(
-                        impl, workdir, h, jar, combos, args, timing, progress, task, console
+                        impl,
+                        workdir,
+                        h,
+                        jar,
+                        combos,
+                        args,
+                        timing,
+                        progress,
+                        task,
+                        console,
+                        consume_msgs,
                     )
                     for c, side in one.items():
                         runs[impl][c].append(side)
@@ -348,17 +469,24 @@ def _run(args: argparse.Namespace) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     cases: list[dict[str, Any]] = []
-    for size, batch in combos:
-        case: dict[str, Any] = {"size": size, "batch": batch, "threads": args.threads}
+    for size, batch, nthreads in combos:
+        case: dict[str, Any] = {"size": size, "batch": batch, "threads": nthreads}
         for impl in impls:
-            case[impl] = _aggregate(runs[impl][(size, batch)] or [_failed("not run")])
-        ours = case.get("rmq_ha", {}).get("msgs_per_s") or 0
-        theirs = case.get("rocketmq", {}).get("msgs_per_s") or 0
-        case["ratio"] = round(ours / theirs, 3) if ours and theirs else None
+            case[impl] = _aggregate(runs[impl][(size, batch, nthreads)] or [_failed("not run")])
+        compare(case)
         cases.append(case)
+    consume: dict[str, Any] | None = None
+    if consume_msgs > 0:
+        consume = {"msgs": consume_msgs, "size": args.consume_size}
+        for impl in impls:
+            consume[impl] = _aggregate(runs[impl]["consume"] or [_failed("not run")])
+        compare(consume)
+        consume["goal"] = f">= {CONSUME_GOAL}x real RocketMQ msgs/s"
+        consume["goal_met"] = None if consume["ratio"] is None else consume["ratio"] >= CONSUME_GOAL
     info = machine()
     head = next((c for c in cases if (c["size"], c["batch"]) == HEADLINE), None)
-    ratio = head["ratio"] if head else None
+    head_ratio = head["ratio"] if head else None
+    cpu_ratio = head["cpu_ratio"] if head else None
     result: dict[str, Any] = {
         "benchmark": "produce",
         "machine": info,
@@ -366,7 +494,7 @@ def _run(args: argparse.Namespace) -> int:
         "load_generator": "rmqha.interop.BenchProducer on rocketmq-client "
         f"{h.ROCKETMQ_VERSION}, one producer, sync sends",
         "flush": "ASYNC_FLUSH",
-        "threads": args.threads,
+        "threads": threads[0] if len(threads) == 1 else threads,
         "seconds": timing[0],
         "warmup_seconds": timing[1],
         "broker_warmup_seconds": timing[2],
@@ -375,16 +503,22 @@ def _run(args: argparse.Namespace) -> int:
         "note": f"{info.get('cpus')} CPUs: the load generator runs on the same machine and "
         "competes with the broker under test for CPU. Figures are medians over the rounds "
         "(fresh brokers each round, alternating). broker_cores: CPU used by the namesrv + "
-        "broker processes during a case's load generator run (incl. its start-up and warm-up)",
+        "broker processes during a case's load generator run (incl. its start-up and warm-up); "
+        "broker_cpu_us_per_msg: their CPU in the measured window per acknowledged (consumed) "
+        "message",
         "cases": cases,
+        "consume": consume,
         "headline": "1 KiB single sends",
-        "ratio_1k_single": ratio,
+        "ratio_1k_single": head_ratio,
         "goal": f">= {GOAL}x real RocketMQ",
-        "goal_met": None if ratio is None else ratio >= GOAL,
+        "goal_met": None if head_ratio is None else head_ratio >= GOAL,
+        "cpu_ratio_1k_single": cpu_ratio,
+        "cpu_goal": f"<= {CPU_GOAL}x real RocketMQ's broker CPU per message",
+        "cpu_goal_met": None if cpu_ratio is None else cpu_ratio <= CPU_GOAL,
         "variants": variant_ratios(cases, impls),
         "wall_seconds": round(time.monotonic() - t_start, 1),
     }
-    failed = any("failure" in c.get(i, {}) for c in cases for i in impls)
+    failed = any("failure" in c.get(i, {}) for c in [*cases, consume or {}] for i in impls)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -403,23 +537,30 @@ def _print_table(result: dict[str, Any], impls: list[str]) -> None:
         f"{result['threads']} threads, {result['seconds']:g} s x {result['rounds']} rounds "
         f"(median), {result['flush']}"
     )
-    for col in ("size", "batch", "broker", "msgs/s", "p50 ms", "p99 ms", "err", "cores"):
+    cols = ("size", "batch", "thr", "broker", "msgs/s", "p50 ms", "p99 ms", "err", "cores")
+    for col in (*cols, "cpu µs/msg", "ratio", "cpu ratio"):
         table.add_column(col, justify="left" if col == "broker" else "right")
-    table.add_column("ratio", justify="right")
-    for c in result["cases"]:
+    rows = list(result["cases"])
+    if result.get("consume"):
+        rows.append({**result["consume"], "batch": "consume", "threads": "-"})
+    for c in rows:
         for k, impl in enumerate(impls):
             s = c[impl]
+            last = k == len(impls) - 1
             table.add_row(
                 str(c["size"]) if k == 0 else "",
                 str(c["batch"]) if k == 0 else "",
+                str(c["threads"]) if k == 0 else "",
                 impl,
                 _fmt(s["msgs_per_s"], ",.0f"),
                 _fmt(s["p50_ms"], ".2f"),
                 _fmt(s["p99_ms"], ".2f"),
                 _fmt(s["errors"], "d") if "failure" not in s else "FAILED",
                 _fmt(s.get("broker_cores"), ".2f"),
-                _fmt(c["ratio"], ".2f") if k == len(impls) - 1 else "",
-                end_section=k == len(impls) - 1,
+                _fmt(s.get("broker_cpu_us_per_msg"), ",.1f"),
+                _fmt(c["ratio"], ".2f") if last else "",
+                _fmt(c.get("cpu_ratio"), ".2f") if last else "",
+                end_section=last,
             )
     out.print(table)
     ratio = result["ratio_1k_single"]
@@ -427,6 +568,20 @@ def _print_table(result: dict[str, Any], impls: list[str]) -> None:
         verdict = "met" if result["goal_met"] else "NOT met"
         goal = result["goal"]
         out.print(f"headline 1 KiB single sends: ratio {ratio:.2f} (goal {goal}: {verdict})")
+    cpu = result.get("cpu_ratio_1k_single")
+    if cpu is not None:
+        verdict = "met" if result["cpu_goal_met"] else "NOT met"
+        out.print(
+            f"broker CPU per message, 1 KiB single sends: rmq_ha / RocketMQ {cpu:.2f} "
+            f"(goal {result['cpu_goal']}: {verdict})"
+        )
+    consume = result.get("consume") or {}
+    if consume.get("ratio") is not None:
+        verdict = "met" if consume["goal_met"] else "NOT met"
+        out.print(
+            f"consume: ratio {consume['ratio']:.2f} (goal {consume['goal']}: {verdict}), "
+            f"CPU per message ratio {_fmt(consume.get('cpu_ratio'), '.2f')}"
+        )
     for name, v in result.get("variants", {}).items():
         head = v.get("ratio_1k_single_vs_rmq_ha")
         if head is None:
@@ -446,7 +601,9 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="one case (1 KiB single), 2 s (smoke)")
-    p.add_argument("--threads", type=int, default=4, help="producer threads")
+    p.add_argument(
+        "--threads", default="4", help="producer threads; a list (4,16) runs every case at each"
+    )
     p.add_argument("--seconds", type=float, default=10.0, help="measured seconds per case")
     p.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds per case")
     p.add_argument(
@@ -456,6 +613,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batches", default="1,32", help="messages per send (1 = single sends)")
     p.add_argument("--rounds", type=int, default=3, help="fresh broker pairs per side (median)")
     p.add_argument("--queues", type=int, default=8, help="queues of each bench topic")
+    p.add_argument(
+        "--consume-msgs",
+        type=int,
+        default=100_000,
+        help=f"consume case: messages stored, then drained (0 = no consume case; "
+        f"--quick caps it at {QUICK_CONSUME_MSGS})",
+    )
+    p.add_argument("--consume-size", type=int, default=1024, help="consume case: body bytes")
+    p.add_argument(
+        "--consume-timeout", type=float, default=300.0, help="consume case: seconds to drain"
+    )
     p.add_argument(
         "--impls",
         default="rmq_ha,rocketmq",

@@ -29,10 +29,12 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * <pre>
  * java -cp interop-java.jar rmqha.interop.BenchProducer --namesrv ADDR --topic T
  *      [--threads 4] [--seconds 10] [--warmup 2] [--body-size 1024] [--batch 1] [--queues 8]
+ *      [--cpu-pids PID,PID]
  * </pre>
  *
  * Prints one JSON line on stdout: msgsPerSec, bytesPerSec (bodies only), p50Ms/p99Ms (per send
- * call, i.e. per batch when batching), errors (failed sends plus non-SEND_OK statuses).
+ * call, i.e. per batch when batching), errors (failed sends plus non-SEND_OK statuses), and with
+ * --cpu-pids brokerCpuTicks: the CPU clock ticks those processes used in the measured window.
  */
 public final class BenchProducer {
     String namesrv;
@@ -43,6 +45,9 @@ public final class BenchProducer {
     int bodySize = 1024;
     int batch = 1;
     int queues = 8;
+    /** Broker processes whose CPU (utime + stime, /proc) is read at the start and end of the
+     * measured window: brokerCpuTicks in the result. */
+    long[] cpuPids = new long[0];
 
     final AtomicLong errors = new AtomicLong();
     final List<Object> errorSamples = Collections.synchronizedList(new ArrayList<>());
@@ -89,11 +94,46 @@ public final class BenchProducer {
                 case "--body-size": bodySize = Integer.parseInt(v); break;
                 case "--batch": batch = Integer.parseInt(v); break;
                 case "--queues": queues = Integer.parseInt(v); break;
+                case "--cpu-pids": cpuPids = parsePids(v); break;
                 default: throw new IllegalArgumentException("unknown option " + args[i]);
             }
         }
         if (namesrv == null || topic == null) {
             throw new IllegalArgumentException("--namesrv and --topic are required");
+        }
+    }
+
+    static long[] parsePids(String v) {
+        return v.isEmpty()
+            ? new long[0]
+            : Arrays.stream(v.split(",")).mapToLong(Long::parseLong).toArray();
+    }
+
+    /**
+     * utime + stime of the given processes in clock ticks (fields 14 and 15 of /proc/PID/stat,
+     * counted after the command name's closing parenthesis); -1 if one cannot be read.
+     */
+    static long cpuTicks(long[] pids) {
+        long total = 0;
+        for (long pid : pids) {
+            try {
+                String stat = new String(
+                    java.nio.file.Files.readAllBytes(java.nio.file.Path.of("/proc/" + pid + "/stat")),
+                    java.nio.charset.StandardCharsets.US_ASCII);
+                String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+                total += Long.parseLong(f[11]) + Long.parseLong(f[12]);
+            } catch (java.io.IOException | RuntimeException e) {
+                return -1;
+            }
+        }
+        return total;
+    }
+
+    /** Sleeps until System.nanoTime() reaches `at`. */
+    static void sleepUntil(long at) throws InterruptedException {
+        long left;
+        while ((left = at - System.nanoTime()) > 0) {
+            Thread.sleep(Math.max(1, left / 1_000_000), (int) (left % 1_000_000));
         }
     }
 
@@ -172,6 +212,11 @@ public final class BenchProducer {
             ts[t] = new Thread(() -> loop(p, body, s, measureFrom, end), "bench-" + t);
             ts[t].start();
         }
+        // The brokers' CPU over the measured window only (not the warm-up or client start-up).
+        sleepUntil(measureFrom);
+        long cpu0 = cpuTicks(cpuPids);
+        sleepUntil(end);
+        long cpu1 = cpuTicks(cpuPids);
         for (Thread t : ts) {
             t.join();
         }
@@ -211,6 +256,9 @@ public final class BenchProducer {
         r.put("maxMs", all.length == 0 ? null : all[all.length - 1] / 1000.0);
         r.put("errors", errors.get());
         r.put("errorSamples", new ArrayList<>(errorSamples));
+        if (cpuPids.length > 0) {
+            r.put("brokerCpuTicks", cpu0 < 0 || cpu1 < 0 ? null : cpu1 - cpu0);
+        }
         return r;
     }
 

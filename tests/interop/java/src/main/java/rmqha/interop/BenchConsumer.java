@@ -1,0 +1,236 @@
+package rmqha.interop;
+
+import java.io.PrintStream;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/**
+ * Consume load generator on the real Apache RocketMQ Java client (used by `rmq-ha bench produce`
+ * for its consume case). Two phases in one process:
+ *
+ * <ol>
+ *   <li>fill: creates the topic (--queues queues) and stores --count messages of --body-size
+ *       bytes with one DefaultMQProducer, --fill-threads threads sending batches of --batch
+ *       synchronously (not measured);
+ *   <li>drain: one DefaultLitePullConsumer (a fresh group, CONSUME_FROM_FIRST_OFFSET, pull batch
+ *       --pull-batch, auto commit) polls until it has received --count messages or --timeout
+ *       seconds passed. The clock (and the brokers' CPU, --cpu-pids) starts when the first
+ *       non-empty poll returns, so the rebalance at start-up is not counted; the messages of
+ *       that first poll are not counted either.
+ * </ol>
+ *
+ * <pre>
+ * java -cp interop-java.jar rmqha.interop.BenchConsumer --namesrv ADDR --topic T --count N
+ *      [--body-size 1024] [--batch 32] [--fill-threads 4] [--queues 8] [--pull-batch 32]
+ *      [--timeout 120] [--cpu-pids PID,PID]
+ * </pre>
+ *
+ * Prints one JSON line on stdout: msgsPerSec and bytesPerSec (bodies) of the drain, msgs (counted
+ * messages), seconds, fillSeconds, errors (failed fill sends), brokerCpuTicks (with --cpu-pids).
+ */
+public final class BenchConsumer {
+    String namesrv;
+    String topic;
+    long count;
+    int bodySize = 1024;
+    int batch = 32;
+    int fillThreads = 4;
+    int queues = 8;
+    int pullBatch = 32;
+    double timeout = 120;
+    long[] cpuPids = new long[0];
+
+    final AtomicLong errors = new AtomicLong();
+    final List<Object> errorSamples = Collections.synchronizedList(new ArrayList<>());
+
+    public static void main(String[] args) throws Exception {
+        PrintStream out = System.out;
+        System.setOut(System.err); // stdout carries only the result line
+        BenchConsumer b = new BenchConsumer();
+        try {
+            b.parse(args);
+        } catch (RuntimeException e) {
+            System.err.println("usage error: " + e.getMessage());
+            Runtime.getRuntime().halt(2);
+            return;
+        }
+        Map<String, Object> result;
+        int rc = 0;
+        try {
+            result = b.run();
+        } catch (Throwable t) {
+            t.printStackTrace();
+            result = new LinkedHashMap<>();
+            result.put("fatal", InteropMain.describe(t));
+            rc = 1;
+        }
+        out.println(Json.write(result));
+        out.flush();
+        System.err.flush();
+        Runtime.getRuntime().halt(rc);
+    }
+
+    void parse(String[] args) {
+        for (int i = 0; i < args.length; i += 2) {
+            if (i + 1 >= args.length) {
+                throw new IllegalArgumentException("missing value for " + args[i]);
+            }
+            String v = args[i + 1];
+            switch (args[i]) {
+                case "--namesrv": namesrv = v; break;
+                case "--topic": topic = v; break;
+                case "--count": count = Long.parseLong(v); break;
+                case "--body-size": bodySize = Integer.parseInt(v); break;
+                case "--batch": batch = Integer.parseInt(v); break;
+                case "--fill-threads": fillThreads = Integer.parseInt(v); break;
+                case "--queues": queues = Integer.parseInt(v); break;
+                case "--pull-batch": pullBatch = Integer.parseInt(v); break;
+                case "--timeout": timeout = Double.parseDouble(v); break;
+                case "--cpu-pids": cpuPids = BenchProducer.parsePids(v); break;
+                default: throw new IllegalArgumentException("unknown option " + args[i]);
+            }
+        }
+        if (namesrv == null || topic == null) {
+            throw new IllegalArgumentException("--namesrv and --topic are required");
+        }
+        if (count <= 0 || batch <= 0 || fillThreads <= 0 || pullBatch <= 0) {
+            throw new IllegalArgumentException("--count, --batch, --fill-threads, --pull-batch must be > 0");
+        }
+    }
+
+    Map<String, Object> run() throws Exception {
+        BenchProducer topicMaker = new BenchProducer();
+        topicMaker.namesrv = namesrv;
+        topicMaker.topic = topic;
+        topicMaker.queues = queues;
+        topicMaker.createTopic();
+        long f0 = System.nanoTime();
+        fill();
+        double fillSeconds = (System.nanoTime() - f0) / 1e9;
+        if (errors.get() > 0) {
+            throw new IllegalStateException(errors.get() + " fill sends failed: " + errorSamples);
+        }
+
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer("C_bench_" + ProcessHandle.current().pid());
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName("bench-consumer-" + ProcessHandle.current().pid());
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setPullBatchSize(pullBatch);
+        c.setAutoCommit(true);
+        c.subscribe(topic, "*");
+        c.start();
+        long received = 0;
+        long counted = 0;
+        long t0 = 0;
+        long t1 = 0;
+        long cpu0 = 0;
+        long cpu1 = 0;
+        long deadline = System.nanoTime() + (long) (timeout * 1e9);
+        try {
+            while (received < count && System.nanoTime() < deadline) {
+                List<MessageExt> got = c.poll(1000);
+                if (got.isEmpty()) {
+                    continue;
+                }
+                received += got.size();
+                if (t0 == 0) {
+                    t0 = System.nanoTime();
+                    cpu0 = BenchProducer.cpuTicks(cpuPids);
+                } else {
+                    counted += got.size();
+                }
+            }
+            t1 = System.nanoTime();
+            cpu1 = BenchProducer.cpuTicks(cpuPids);
+        } finally {
+            c.shutdown();
+        }
+        if (received < count) {
+            throw new IllegalStateException(
+                "drained " + received + " of " + count + " messages in " + timeout + " s");
+        }
+        double seconds = (t1 - t0) / 1e9;
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("client", "java");
+        r.put("clientVersion", InteropMain.CLIENT_VERSION);
+        r.put("consumer", "DefaultLitePullConsumer");
+        r.put("topic", topic);
+        r.put("queues", queues);
+        r.put("bodySize", bodySize);
+        r.put("pullBatch", pullBatch);
+        r.put("filled", count);
+        r.put("received", received);
+        r.put("msgs", counted);
+        r.put("seconds", Math.round(seconds * 1000) / 1000.0);
+        r.put("fillSeconds", Math.round(fillSeconds * 1000) / 1000.0);
+        r.put("msgsPerSec", seconds > 0 ? Math.round(counted / seconds) : 0);
+        r.put("bytesPerSec", seconds > 0 ? Math.round(counted * (double) bodySize / seconds) : 0);
+        r.put("errors", errors.get());
+        if (cpuPids.length > 0) {
+            r.put("brokerCpuTicks", cpu0 < 0 || cpu1 < 0 ? null : cpu1 - cpu0);
+        }
+        return r;
+    }
+
+    /** Stores `count` messages: fillThreads threads claim batches from a shared counter. */
+    void fill() throws Exception {
+        DefaultMQProducer p = new DefaultMQProducer("P_benchfill_" + ProcessHandle.current().pid());
+        p.setNamesrvAddr(namesrv);
+        p.setInstanceName("bench-fill-" + ProcessHandle.current().pid());
+        p.setSendMsgTimeout(10000);
+        p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
+        p.start();
+        byte[] body = new byte[bodySize];
+        for (int i = 0; i < bodySize; i++) {
+            body[i] = (byte) ('a' + (i % 26));
+        }
+        AtomicLong claimed = new AtomicLong();
+        Thread[] ts = new Thread[fillThreads];
+        try {
+            for (int t = 0; t < fillThreads; t++) {
+                ts[t] = new Thread(() -> {
+                    long from;
+                    while ((from = claimed.getAndAdd(batch)) < count && errors.get() == 0) {
+                        int n = (int) Math.min(batch, count - from);
+                        List<Message> b = new ArrayList<>(n);
+                        for (int i = 0; i < n; i++) {
+                            b.add(new Message(topic, "bench", body));
+                        }
+                        try {
+                            SendResult r = n == 1 ? p.send(b.get(0)) : p.send(b);
+                            if (r.getSendStatus() != SendStatus.SEND_OK) {
+                                error(Map.of("type", "status", "message", r.getSendStatus().name()));
+                            }
+                        } catch (Exception e) {
+                            error(InteropMain.describe(e));
+                        }
+                    }
+                }, "fill-" + t);
+                ts[t].start();
+            }
+            for (Thread t : ts) {
+                t.join();
+            }
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    void error(Map<String, Object> e) {
+        if (errors.incrementAndGet() <= 5) {
+            errorSamples.add(e);
+        }
+    }
+}
