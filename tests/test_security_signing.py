@@ -134,3 +134,18 @@ def test_any_change_to_a_value_or_the_body_breaks_it(
 @given(st.one_of(st.none(), _text), _text)
 def test_signature_comparison_never_raises(got: str | None, expected: str) -> None:
     assert signature_matches(expected, got) == (got == expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_fields, st.one_of(st.none(), st.binary(max_size=64)), st.sampled_from([None, 400, 479]))
+def test_streamed_signature_equals_the_plain_definition(
+    ext: dict[str, str], body: bytes | None, version: int | None
+) -> None:
+    from rmq_ha.security.signing import signature_of
+
+    plain = calc_signature(signed_content(ext, body, version), "k3y")
+    assert signature_of(ext, body, "k3y", version) == plain
+    # and the fast key order equals Java's order
+    from rmq_ha.security.signing import _java_key_order, _sorted_keys
+
+    assert _sorted_keys(ext) == sorted(ext, key=_java_key_order)

@@ -38,9 +38,8 @@ from rmq_ha.security.rules import DENY, PUB, SUB, Kind, Need
 from rmq_ha.security.signing import (
     ACCESS_KEY,
     SIGNATURE,
-    calc_signature,
     signature_matches,
-    signed_content,
+    signature_of,
 )
 
 #: RocketMQ checks accessKey and secretKey are at least this long.
@@ -254,7 +253,7 @@ def decide(
         return _deny(f"No acl config for {ak}", kind)
     if not inner and account.white_remote_address(peer_ip):
         return Verdict(True, ak)
-    expected = calc_signature(signed_content(ext, body, version), account.secret_key)
+    expected = signature_of(ext, body, account.secret_key, version)
     if not signature_matches(expected, ext.get(SIGNATURE)):
         return _deny(f"Check signature failed for accessKey={ak}", kind)
     if account.admin:
