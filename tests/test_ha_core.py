@@ -1,7 +1,10 @@
 """HaCore, the master's pure replication bookkeeping: each rule named after the RocketMQ issue
 whose failure it prevents (reference section 2.7-2.9)."""
 
-from rmq_ha.broker.ha.core import HaCore
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rmq_ha.broker.ha.core import NO_LIMIT, HaCore, Replica
 
 
 def core(members: set[int], all_ack: bool = True, **kw: int) -> HaCore:
@@ -175,3 +178,44 @@ def test_maybe_expand_skips_learners_and_replicas_behind() -> None:
     c.acked(4, 100, 500, 1)
     assert c.confirm == 500
     assert c.maybe_expand() is None
+
+
+# ---- the ack watermark (issue 16: producers released per change, not per ack) ---------------
+
+
+@st.composite
+def ha_states(draw: st.DrawFn) -> HaCore:
+    ids = draw(st.lists(st.integers(2, 6), unique=True, max_size=4))
+    members = frozenset(draw(st.lists(st.sampled_from([1, *ids]), unique=True)) or [1])
+    core = HaCore(
+        self_id=1,
+        all_ack=draw(st.booleans()),
+        in_sync_replicas=draw(st.integers(1, 4)),
+        min_in_sync_replicas=draw(st.integers(1, 4)),
+        sync_state_set=members,
+    )
+    if draw(st.booleans()) and ids:
+        core.proposed = frozenset(draw(st.lists(st.sampled_from([1, *ids]), unique=True)))
+    for rid in ids:
+        if draw(st.booleans()):  # connected (else a member without a connection)
+            core.replicas[rid] = Replica(rid, ack=draw(st.integers(-1, 50)))
+    return core
+
+
+@settings(max_examples=400, deadline=None)
+@given(ha_states(), st.integers(0, 60))
+def test_write_acked_is_exactly_at_or_below_the_watermark(core: HaCore, offset: int) -> None:
+    assert core.write_acked(offset) == (offset <= core.ack_watermark())
+
+
+def test_watermark_examples() -> None:
+    core = HaCore(self_id=1, all_ack=True, sync_state_set=frozenset({1, 2, 3}))
+    core.replicas = {2: Replica(2, ack=40), 3: Replica(3, ack=25)}
+    assert core.ack_watermark() == 25
+    del core.replicas[3]  # a member without a connection holds everything back
+    assert core.ack_watermark() == -1
+    single = HaCore(self_id=1, all_ack=False, in_sync_replicas=1)
+    assert single.ack_watermark() == NO_LIMIT
+    two = HaCore(self_id=1, all_ack=False, in_sync_replicas=2)
+    two.replicas = {2: Replica(2, ack=7), 3: Replica(3, ack=9)}
+    assert two.ack_watermark() == 9

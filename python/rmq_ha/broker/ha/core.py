@@ -198,6 +198,27 @@ class HaCore:
         """How many replicas (the master included) hold everything below `offset`."""
         return 1 + sum(1 for r in self.replicas.values() if r.ack >= offset)
 
+    def ack_watermark(self) -> int:
+        """The highest offset `o` with ``write_acked(o)`` (`NO_LIMIT` when every offset is;
+        -1 when none is): `write_acked` is monotonic in the offset, so a master releases every
+        producer waiting at or below this once per change, not each producer per ack."""
+        members = self.effective_set() - {self.self_id}
+        mark = NO_LIMIT
+        if self.min_in_sync_replicas > 1:
+            mark = min(mark, _kth_largest(self._acks_of(members), self.min_in_sync_replicas - 1))
+        if self.all_ack:
+            for m in members:
+                r = self.replicas.get(m)
+                mark = min(mark, -1 if r is None else r.ack)
+            return mark
+        if self.in_sync_replicas > 1:
+            acks = [r.ack for r in self.replicas.values()]
+            mark = min(mark, _kth_largest(acks, self.in_sync_replicas - 1))
+        return mark
+
+    def _acks_of(self, members: frozenset[int]) -> list[int]:
+        return [r.ack for m in members if (r := self.replicas.get(m)) is not None]
+
     def write_acked(self, offset: int) -> bool:
         """Whether a producer's write ending at `offset` may be acknowledged. Never by fewer
         than minInSyncReplicas holders: a write accepted while a larger set was proposed
@@ -240,6 +261,17 @@ def consistent_point(
         if master_max <= start and local[0][1] == start:
             return start
     return point
+
+
+#: `HaCore.ack_watermark` when nothing but the master is needed.
+NO_LIMIT = (1 << 63) - 1
+
+
+def _kth_largest(values: list[int], k: int) -> int:
+    """The k-th largest value (1-based), or -1 when there are fewer than k."""
+    if len(values) < k:
+        return -1
+    return sorted(values, reverse=True)[k - 1]
 
 
 def slave_ok(connections: int, master_max: int, best_ack: int, max_gap: int) -> bool:

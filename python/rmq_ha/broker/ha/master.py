@@ -14,6 +14,8 @@ The codec is Rust (`rmq_ha._native`, HA wire format); this module only moves byt
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import ssl
 from collections.abc import Callable
@@ -27,7 +29,7 @@ from rmq_ha._native import (
     encode_transfer_header,
 )
 from rmq_ha.broker.core import events as ev
-from rmq_ha.broker.ha.core import FlowMonitor, HaCore
+from rmq_ha.broker.ha.core import NO_LIMIT, FlowMonitor, HaCore
 from rmq_ha.broker.ha.slave import first_error as _leaf
 from rmq_ha.errors import QuarantinedRecordError
 from rmq_ha.security.acl import AclConfig
@@ -70,7 +72,14 @@ class HaMaster:
         #: haFlowControlEnable: bytes per second per slave (None: no limit).
         self.flow_rate = flow_rate
         self._data = trio.Event()
-        self._progress = trio.Event()
+        #: Producers waiting for acks: (end offset, tie-break, event), lowest offset first;
+        #: `woke` sets the events of those at or below the HaCore's ack watermark. An entry
+        #: whose producer timed out stays until the watermark passes it (its event is set
+        #: then, unseen) or the HaCore is replaced.
+        self._waiters: list[tuple[int, int, trio.Event]] = []
+        self._seq = itertools.count()
+        self._waiting_core: HaCore | None = None
+        self._waiting_epoch = 0
         self._accepting: Callable[[], bool] = lambda: True
         #: The cluster accounts a slave must prove it belongs to (aclEnable), else None.
         self.auth: Callable[[], AclConfig] | None = None
@@ -109,7 +118,10 @@ class HaMaster:
                     return False
                 if now.write_acked(offset):
                     return True
-                await self._progress.wait()
+                woken = trio.Event()
+                self._waiting_core, self._waiting_epoch = now, now.epoch
+                heapq.heappush(self._waiters, (offset, next(self._seq), woken))
+                await woken.wait()
         return False
 
     # ---- serving ------------------------------------------------------------------------
@@ -134,9 +146,18 @@ class HaMaster:
         self._repaired = trio.Event()
 
     def woke(self) -> None:
-        """Producers waiting for acks re-check (an ack arrived or the set changed)."""
-        self._progress.set()
-        self._progress = trio.Event()
+        """An ack arrived or the set changed: the producers whose writes are now acknowledged
+        re-check (all of them when the role core replaced its HaCore or leads another epoch,
+        so that they give up). One watermark per call, not one check per waiting producer."""
+        if not self._waiters:
+            return
+        core = self.core()
+        if core is not self._waiting_core or core.epoch != self._waiting_epoch:
+            mark = NO_LIMIT
+        else:
+            mark = core.ack_watermark()
+        while self._waiters and self._waiters[0][0] <= mark:
+            heapq.heappop(self._waiters)[2].set()
 
     async def _connection(self, tcp: trio.SocketStream) -> None:
         peer = _peer(tcp)
