@@ -219,3 +219,48 @@ def test_watermark_examples() -> None:
     two = HaCore(self_id=1, all_ack=False, in_sync_replicas=2)
     two.replicas = {2: Replica(2, ack=7), 3: Replica(3, ack=9)}
     assert two.ack_watermark() == 9
+
+
+async def test_master_wakes_only_acknowledged_writes_and_drops_timed_out_waiters(
+    autojump_clock: object,
+) -> None:
+    """HaMaster's waiting producers (a heap by offset): an ack wakes the writes at or below the
+    watermark and no others; producers that timed out do not pile up."""
+    from typing import Any, cast
+
+    import trio
+
+    from rmq_ha.broker.ha.master import HaMaster
+
+    c = HaCore(self_id=1, all_ack=True, sync_state_set=frozenset({1, 2}))
+    c.replicas = {2: Replica(2, ack=0)}
+    m = HaMaster(
+        cast(Any, None),
+        cast(Any, None),
+        lambda: c,
+        lambda _e: None,
+        batch_bytes=1,
+        heartbeat_interval_ms=1000,
+        controller_mode=True,
+    )
+    # 300 writes time out (the slave never acks): their entries are dropped in bulk.
+    async with trio.open_nursery() as n:
+        for i in range(300):
+            n.start_soon(m.wait_acked, 10 + i, 1.0)
+    assert len(m._waiters) <= 150
+    done: dict[int, bool] = {}
+
+    async def wait(off: int) -> None:
+        done[off] = await m.wait_acked(off, 100.0)
+
+    async with trio.open_nursery() as n:
+        for off in (100, 200, 300):
+            n.start_soon(wait, off)
+        await trio.sleep(1)
+        c.replicas[2].ack = 250
+        m.woke()
+        await trio.sleep(1)
+        assert done == {100: True, 200: True}
+        c.replicas[2].ack = 300
+        m.woke()
+    assert done == {100: True, 200: True, 300: True}

@@ -43,6 +43,16 @@ log = logging.getLogger(__name__)
 RECV_BYTES = 64 * 1024
 
 
+class _Waiter:
+    """A producer waiting for its write to be acknowledged."""
+
+    __slots__ = ("cancelled", "event")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.cancelled = False
+
+
 class HaMaster:
     """Streams the commitlog to connected slaves and reports what happens to the role core.
 
@@ -73,10 +83,10 @@ class HaMaster:
         self.flow_rate = flow_rate
         self._data = trio.Event()
         #: Producers waiting for acks: (end offset, tie-break, event), lowest offset first;
-        #: `woke` sets the events of those at or below the HaCore's ack watermark. An entry
-        #: whose producer timed out stays until the watermark passes it (its event is set
-        #: then, unseen) or the HaCore is replaced.
-        self._waiters: list[tuple[int, int, trio.Event]] = []
+        #: `woke` sets the events of those at or below the HaCore's ack watermark; entries
+        #: of producers that timed out are dropped in bulk (`_drop`).
+        self._waiters: list[tuple[int, int, _Waiter]] = []
+        self._cancelled = 0
         self._seq = itertools.count()
         self._waiting_core: HaCore | None = None
         self._waiting_epoch = 0
@@ -118,11 +128,25 @@ class HaMaster:
                     return False
                 if now.write_acked(offset):
                     return True
-                woken = trio.Event()
+                w = _Waiter()
                 self._waiting_core, self._waiting_epoch = now, now.epoch
-                heapq.heappush(self._waiters, (offset, next(self._seq), woken))
-                await woken.wait()
+                heapq.heappush(self._waiters, (offset, next(self._seq), w))
+                try:
+                    await w.event.wait()
+                finally:
+                    if not w.event.is_set():
+                        self._drop(w)
         return False
+
+    def _drop(self, w: _Waiter) -> None:
+        """A producer stopped waiting (timeout): its entry goes when the heap is mostly such
+        entries, so a long stall of replication cannot grow it without bound."""
+        w.cancelled = True
+        self._cancelled += 1
+        if self._cancelled > max(64, len(self._waiters) // 2):
+            self._waiters = [x for x in self._waiters if not x[2].cancelled]
+            heapq.heapify(self._waiters)
+            self._cancelled = 0
 
     # ---- serving ------------------------------------------------------------------------
 
@@ -157,7 +181,11 @@ class HaMaster:
         else:
             mark = core.ack_watermark()
         while self._waiters and self._waiters[0][0] <= mark:
-            heapq.heappop(self._waiters)[2].set()
+            w = heapq.heappop(self._waiters)[2]
+            if w.cancelled:
+                self._cancelled -= 1
+            else:
+                w.event.set()
 
     async def _connection(self, tcp: trio.SocketStream) -> None:
         peer = _peer(tcp)
