@@ -19,6 +19,11 @@ Variants of rmq_ha run beside plain rmq_ha in the same rounds and are reported a
 >= 0.97x). The endpoint is on but not scraped during the run (a scrape reads a snapshot; at
 Prometheus's default 15 s interval its cost is negligible next to the per-request counters).
 
+`--secure` (issue 19) runs plain rmq_ha, rmq_ha+acl (every request signed by the Java client's
+AclClientRPCHook and verified by the broker), rmq_ha+tls (the broker enforcing TLS, the load
+generator on -Dtls.enable=true) and rmq_ha+acl+tls in the same rounds; each is reported as a
+ratio to plain rmq_ha (goal for ACL + TLS >= 0.85x; docs/security.md).
+
 The ratio is rmq_ha msgs/s / RocketMQ msgs/s; the headline is 1 KiB single sends (goal >= 1.0x).
 The load generator runs on the same machine and competes with the broker for CPU.
 --threads takes a list (4,16): every size x batch case runs at each thread count.
@@ -60,7 +65,7 @@ from rich.table import Table
 from rmq_jepsen.bench import machine, realrmq
 from rmq_jepsen.launch import Proc
 
-IMPLS = ("rmq_ha", "rocketmq", "rmq_ha+metrics")
+IMPLS = ("rmq_ha", "rocketmq", "rmq_ha+metrics", "rmq_ha+acl", "rmq_ha+tls", "rmq_ha+acl+tls")
 #: rmq_ha with settings whose cost is measured against plain rmq_ha in the same run: broker.conf
 #: lines and the goal for msgs/s as a fraction of plain rmq_ha's.
 VARIANTS: dict[str, tuple[list[str], float]] = {
@@ -73,7 +78,17 @@ VARIANTS: dict[str, tuple[list[str], float]] = {
         ],
         0.97,
     ),
+    # issue 19: ACL (every request signed and verified), TLS, both; their files are made per
+    # run by _secure (the lines here stay empty). Goal: ACL + TLS >= 0.85x plain rmq_ha.
+    "rmq_ha+acl": ([], 0.85),
+    "rmq_ha+tls": ([], 0.85),
+    "rmq_ha+acl+tls": ([], 0.85),
 }
+#: `--secure`: plain rmq_ha and the three security variants in the same run.
+SECURE_IMPLS = "rmq_ha,rmq_ha+acl,rmq_ha+tls,rmq_ha+acl+tls"
+#: The load generator's accounts in the ACL variants (secrets of a throw-away bench file).
+BENCH_USER = ("rmqBenchUser", "bench-user-secret")
+BENCH_ADMIN = ("rmqBenchAdmin", "bench-admin-secret")
 HEADLINE = (1024, 1)  # 1 KiB single sends: the case the goal speaks of
 GOAL = 1.0
 QUICK_CONSUME_MSGS = 5000
@@ -95,9 +110,11 @@ def _loadgen(
     warmup: float,
     queues: int,
     cpu_pids: list[int] | tuple[int, ...] = (),
+    jvm: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One BenchProducer run; its JSON line (with `cpu_pids`: brokerCpuTicks, their CPU in the
-    measured window). The JVM is killed by pid if anything goes wrong."""
+    measured window; `jvm`: extra JVM options, e.g. -Dtls.enable=true). The JVM is killed by
+    pid if anything goes wrong."""
     argv = [
         "--namesrv",
         namesrv,
@@ -118,17 +135,24 @@ def _loadgen(
         "--cpu-pids",
         ",".join(map(str, cpu_pids)),
     ]
-    return _java(jar, workdir, "BenchProducer", topic, argv, seconds + warmup + 120)
+    return _java(jar, workdir, "BenchProducer", topic, argv, seconds + warmup + 120, jvm)
 
 
 def _java(
-    jar: Path, workdir: Path, cls: str, topic: str, argv: list[str], timeout: float
+    jar: Path,
+    workdir: Path,
+    cls: str,
+    topic: str,
+    argv: list[str],
+    timeout: float,
+    jvm: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Runs rmqha.interop.<cls> (BenchProducer, BenchConsumer); its JSON result line. The JVM
     is killed by pid if anything goes wrong."""
     home = workdir / "loadgen-home"
     home.mkdir(parents=True, exist_ok=True)
-    cmd = ["java", *LOADGEN_JVM, f"-Duser.home={home}", "-cp", str(jar), f"rmqha.interop.{cls}"]
+    cmd = ["java", *LOADGEN_JVM, *jvm, f"-Duser.home={home}", "-cp", str(jar)]
+    cmd.append(f"rmqha.interop.{cls}")
     cmd += argv
     err_log = workdir / f"loadgen-{topic}.stderr"
     out_file = workdir / f"loadgen-{topic}.stdout"
@@ -210,12 +234,63 @@ def _failed(why: str) -> dict[str, Any]:
     return {"msgs_per_s": 0, "p50_ms": None, "p99_ms": None, "errors": None, "failure": why}
 
 
-def _start(impl: str, workdir: Path, h: Any) -> Any:
+def _start(impl: str, workdir: Path, h: Any) -> tuple[Any, list[str]]:
+    """The running broker pair and the load generator's extra JVM options for it."""
     if impl == "rmq_ha":
-        return h.start_rmq_ha(workdir)
+        return h.start_rmq_ha(workdir), []
+    if "+acl" in impl or "+tls" in impl:
+        ns_conf, broker_conf, jvm = _secure(impl, workdir)
+        return h.start_rmq_ha(workdir, broker_conf=broker_conf, namesrv_conf=ns_conf), jvm
     if impl in VARIANTS:
-        return h.start_rmq_ha(workdir, broker_conf=VARIANTS[impl][0])
-    return realrmq.start_real(workdir)
+        return h.start_rmq_ha(workdir, broker_conf=VARIANTS[impl][0]), []
+    return realrmq.start_real(workdir), []
+
+
+def _secure(impl: str, workdir: Path) -> tuple[list[str], list[str], list[str]]:
+    """namesrv.conf lines, broker.conf lines and load-generator JVM options of a security
+    variant (docs/security.md). ACL is on the broker (every request signed by the real Java
+    client's AclClientRPCHook and verified; the name server stays open, as RocketMQ's is by
+    default); TLS: the broker enforces it, the name server is permissive, the load generator
+    uses the Java client's own -Dtls.enable=true and the broker registers over TLS."""
+    ns_conf: list[str] = []
+    broker_conf: list[str] = []
+    jvm: list[str] = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    if "+acl" in impl:
+        acl = workdir / "plain_acl.yml"
+        (ua, us), (aa, as_) = BENCH_USER, BENCH_ADMIN
+        acl.write_text(
+            "accounts:\n"
+            f"  - {{accessKey: {aa}, secretKey: {as_}, admin: true}}\n"
+            f"  - {{accessKey: {ua}, secretKey: {us}, admin: false, "
+            "defaultTopicPerm: PUB|SUB, defaultGroupPerm: SUB}\n"
+        )
+        inner = json.dumps({"accessKey": aa, "secretKey": as_})
+        broker_conf += [
+            "aclEnable=true",
+            f"plainAclFile={acl}",
+            f"innerClientAuthenticationCredentials={inner}",
+        ]
+        jvm += [f"-Drmqha.bench.acl={ua}:{us}", f"-Drmqha.bench.aclAdmin={aa}:{as_}"]
+    if "+tls" in impl:
+        certs = workdir / "certs"
+        script = realrmq.source_checkout() / "scripts" / "gen_test_certs.sh"
+        subprocess.run(
+            ["bash", str(script), str(certs)], check=True, capture_output=True, timeout=120
+        )
+        server = [
+            f"tls.server.certPath={certs / 'server.pem'}",
+            f"tls.server.keyPath={certs / 'server.key'}",
+        ]
+        ns_conf += ["tls.server.mode=permissive", *server]
+        broker_conf += [
+            "tls.server.mode=enforcing",
+            *server,
+            "tlsEnable=true",
+            f"tls.client.trustCertPath={certs / 'ca.pem'}",
+        ]
+        jvm.append("-Dtls.enable=true")
+    return ns_conf, broker_conf, jvm
 
 
 def case_key(c: dict[str, Any], base_threads: int | None = None) -> str:
@@ -279,7 +354,7 @@ def _one_broker(
     os.sync()  # the previous broker's dirty pages must not be written back meanwhile
     cluster = None
     try:
-        cluster = _start(impl, workdir, h)
+        cluster, jvm = _start(impl, workdir, h)
 
         pids = [p.pid for p in cluster.procs]
 
@@ -298,6 +373,7 @@ def _one_broker(
                 warmup=warm,
                 queues=args.queues,
                 cpu_pids=pids,
+                jvm=jvm,
             )
 
         if broker_warmup > 0:
@@ -333,7 +409,7 @@ def _one_broker(
             else:
                 cpu0, t0 = _cpu_seconds(pids), time.monotonic()
                 try:
-                    data = _consume(jar, cluster.namesrv, workdir, args, consume_msgs, pids)
+                    data = _consume(jar, cluster.namesrv, workdir, args, consume_msgs, pids, jvm)
                     cores = (_cpu_seconds(pids) - cpu0) / (time.monotonic() - t0)
                     out["consume"] = _side(data, cores)
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
@@ -347,13 +423,21 @@ def _one_broker(
 
 
 def _consume(
-    jar: Path, namesrv: str, workdir: Path, args: argparse.Namespace, n: int, pids: list[int]
+    jar: Path,
+    namesrv: str,
+    workdir: Path,
+    args: argparse.Namespace,
+    n: int,
+    pids: list[int],
+    jvm: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One BenchConsumer run (fill n messages, then drain them); its JSON line."""
     argv = ["--namesrv", namesrv, "--topic", "Bench_consume", "--count", str(n)]
     argv += ["--body-size", str(args.consume_size), "--queues", str(args.queues)]
     argv += ["--timeout", str(args.consume_timeout), "--cpu-pids", ",".join(map(str, pids))]
-    return _java(jar, workdir, "BenchConsumer", "Bench_consume", argv, args.consume_timeout * 3)
+    return _java(
+        jar, workdir, "BenchConsumer", "Bench_consume", argv, args.consume_timeout * 3, jvm
+    )
 
 
 def threads_list(args: argparse.Namespace) -> list[int]:
@@ -423,7 +507,7 @@ def _run(args: argparse.Namespace) -> int:
         batches = [int(b) for b in args.batches.split(",")]
         rounds = args.rounds
         timing = (args.seconds, args.warmup, args.broker_warmup)
-    impls = [i for i in args.impls.split(",") if i]
+    impls = [i for i in (SECURE_IMPLS if args.secure else args.impls).split(",") if i]
     bad = [i for i in impls if i not in IMPLS]
     if bad:
         console.print(f"[red]rmq-ha bench produce: unknown --impls {bad}; use {','.join(IMPLS)}")
@@ -629,6 +713,12 @@ def add_parser(sub: Any) -> None:
         default="rmq_ha,rocketmq",
         help=f"which brokers to run, of {','.join(IMPLS)}; a variant (rmq_ha+...) is compared "
         "with plain rmq_ha in the same run",
+    )
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help=f"issue 19: --impls {SECURE_IMPLS} (ACL, TLS, both vs none, same run; "
+        "docs/security.md)",
     )
     p.add_argument("--dir", default=None, help="where the stores go (default: the temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work dirs and logs")

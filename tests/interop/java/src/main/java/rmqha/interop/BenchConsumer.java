@@ -123,7 +123,8 @@ public final class BenchConsumer {
             throw new IllegalStateException(errors.get() + " fill sends failed: " + errorSamples);
         }
 
-        DefaultLitePullConsumer c = new DefaultLitePullConsumer("C_bench_" + ProcessHandle.current().pid());
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(
+            "C_bench_" + ProcessHandle.current().pid(), BenchProducer.aclHook("rmqha.bench.acl"));
         c.setNamesrvAddr(namesrv);
         c.setInstanceName("bench-consumer-" + ProcessHandle.current().pid());
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
@@ -186,7 +187,8 @@ public final class BenchConsumer {
 
     /** Stores `count` messages: fillThreads threads claim batches from a shared counter. */
     void fill() throws Exception {
-        DefaultMQProducer p = new DefaultMQProducer("P_benchfill_" + ProcessHandle.current().pid());
+        DefaultMQProducer p = new DefaultMQProducer(
+            "P_benchfill_" + ProcessHandle.current().pid(), BenchProducer.aclHook("rmqha.bench.acl"));
         p.setNamesrvAddr(namesrv);
         p.setInstanceName("bench-fill-" + ProcessHandle.current().pid());
         p.setSendMsgTimeout(10000);

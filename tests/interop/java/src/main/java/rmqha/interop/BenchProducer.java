@@ -9,12 +9,15 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
 
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
@@ -103,6 +106,20 @@ public final class BenchProducer {
         }
     }
 
+    /**
+     * The real client's ACL hook for the credentials in system property `prop` ("AK:SK"), or
+     * null (no ACL). `rmq-ha bench produce --secure` passes them; TLS is the client's own
+     * -Dtls.enable=true.
+     */
+    static RPCHook aclHook(String prop) {
+        String v = System.getProperty(prop);
+        if (v == null || v.isEmpty()) {
+            return null;
+        }
+        int i = v.indexOf(':');
+        return new AclClientRPCHook(new SessionCredentials(v.substring(0, i), v.substring(i + 1)));
+    }
+
     static long[] parsePids(String v) {
         return v.isEmpty()
             ? new long[0]
@@ -139,7 +156,7 @@ public final class BenchProducer {
 
     /** Creates the topic with `queues` read/write queues on every master and waits for its route. */
     void createTopic() throws Exception {
-        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        DefaultMQAdminExt admin = new DefaultMQAdminExt(aclHook("rmqha.bench.aclAdmin"));
         admin.setNamesrvAddr(namesrv);
         admin.setInstanceName("bench-admin-" + ProcessHandle.current().pid());
         admin.start();
@@ -191,7 +208,8 @@ public final class BenchProducer {
 
     Map<String, Object> run() throws Exception {
         createTopic();
-        DefaultMQProducer p = new DefaultMQProducer("P_bench_" + ProcessHandle.current().pid());
+        DefaultMQProducer p = new DefaultMQProducer(
+            "P_bench_" + ProcessHandle.current().pid(), aclHook("rmqha.bench.acl"));
         p.setNamesrvAddr(namesrv);
         p.setInstanceName("bench-producer-" + ProcessHandle.current().pid());
         p.setSendMsgTimeout(5000);
