@@ -18,7 +18,13 @@ from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
 from rmq_ha.broker.core.role import Role, RoleConfig, RoleCore
 from rmq_ha.broker.ha.core import consistent_point
+from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.errors import StoreError
+from rmq_ha.sim.acting import FIX_REVERTS, ActingResult, run_acting_seed
+from rmq_ha.sim.acting import replay_command as acting_replay
+from rmq_ha.sim.acting_cli import main as acting_main
+from rmq_ha.sim.acting_cli import run_acting_seeds
+from rmq_ha.sim.acting_cli import summarize as acting_summary
 from rmq_ha.sim.group import (
     BUGS,
     EpochConflict,
@@ -369,3 +375,201 @@ def _norm(found: tuple[int, int, int] | None) -> tuple[int, int, int] | None:
     if found is None or found[2] < 2**63:
         return found
     return (found[0], found[1], 2**64 - 1)
+
+
+# ---- slave acting master (RIP-32), pre-online, FMQ: rmq_ha.sim.acting --------------------
+
+ACTING_SEEDS = int(os.environ.get("ACTING_SIM_SEEDS", "1000"))
+
+
+def _acting_failures(results: list[ActingResult]) -> list[str]:
+    return [
+        f"seed {r.seed}: {r.error}\n  replay: {acting_replay(r.seed)}" for r in results if not r.ok
+    ]
+
+
+@pytest.mark.timeout(240)
+def test_acting_master_seeds_keep_the_invariants() -> None:
+    jobs = min(2, os.cpu_count() or 1)
+    started = time.perf_counter()
+    results = run_acting_seeds(range(ACTING_SEEDS), jobs)
+    print(acting_summary(results, time.perf_counter() - started, jobs))
+    failed = _acting_failures(results)
+    assert not failed, "\n".join(failed)
+    if ACTING_SEEDS < 1000:
+        return
+    # Both group sizes and both fencing modes ran, and what the invariants guard did happen.
+    assert {r.replicas for r in results} == {2, 3}
+    assert {r.fence for r in results} == {True, False}
+    assert {r.master_fault for r in results} == {"kill", "isolate", "isolate-ns", "pause"}
+    assert sum(r.takeovers for r in results) > ACTING_SEEDS
+    assert sum(r.hand_backs for r in results) > ACTING_SEEDS
+    assert sum(r.pre_onlines for r in results) > ACTING_SEEDS // 2
+    assert sum(r.reverse_syncs for r in results) > ACTING_SEEDS
+    assert sum(r.commits for r in results) > 50 * ACTING_SEEDS
+    assert sum(r.locks_granted for r in results) > 10 * ACTING_SEEDS
+    assert sum(r.takeover_ms is not None for r in results) > ACTING_SEEDS // 2
+
+
+def test_an_acting_seed_replays_exactly() -> None:
+    first = run_acting_seed(11, trace=True)
+    second = run_acting_seed(11, trace=True)
+    assert first.ok and second.ok
+    assert first.trace == second.trace
+    assert (first.events, first.commits, first.takeover_ms) == (
+        second.events,
+        second.commits,
+        second.takeover_ms,
+    )
+
+
+@pytest.mark.parametrize(
+    ("bug", "symptom"),
+    [
+        # A returning master never goes online before pre-online completes.
+        ("online-without-reverse-sync", "pre-online: the master went online without"),
+        # A fenced broker serves nothing master-only.
+        ("fenced-keeps-services", "fencing: b0 is fenced but runs the special services"),
+        # No acknowledged metadata update lost (and offsets never go backwards).
+        ("merge-takes-theirs", "lost offset"),
+        # At most one broker serves master-only operations.
+        ("never-stops-acting", "split brain"),
+        # A strict-mode queue lock is held by at most one client.
+        ("strict-lock-without-quorum", "strict lock held by two clients"),
+    ],
+)
+def test_acting_checker_catches_a_broken_rule(bug: str, symptom: str) -> None:
+    results = run_acting_seeds(range(30), jobs=1, bug=bug)
+    errors = [r.error for r in results if not r.ok]
+    assert errors, f"the acting-master checker missed the {bug} bug in 30 seeds"
+    assert all(e.startswith("ActingViolation") for e in errors), errors
+    assert any(symptom in e for e in errors), errors
+
+
+#: The bugs of the real code the acting-master simulator found, each fixed: the seeds that
+#: found it pass, and fail again with the fix reverted (`acting.FIX_REVERTS`).
+FOUND = [
+    ("stop-acting-on-906", (4, 9), "pre-online|lost offset"),
+    ("hand-back-while-online", (149, 359), "split brain|lost offset"),
+    ("acting-slave-silence", (132, 253), "split brain"),
+    ("fence-on-name-server-silence", (2, 37), "split brain"),
+    ("merge-keeps-max", (13, 77), "lost offset"),
+    ("sync-keeps-own-commits", (21, 27), "lost offset"),
+    ("repush-before-pull", (188, 364), "pre-online|lost offset"),
+]
+
+
+@pytest.mark.parametrize(("fix", "seeds", "symptom"), FOUND)
+def test_acting_bugs_found_stay_fixed(fix: str, seeds: tuple[int, ...], symptom: str) -> None:
+    for seed in seeds:
+        fixed = run_acting_seed(seed)
+        assert fixed.ok, f"seed {seed}: {fixed.error}\n  replay: {acting_replay(seed)}"
+        broken = run_acting_seed(seed, revert=fix)
+        assert not broken.ok, f"seed {seed} passes with the {fix} fix reverted"
+        assert any(s in broken.error for s in symptom.split("|")), broken.error
+
+
+def test_acting_cli_replays_a_seed_and_names_failures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(FIX_REVERTS) == {f for f, _, _ in FOUND}
+    assert acting_main(["--acting", "--seed", "2"]) == 0
+    assert "seed 2 (" in capsys.readouterr().out
+    assert acting_main(["--acting", "--seed", "2", "--revert", "fence-on-name-server-silence"]) == 1
+    assert "FAILED: ActingViolation: split brain" in capsys.readouterr().out
+    assert acting_main(["--acting", "--seeds", "3", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "3/3 acting-master seeds passed" in out and "takeovers" in out
+
+
+# ---- the fixed rules, pure ----------------------------------------------------------------
+
+
+def _classic(bid: int, **kw: object) -> RoleCore:
+    core = RoleCore(
+        RoleConfig(controller_mode=False, broker_id=bid, classic_slave=bid != 0, **kw)  # type: ignore[arg-type]
+    )
+    core.step(e.Started(f"10.0.0.{bid}:10911", 0, 0, 1, 0), 0)
+    return core
+
+
+def _names(actions: list[a.Action]) -> list[str]:
+    return [type(x).__name__ for x in actions if not isinstance(x, a.Log)]
+
+
+def test_an_acting_slave_stops_on_the_returning_masters_906_and_waits_for_it() -> None:
+    core = _classic(1, acting_master=True)
+    core.step(e.MinBrokerChanged(1, "10.0.0.1:10911", offline_addr="m:0"), 10)
+    assert core.acting
+    out = core.step(e.MasterPushedHa("m:0", "m:ha"), 100)
+    assert _names(out) == ["StopSpecial", "Follow"] and not core.acting
+    # The master is in pre-online, not registered: the name servers still lack it.
+    assert _names(core.step(e.MemberGroup({1: "10.0.0.1:10911"}), 1_000)) == []
+    assert not core.acting
+    # Online: the hold ends; a master that never came back is acted for after the hold.
+    core.step(e.MemberGroup({0: "m:0", 1: "10.0.0.1:10911"}), 2_000)
+    assert core.state.hand_back_until_ms is None
+    core.step(e.MasterPushedHa("m:0", "m:ha"), 3_000)  # pushed again, while not acting
+    assert core.state.hand_back_until_ms is None, "an online master's push holds nothing"
+
+
+def test_a_master_hands_back_a_slave_it_has_not_pulled() -> None:
+    core = _classic(0, acting_master=True)
+    out = core.step(e.MemberGroup({0: "10.0.0.0:10911", 1: "s:1"}), 10)
+    assert out[-1] == a.PushHaInfo(1, "s:1")
+    assert core.step(e.HaInfoPushed(1, True), 20) == [a.ReverseSync(1, "s:1")]
+    assert core.step(e.ReverseSynced(1, True), 30) == []
+    assert core.state.pulled == {1}
+    assert _names(core.step(e.MemberGroup({0: "10.0.0.0:10911", 1: "s:1"}), 1_000)) == []
+    # A long name-server silence: it may have been dropped and slave 1 may have acted.
+    out = core.step(e.MemberGroup({0: "10.0.0.0:10911", 1: "s:1"}), 10_000)
+    assert _names(out) == ["PushHaInfo"] and core.state.pulled == set()
+
+
+def test_an_acting_slave_stops_when_it_hears_no_name_server() -> None:
+    core = _classic(1, acting_master=True, fence_when_isolated=True, isolation_timeout_ms=10_000)
+    core.step(e.MinBrokerChanged(1, "10.0.0.1:10911", offline_addr="m:0"), 10)
+    core.step(e.NamesrvAnswered(), 100)
+    assert _names(core.step(e.Tick(), 5_100)) == [] and core.acting
+    assert _names(core.step(e.Tick(), 5_101)) == ["StopSpecial"] and not core.acting
+    # A name server's view makes it act again.
+    out = core.step(e.MemberGroup({1: "10.0.0.1:10911"}), 6_000)
+    assert "StartSpecial" in _names(out) and core.acting
+
+
+def test_with_acting_master_a_master_fences_on_name_server_silence_alone() -> None:
+    core = _classic(0, acting_master=True, fence_when_isolated=True, isolation_timeout_ms=10_000)
+    core.step(e.SlaveConnected(1, False), 0)
+    core.step(e.NamesrvAnswered(), 0)
+    for t in range(1_000, 6_000, 1_000):
+        core.step(e.SlaveAcked(1, 0, 0), t)  # a slave still follows it
+    assert not core.data_plane_fenced
+    assert _names(core.step(e.Tick(), 5_001)) == ["StopSpecial"] and core.data_plane_fenced
+
+
+def test_pre_online_merge_keeps_the_larger_offset_whatever_the_versions(tmp_path: Path) -> None:
+    master = ConsumerOffsetManager(tmp_path / "m.json", version_step=1)
+    slave = ConsumerOffsetManager(tmp_path / "s.json", version_step=1)
+    slave.merge_from_json(master.to_json())
+    for i in range(5):
+        master.commit("g", "T", 0, i)  # after the slave's last copy: 5 version bumps
+    slave.commit("g", "T", 1, 9)  # the slave acts: one bump, an older-looking version
+    assert slave.data_version.compare(master.data_version) < 0
+    assert master.merge_newer(slave.to_json())
+    assert master.query("g", "T", 1) == 9 and master.query("g", "T", 0) == 4
+
+
+def test_a_slave_keeps_its_own_commits_until_the_master_pulled_them(tmp_path: Path) -> None:
+    master = ConsumerOffsetManager(tmp_path / "m.json")
+    slave = ConsumerOffsetManager(tmp_path / "s.json")
+    master.commit("g", "T", 0, 5)
+    slave.merge_from_json(master.to_json())
+    slave.commit("g", "T", 0, 8)  # acting
+    slave.persist()
+    restarted = ConsumerOffsetManager(tmp_path / "s.json")
+    for s in (slave, restarted):
+        s.merge_from_json(master.to_json())  # the master has not pulled it back yet
+        assert s.query("g", "T", 0) == 8
+    master.merge_newer(restarted.to_json())
+    master.commit("g", "T", 0, 9)
+    restarted.merge_from_json(master.to_json())
+    assert restarted.query("g", "T", 0) == 9
+    assert b"localCommits" not in restarted.to_json(), "never on the wire"

@@ -44,19 +44,25 @@ class ConsumerOffsetManager:
         except FileNotFoundError:
             return
         try:
-            doc = json.loads(raw)
-            for key, queues in doc.get("offsetTable", {}).items():
-                self.table[str(key)] = {int(q): int(o) for q, o in queues.items()}
-            dv = doc.get("dataVersion") or {}
-            self.data_version = DataVersion(
-                state_version=int(dv.get("stateVersion", 0)),
-                timestamp=int(dv.get("timestamp", 0)),
-                counter=int(dv.get("counter", 0)),
-            )
+            self.load_json(raw)
         except (ValueError, TypeError, AttributeError) as e:
             raise CorruptFileError(
                 f"consumer offsets {self.path} are unreadable: {e}", str(self.path)
             ) from None
+
+    def load_json(self, raw: bytes) -> None:
+        """The table as `persist` wrote it (also: whether it holds commits of its own the
+        master may lack, so a restarted slave still keeps them; see `merge_from_json`)."""
+        doc = json.loads(raw)
+        for key, queues in doc.get("offsetTable", {}).items():
+            self.table[str(key)] = {int(q): int(o) for q, o in queues.items()}
+        dv = doc.get("dataVersion") or {}
+        self.data_version = DataVersion(
+            state_version=int(dv.get("stateVersion", 0)),
+            timestamp=int(dv.get("timestamp", 0)),
+            counter=int(dv.get("counter", 0)),
+        )
+        self._local = bool(doc.get("localCommits", False))
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -170,27 +176,28 @@ class ConsumerOffsetManager:
     def groups_of_topic(self, topic: str) -> list[str]:
         return [k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic]
 
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "offsetTable": {
-                    k: {str(q): o for q, o in sorted(v.items())}
-                    for k, v in sorted(self.table.items())
-                },
-                "dataVersion": {
-                    "timestamp": self.data_version.timestamp,
-                    "counter": self.data_version.counter,
-                    "stateVersion": self.data_version.state_version,
-                },
+    def to_json(self, *, for_file: bool = False) -> bytes:
+        """RocketMQ's ConsumerOffsetSerializeWrapper; the file adds `localCommits` when this
+        table holds commits of its own since it last adopted the master's."""
+        doc: dict[str, object] = {
+            "offsetTable": {
+                k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())
             },
-            sort_keys=False,
-        ).encode()
+            "dataVersion": {
+                "timestamp": self.data_version.timestamp,
+                "counter": self.data_version.counter,
+                "stateVersion": self.data_version.state_version,
+            },
+        }
+        if for_file and self._local:
+            doc["localCommits"] = True
+        return json.dumps(doc, sort_keys=False).encode()
 
     def persist(self, force: bool = False) -> bool:
         if not (self._dirty or force):
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, self.to_json())
+        write_atomic(self.path, self.to_json(for_file=True))
         self._dirty = False
         return True
 

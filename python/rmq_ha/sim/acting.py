@@ -70,11 +70,11 @@ from unittest import mock
 from rmq_ha.broker import offsets as offsets_mod
 from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
-from rmq_ha.broker.core.role import RoleConfig, RoleCore
+from rmq_ha.broker.core.role import Role, RoleConfig, RoleCore
 from rmq_ha.broker.locks import QueueKey, QueueLocks
 from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.nameserver.routes import MinIdChange, RouteTable
-from rmq_ha.protocol.models import DataVersion, QueueData
+from rmq_ha.protocol.models import QueueData
 
 CLUSTER = "sim"
 GROUP = "broker-a"
@@ -174,8 +174,9 @@ class Broker:
     locks: QueueLocks | None = None
     #: The persisted consumer offsets (survive a kill -9) and the epoch file's last entry.
     disk_table: dict[str, dict[int, int]] = field(default_factory=dict)
-    disk_version: DataVersion | None = None
+    disk_raw: bytes | None = None
     last_epoch: int | None = None
+    started_at: int = 0
     clock_base: int = 0
     clock_rate: float = 1.0
     wall_skew: int = 0
@@ -187,6 +188,10 @@ class Broker:
     # HA server (master side): slave id -> (connection id, last heard).
     slaves: dict[int, tuple[int, int]] = field(default_factory=dict)
     special_since: int | None = None
+    #: When a name server last answered it, and last told it the group's members (a
+    #: member-group answer or a 905).
+    ns_heard: int = 0
+    view_at: int = 0
     #: Messages that reached this broker while it was stopped (read in order on resume).
     inbox: list[tuple[Callable[..., None], tuple[Any, ...]]] = field(default_factory=list)
     #: Since when this broker acts (for the pre-online check) and when it last stopped.
@@ -240,6 +245,9 @@ class ActingResult:
     crash_losses: int = 0
     takeover_losses: int = 0
     stale_route_losses: int = 0
+    #: Two holders excused: a replica restarted (forgetting its locks) during the older
+    #: lock's life.
+    lock_amnesia: int = 0
     #: Virtual ms from the master fault to the first commit the acting slave acknowledged.
     takeover_ms: int | None = None
     trace: list[str] = field(default_factory=list)
@@ -276,18 +284,6 @@ def _fenced_keeps_services() -> Any:
     return mock.patch.object(RoleCore, "_reconcile_special", reconcile)
 
 
-def _acting_without_version_bump() -> Any:
-    """A slave starts acting without arming the DataVersion bump (RocketMQ #9711)."""
-    orig = RoleCore._set_acting
-
-    def set_acting(self: RoleCore, acting: bool, out: list[a.Action]) -> None:
-        n = len(out)
-        orig(self, acting, out)
-        out[n:] = [x for x in out[n:] if not isinstance(x, a.ArmVersionBump)]
-
-    return mock.patch.object(RoleCore, "_set_acting", set_acting)
-
-
 def _merge_takes_theirs() -> Any:
     """Pre-online's merge takes the slave's offsets even where they are smaller."""
 
@@ -313,12 +309,138 @@ def _never_stops_acting() -> Any:
     return mock.patch.object(RoleCore, "_set_acting", set_acting)
 
 
+def _strict_lock_without_quorum() -> Any:
+    """LOCK_BATCH_MQ in strict mode locks on the asked broker alone."""
+    return mock.patch.object(ActingSim, "_lock_quorum", lambda self: 1)
+
+
 ACTING_BUGS: dict[str, tuple[Callable[[], Any], str]] = {
     "online-without-reverse-sync": (_online_without_reverse_sync, "pre-online"),
     "fenced-keeps-services": (_fenced_keeps_services, "fencing"),
-    "acting-without-version-bump": (_acting_without_version_bump, "lost offset"),
-    "merge-takes-theirs": (_merge_takes_theirs, "backwards"),
+    "merge-takes-theirs": (_merge_takes_theirs, "lost offset"),
     "never-stops-acting": (_never_stops_acting, "split brain"),
+    "strict-lock-without-quorum": (_strict_lock_without_quorum, "two clients"),
+}
+
+
+# ---- the fixes of the real code, each with a switch that reverts it ------------------------
+# Every bug the simulator found is fixed in the real code; `FIX_REVERTS` puts the old code
+# back (one switch per fix) so tests can show the seed that found it fails without the fix.
+
+
+def _revert_stop_acting_on_906() -> Any:
+    """Before: the returning master's 906 made an acting slave follow it but not stop acting,
+    and nothing kept it from acting again while the master was not registered yet."""
+
+    def pushed(self: RoleCore, ev: e.MasterPushedHa, now_ms: int, out: list[a.Action]) -> None:
+        s = self.state
+        if s.role is Role.SLAVE:
+            if ev.master_addr:
+                s.master_addr = ev.master_addr
+            self._follow(ev.ha_addr, out)
+
+    return mock.patch.object(RoleCore, "_master_pushed_ha", pushed)
+
+
+def _revert_hand_back_while_online() -> Any:
+    """Before: only pre-online pulled a slave's metadata back."""
+    return mock.patch.object(RoleCore, "_hand_back_next", lambda self, out: None)
+
+
+def _revert_acting_slave_silence() -> Any:
+    """Before: an acting slave kept acting however long it heard no name server."""
+    orig = RoleCore._fmq_check
+
+    def check(self: RoleCore, now_ms: int, out: list[a.Action]) -> None:
+        if self.cfg.broker_id != 0:
+            return
+        orig(self, now_ms, out)
+
+    return mock.patch.object(RoleCore, "_fmq_check", check)
+
+
+def _revert_fence_counts_slaves() -> Any:
+    """Before: a master fenced only when it heard neither a name server nor a slave, after
+    the whole isolation timeout."""
+
+    orig = RoleCore._fmq_check
+
+    def check(self: RoleCore, now_ms: int, out: list[a.Action]) -> None:
+        s, cfg = self.state, self.cfg
+        if cfg.broker_id != 0:
+            orig(self, now_ms, out)  # an acting slave's part stays
+            return
+        if not cfg.fence_when_isolated or self._slave_ack_ms is None:
+            return
+        limit = cfg.isolation_timeout_ms
+        isolated = now_ms - self._slave_ack_ms > limit and now_ms - self._namesrv_ms > limit
+        if isolated != s.isolated_fence:
+            s.isolated_fence = isolated
+            if not isolated:
+                s.pulled = set()
+
+    return mock.patch.object(RoleCore, "_fmq_check", check)
+
+
+def _revert_merge_by_version() -> Any:
+    """Before: pre-online took a slave's offsets only when its DataVersion was not older."""
+    orig = ConsumerOffsetManager.merge_newer
+
+    def merge_newer(self: ConsumerOffsetManager, raw: bytes) -> bool:
+        dv = json.loads(raw).get("dataVersion") or {}
+        theirs = (dv.get("stateVersion", 0), dv.get("counter", 0), dv.get("timestamp", 0))
+        mine = self.data_version
+        if theirs < (mine.state_version, mine.counter, mine.timestamp):
+            return False
+        return orig(self, raw)
+
+    return mock.patch.object(ConsumerOffsetManager, "merge_newer", merge_newer)
+
+
+def _revert_sync_keeps_own_commits() -> Any:
+    """Before: a slave's metadata sync overwrote its table with the master's."""
+    orig = ConsumerOffsetManager.merge_from_json
+
+    def merge(self: ConsumerOffsetManager, raw: bytes) -> None:
+        self._local = False
+        orig(self, raw)
+
+    return mock.patch.object(ConsumerOffsetManager, "merge_from_json", merge)
+
+
+def _revert_repush_before_pull() -> Any:
+    """Before: a master whose slave made no HA connection in time pulled its metadata without
+    giving it the HA address again (the slave may have restarted and be acting)."""
+    orig = RoleCore._ha_info_pushed
+
+    def pushed(self: RoleCore, ev: e.HaInfoPushed, now_ms: int, out: list[a.Action]) -> None:
+        p = self.state.pre_online
+        if p is not None and p.repushed:
+            p.repushed = False
+        orig(self, ev, now_ms, out)
+
+    def tick(self: RoleCore, now_ms: int, out: list[a.Action]) -> None:
+        p = self.state.pre_online
+        if p is not None and p.phase == "wait" and now_ms >= p.deadline_ms and p.slave is not None:
+            self._pre_online_sync(p, out)
+            return
+        orig_tick(self, now_ms, out)
+
+    orig_tick = RoleCore._tick
+    stack = ExitStack()
+    stack.enter_context(mock.patch.object(RoleCore, "_ha_info_pushed", pushed))
+    stack.enter_context(mock.patch.object(RoleCore, "_tick", tick))
+    return stack
+
+
+FIX_REVERTS: dict[str, tuple[Callable[[], Any], str]] = {
+    "stop-acting-on-906": (_revert_stop_acting_on_906, "pre-online"),
+    "hand-back-while-online": (_revert_hand_back_while_online, "lost offset"),
+    "acting-slave-silence": (_revert_acting_slave_silence, "split brain"),
+    "fence-on-name-server-silence": (_revert_fence_counts_slaves, "split brain"),
+    "merge-keeps-max": (_revert_merge_by_version, "lost offset"),
+    "sync-keeps-own-commits": (_revert_sync_keeps_own_commits, "lost offset"),
+    "repush-before-pull": (_revert_repush_before_pull, "pre-online"),
 }
 
 
@@ -354,6 +476,7 @@ class ActingSim:
         self.routes = RouteTable()
         self.blocked: set[tuple[str, str]] = set()
         self.fifo: dict[tuple[str, str], int] = {}
+        self.starts: list[tuple[int, int]] = []
         self.cuts: dict[tuple[str, str], int] = {}
         self.loss = self.cfg.loss
         self.healed = False
@@ -588,8 +711,11 @@ class ActingSim:
             return
         c = self.cfg
         b.up, b.incarnation = True, b.incarnation + 1
+        self.starts.append((self.now, b.bid))
+        b.started_at = self.now
         b.paused_until = 0
         b.inbox = []
+        b.ns_heard = self.now
         b.following, b.ha_established, b.slaves = None, False, {}
         b.special_since, b.acting_since, b.pulled = None, None, {}
         b.core = RoleCore(
@@ -607,9 +733,8 @@ class ActingSim:
         )
         self._wall_of(b)
         b.offsets = ConsumerOffsetManager(_NO_FILE, c.version_step)
-        if b.disk_version is not None:
-            b.offsets.table = {k: dict(v) for k, v in b.disk_table.items()}
-            b.offsets.data_version = b.disk_version
+        if b.disk_raw is not None:
+            b.offsets.load_json(b.disk_raw)
         b.locks = QueueLocks(c.lock_expire_ms)
         self.log(f"{b.name} starts (incarnation {b.incarnation})")
         master_ha = self.brokers[0].ha_addr if b.bid else None
@@ -641,7 +766,7 @@ class ActingSim:
     def _persist(self, b: Broker) -> None:
         assert b.offsets is not None
         b.disk_table = {k: dict(v) for k, v in b.offsets.table.items()}
-        b.disk_version = b.offsets.data_version
+        b.disk_raw = b.offsets.to_json(for_file=True)
         self._mark_copies()
 
     def _wall_of(self, b: Broker) -> None:
@@ -768,6 +893,7 @@ class ActingSim:
 
     def _namesrv_answered(self, b: Broker, ans: tuple[str, str] | None) -> None:
         if ans is not None:
+            b.ns_heard = self.now
             self._step(b, e.NamesrvAnswered(ans[0] or None, ans[1] or None))
 
     def _heartbeat(self, b: Broker) -> None:
@@ -791,6 +917,7 @@ class ActingSim:
     def _hb_answer(self, b: Broker, changed: bool | None) -> None:
         if changed is None:
             return
+        b.ns_heard = self.now
         self._step(b, e.NamesrvAnswered())
         if changed:
             self._register(b)
@@ -802,6 +929,8 @@ class ActingSim:
         return dict(self.routes.member_group(CLUSTER, GROUP).broker_addrs)
 
     def _members(self, b: Broker, members: dict[int, str] | None) -> None:
+        if members is not None:
+            b.ns_heard = b.view_at = self.now
         self._step(b, e.MemberGroup(members))
 
     def _ns_scan(self) -> None:
@@ -827,7 +956,11 @@ class ActingSim:
             ev = e.MinBrokerChanged(
                 change.min_id, change.min_addr, change.offline_addr, change.ha_addr
             )
-            self.send(NS, t.name, self._step, t, ev)
+            self.send(NS, t.name, self._on_905, t, ev)
+
+    def _on_905(self, b: Broker, ev: e.MinBrokerChanged) -> None:
+        b.view_at = self.now
+        self._step(b, ev)
 
     # ---- 906 and pre-online -----------------------------------------------------------------
 
@@ -1017,7 +1150,7 @@ class ActingSim:
             return "fenced"
         keys: list[QueueKey] = [(TOPIC, GROUP, q) for q in QUEUES]
         got = b.locks.try_lock_batch(CGROUP, keys, cl, b.clock(self.now))
-        quorum = self.cfg.replicas // 2 + 1
+        quorum = self._lock_quorum()
         if self.cfg.strict_locks and quorum > 1 and got:
             counts = dict.fromkeys(got, 1)
             for addr in core.group_members.values():
@@ -1034,6 +1167,9 @@ class ActingSim:
                     counts[k] += 1
             got = [k for k, n in counts.items() if n >= quorum]
         return [k[2] for k in got]
+
+    def _lock_quorum(self) -> int:
+        return self.cfg.replicas // 2 + 1
 
     def _reachable(self, x: Broker, y: Broker) -> bool:
         return (
@@ -1058,12 +1194,31 @@ class ActingSim:
                     continue
                 lo, hi = self.held[other][q]
                 if lo <= self.now < hi and mine[0] < hi:
+                    # Locks live in memory: the quorum (totalReplicas/2+1) survives replicas
+                    # that are away, not one that forgot (two quorums may meet in it alone).
+                    if any(t >= lo for t, _ in self.starts):
+                        self.res.lock_amnesia += 1
+                        continue
                     raise ActingViolation(
                         f"queue {q} locked by {cl} while {other} holds it until {hi} "
                         "(strict lock held by two clients)"
                     )
 
     # ---- checks ---------------------------------------------------------------------------
+
+    def _overlap_is_a_bug(self, serving: list[Broker]) -> bool:
+        """Two brokers serve at once for longer than the view takes to reach them (a member-
+        group period or two). It is the protocol's, not a bug, while one of them has had no
+        view of the group since the overlap began (its polls and the 905 lost, or a one-way
+        cut): unless it has heard no name server at all for longer than the role core's
+        fence_after_ms allows."""
+        c = self.cfg
+        if self.overlap_since is None or self.now - self.overlap_since <= self.grace_ms:
+            return False
+        silent = c.isolation_timeout_ms // 2 + self.grace_ms
+        if any(self.now - b.ns_heard > silent for b in serving):
+            return True
+        return all(b.view_at > self.overlap_since for b in serving)
 
     def _check_loop(self) -> None:
         self._check_now()
@@ -1079,15 +1234,15 @@ class ActingSim:
             self.overlap_since = None
         elif self.overlap_since is None:
             self.overlap_since = self.now
-        elif self.now - self.overlap_since > self.grace_ms:
+        elif self._overlap_is_a_bug(serving):
             who = ", ".join(
                 f"{b.name} ({'acting' if b.core and b.core.acting else 'master'} since "
                 f"{b.special_since})"
                 for b in serving
             )
             raise ActingViolation(
-                f"split brain: {who} run the master-only services at once for more than "
-                f"{self.grace_ms} ms"
+                f"split brain: {who} run the master-only services at once (since "
+                f"{self.overlap_since}, each with a view of the group since)"
             )
         for b in self.brokers.values():
             core = b.core
@@ -1146,7 +1301,7 @@ class ActingSim:
                 c.forfeited = "stale route"
                 self.res.stale_route_losses += 1
                 continue
-            if x.bid != 0 and c.bid != x.bid:
+            if x.bid != 0 and (c.bid != x.bid or c.at < x.started_at):
                 c.forfeited = "takeover"
                 self.res.takeover_losses += 1
                 continue
@@ -1212,13 +1367,18 @@ def run_acting_seed(
     trace: bool = False,
     clean: bool = False,
     cfg: ActingConfig | None = None,
+    revert: str | None = None,
 ) -> ActingResult:
+    """One seed; `bug` injects a deliberate bug (`ACTING_BUGS`), `revert` puts back the code
+    one fix replaced (`FIX_REVERTS`)."""
     with ExitStack() as stack:
         if bug is not None:
             stack.enter_context(ACTING_BUGS[bug][0]())
+        if revert is not None:
+            stack.enter_context(FIX_REVERTS[revert][0]())
         return ActingSim(seed, cfg, trace=trace, clean=clean).run()
 
 
-def replay_command(seed: int, bug: str | None = None) -> str:
+def replay_command(seed: int, bug: str | None = None, revert: str | None = None) -> str:
     cmd = f"python -m rmq_ha.sim --acting --seed {seed} --trace"
-    return cmd + (f" --acting-bug {bug}" if bug else "")
+    return cmd + (f" --acting-bug {bug}" if bug else "") + (f" --revert {revert}" if revert else "")

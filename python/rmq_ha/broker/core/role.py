@@ -81,6 +81,15 @@ class RoleConfig:
     #: FMQ fencing (classic master): refuse the data plane when isolated this long.
     fence_when_isolated: bool = False
     isolation_timeout_ms: int = 10_000
+
+    @property
+    def fence_after_ms(self) -> int:
+        """Name-server silence after which a classic master fences (FMQ) and an acting slave
+        stops acting: half the isolation timeout, so it happens before any name server can
+        have dropped this broker (they drop a heartbeat brokerNotActiveTimeout old) and
+        before another replica acts in its place, also with clocks 10% apart and an answer
+        that came late (found by the acting-master simulator, issue 14)."""
+        return self.isolation_timeout_ms // 2
     has_namesrv: bool = True
 
 
@@ -98,6 +107,8 @@ class PreOnline:
     deadline_ms: int = 0
     retry_at_ms: int = 0
     master_addr: str | None = None
+    #: The slave was given our HA address again after its wait ran out (pull at once).
+    repushed: bool = False
 
 
 @dataclass
@@ -362,7 +373,11 @@ class RoleCore:
                         f"{PRE_ONLINE_HA_WAIT_MS // 1000} s; taking its metadata anyway",
                     )
                 )
-                self._pre_online_sync(p, out)
+                # 906 again first: the slave may have restarted and be acting again since
+                # it took the first one, and must stop before its metadata is pulled
+                # (found by the acting-master simulator, issue 14).
+                p.phase, p.repushed = "push", True
+                out.append(a.PushHaInfo(p.slave, p.members[p.slave]))
             elif p.phase == "follow" and now_ms >= p.deadline_ms:
                 self._pre_online_retry(p, now_ms, "the master did not start transferring", out)
 
@@ -697,7 +712,7 @@ class RoleCore:
         s, cfg = self.state, self.cfg
         if not cfg.fence_when_isolated or cfg.controller_mode:
             return
-        if s.acting and now_ms - self._namesrv_ms > cfg.isolation_timeout_ms:
+        if s.acting and now_ms - self._namesrv_ms > cfg.fence_after_ms:
             # An acting slave the name servers stopped hearing from has been dropped: a
             # returning master goes online without knowing it (found by the acting-master
             # simulator, issue 14). It stops acting and looks at the group again when a name
@@ -706,7 +721,7 @@ class RoleCore:
             out.append(
                 a.Log(
                     ERROR,
-                    f"stops acting: no name server heard for {cfg.isolation_timeout_ms} ms",
+                    f"stops acting: no name server heard for {cfg.fence_after_ms} ms",
                 )
             )
             self._set_acting(False, out)
@@ -715,7 +730,7 @@ class RoleCore:
             return
         if self._slave_ack_ms is None:
             return  # never had a slave: nothing to be partitioned from
-        limit = cfg.isolation_timeout_ms
+        limit = cfg.fence_after_ms
         isolated = now_ms - self._namesrv_ms > limit
         if not cfg.acting_master:
             # A slave's acks keep the master up while every name server is away.
@@ -744,7 +759,7 @@ class RoleCore:
             self.cfg.acting_master
             and s.role is Role.MASTER
             and s.pulled
-            and silent > self.cfg.isolation_timeout_ms // 2
+            and silent > self.cfg.fence_after_ms
         ):
             out.append(
                 a.Log(WARNING, f"no name server heard for {silent} ms: handing slaves back again")
@@ -831,7 +846,7 @@ class RoleCore:
             self._online(MASTER_ID, None, out)
             return
         bid = p.queue.pop(0)
-        p.phase, p.slave = "push", bid
+        p.phase, p.slave, p.repushed = "push", bid, False
         out.append(a.PushHaInfo(bid, p.members[bid]))
 
     def _ha_info_pushed(self, ev: e.HaInfoPushed, now_ms: int, out: list[a.Action]) -> None:
@@ -849,7 +864,7 @@ class RoleCore:
         if not ev.ok:
             self._pre_online_retry(p, now_ms, f"slave {ev.broker_id} refused our HA info", out)
             return
-        if ev.broker_id in self.ha.replicas:
+        if ev.broker_id in self.ha.replicas or p.repushed:
             self._pre_online_sync(p, out)
             return
         p.phase, p.deadline_ms = "wait", now_ms + PRE_ONLINE_HA_WAIT_MS
