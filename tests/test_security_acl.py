@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.security import rules
@@ -264,3 +266,36 @@ def test_config_printing_masks_the_inner_credentials() -> None:
     assert items["innerClientAuthenticationCredentials"] == "******"
     assert "cluster-secret-1" not in repr(cfg) and "cluster-secret-1" not in str(items)
     assert dict(rocketmq_items(BrokerConfig()))["innerClientAuthenticationCredentials"] == ""
+
+
+# ---- bad input never crashes the decision ----------------------------------------------------
+
+_codes = st.sampled_from([*sorted(rules.RULES), 0, -1, 2**31 - 1])
+_text = st.text(max_size=16)
+_ext = st.dictionaries(
+    st.sampled_from(["AccessKey", "Signature", "SecurityToken", "topic", "b", "consumerGroup",
+                     "group", "_UNIQUE_KEY_QUERY"]) | _text,
+    _text,
+    max_size=8,
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(_codes, _ext, st.one_of(st.none(), st.binary(max_size=64)), st.integers(-5, 600), _text)
+def test_any_request_gets_a_verdict_never_an_exception(
+    code: int, ext: dict[str, str], body: bytes | None, version: int, ip: str
+) -> None:
+    acl = load_acl_text(ACL)
+    v = decide(acl, code, ext, body, version, ip)
+    assert v.allowed in (True, False)
+    if ext.get("AccessKey") not in acl.accounts and not v.allowed:
+        assert v.reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([RC.HEART_BEAT]), st.binary(max_size=200))
+def test_garbage_heartbeat_bodies_are_refused_cleanly(code: int, body: bytes) -> None:
+    acl = load_acl_text(ACL)
+    fields = sign_fields({}, body, USER)
+    v = decide(acl, code, fields, body, 479, IP)
+    assert v.allowed or "cannot read" in v.reason or "permission" in v.reason

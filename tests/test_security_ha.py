@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmq_ha._native import encode_slave_handshake
 from rmq_ha.client import Producer, ProducerConfig
@@ -169,3 +171,19 @@ async def test_master_and_slave_replicate_authenticated_and_strangers_are_refuse
         # nothing changed: still only the real slave, same log
         assert set(master.ha.master.connections) == {1}
         assert master.store.native.max_offset == before
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=80))
+def test_random_bytes_to_the_master_end_in_a_refusal(data: bytes) -> None:
+    """Whatever a stranger sends first, the master answers with a refusal or closes; it never
+    accepts and never fails otherwise."""
+
+    async def main() -> None:
+        a, b = trio.testing.memory_stream_pair()
+        await b.send_all(data)
+        await b.send_eof()
+        with pytest.raises((HaAuthError, trio.TooSlowError)):
+            await authenticate_slave(a, lambda: ACL)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
