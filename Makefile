@@ -78,9 +78,10 @@ lint: dev ## cargo fmt --check, clippy -D warnings, ruff, mypy, the .pyi stub ag
 	cd spark && ../$(VENV)/bin/mypy
 
 SEEDS ?= 20000
-sim: dev ## run SEEDS (default 20000) deterministic Raft and broker-group simulator seeds (make test runs 2000 of each)
+sim: dev ## run SEEDS (default 20000) deterministic Raft, broker-group and acting-master simulator seeds (make test runs 2000, 2000, 1000)
 	$(VPY) -m rmq_ha.sim --seeds $(SEEDS) --jobs 2
 	$(VPY) -m rmq_ha.sim --group --seeds $(SEEDS) --jobs 2
+	$(VPY) -m rmq_ha.sim --acting --seeds $(SEEDS) --jobs 2
 
 fuzz: ## fuzz the record decoder: a stable replay driver, plus cargo fuzz when nightly is installed
 	scripts/fuzz.sh $(FUZZ_SECONDS)
