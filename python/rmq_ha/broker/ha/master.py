@@ -307,10 +307,15 @@ class HaMaster:
             data = await stream.receive_some(RECV_BYTES)
             if not data:
                 raise trio.BrokenResourceError("slave closed the HA connection")
+            # Every ack this read brought is one event: a slave's acks only grow on one
+            # connection, so the last one says all (issue 16: one wake-up for many acks).
+            last = None
             for rec in dec.feed(data):
                 if rec[0] == "handshake":
                     raise ValueError("a second handshake on a transferring connection")
-                self._on_ack(broker_id, int(rec[1]))  # type: ignore[call-overload]
+                last = int(rec[1])  # type: ignore[call-overload]
+            if last is not None:
+                self._on_ack(broker_id, last)
 
     def _on_ack(self, broker_id: int, ack: int) -> None:
         if broker_id in self.needs:
