@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 SIDE_KEYS = {"msgs_per_s", "bytes_per_s", "p50_ms", "p99_ms", "errors", "sends", "msgs"}
-SIDE_KEYS |= {"broker_cores", "rounds_msgs_per_s"}
+SIDE_KEYS |= {"broker_cores", "rounds_msgs_per_s", "broker_cpu_us_per_msg"}
 
 
 @pytest.mark.timeout(600)
@@ -57,4 +57,22 @@ def test_bench_produce_quick_json(tmp_path: Path) -> None:
     )
     assert r["ratio_1k_single"] == case["ratio"]
     assert r["goal_met"] == (case["ratio"] >= 1.0)
+    # issue 16: broker CPU per message (read from /proc by pid) and the consume case
+    for impl in ("rmq_ha", "rocketmq"):
+        assert case[impl]["broker_cpu_us_per_msg"] > 0, case[impl]
+    assert case["cpu_ratio"] == pytest.approx(
+        case["rmq_ha"]["broker_cpu_us_per_msg"] / case["rocketmq"]["broker_cpu_us_per_msg"],
+        rel=1e-2,
+    )
+    assert r["cpu_ratio_1k_single"] == case["cpu_ratio"]
+    consume = r["consume"]
+    assert consume["msgs"] == 5000 and consume["size"] == 1024
+    for impl in ("rmq_ha", "rocketmq"):
+        side = consume[impl]
+        assert side["msgs_per_s"] > 0 and side["errors"] == 0, side
+        assert 0 < side["msgs"] < 5000, side  # the first received batch is not counted
+        assert side["broker_cpu_us_per_msg"] is not None, side
+    assert consume["ratio"] == pytest.approx(
+        consume["rmq_ha"]["msgs_per_s"] / consume["rocketmq"]["msgs_per_s"], rel=1e-2
+    )
     assert list(tmp_path.iterdir()) == []  # work dirs removed

@@ -99,6 +99,18 @@ class Store:
     ) -> tuple[list[StoreBuffer], int, int, int, list[tuple[int, int, int, str]]]:
         """(buffers, next_offset, min_offset, max_offset, skipped); skipped lists
         (queue_offset, physical_offset, size, reason) of units not served (quarantined)."""
+    def read_queue_body(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4194304,
+        tag_codes: Sequence[int] | None = None,
+    ) -> tuple[bytes, int, int, int, int, list[tuple[int, int, int, str]]]:
+        """(body, count, next_offset, min_offset, max_offset, skipped): as read_queue, but the
+        `count` records served come back concatenated in one bytes object (a pull body),
+        read and copied with the GIL released."""
     def quarantined(self) -> list[dict[str, object]]:
         """Quarantined ranges: offset, size, reason, detected_ms, topic, queue_id,
         queue_offset (the last three None when not known)."""

@@ -318,6 +318,20 @@ type QueueRead = (
     Vec<(u64, u64, u64, String)>,
 );
 
+/// (body, count, next_offset, min_offset, max_offset, skipped) of `Store.read_queue_body`.
+type QueueBody<'py> = (
+    Bound<'py, PyBytes>,
+    usize,
+    u64,
+    u64,
+    u64,
+    Vec<(u64, u64, u64, String)>,
+);
+
+/// Bodies at least this large are copied with the GIL released (below it the release costs
+/// more than the copy).
+const DETACH_BODY_COPY_BYTES: usize = 64 * 1024;
+
 fn queue_read(r: GetResult) -> QueueRead {
     (
         r.records.into_iter().map(wrap).collect(),
@@ -534,6 +548,65 @@ impl Store {
         })
         .map(queue_read)
         .map_err(to_py)
+    }
+
+    /// Like `read_queue`, but the records served come back as one buffer, back to back (a pull
+    /// response's body), read and copied with the GIL released: (body, count, next_offset,
+    /// min_offset, max_offset, skipped). No Python object per record. `skipped` is as in
+    /// `read_queue`; a caller that must cut the body at a skipped unit re-reads with
+    /// `read_queue`, which names each record.
+    #[pyo3(signature = (topic, queue_id, queue_offset, max_count=32, max_bytes=4*1024*1024, tag_codes=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_queue_body<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        tag_codes: Option<Vec<i64>>,
+    ) -> PyResult<QueueBody<'py>> {
+        let r = py
+            .detach(|| {
+                self.inner.read_queue(
+                    topic,
+                    queue_id,
+                    queue_offset,
+                    max_count,
+                    max_bytes,
+                    tag_codes.as_deref(),
+                )
+            })
+            .map_err(to_py)?;
+        let len = r.body_len();
+        let body = PyBytes::new_with(py, len, |dst| {
+            // The records are segment mappings owned by `r`; `dst` is a new bytes object no
+            // other thread can see yet: the copy needs no GIL.
+            let copied = if len >= DETACH_BODY_COPY_BYTES {
+                py.detach(|| r.copy_body_into(dst))
+            } else {
+                r.copy_body_into(dst)
+            };
+            if copied {
+                Ok(())
+            } else {
+                Err(PyValueError::new_err(
+                    "pull body length changed while copying",
+                ))
+            }
+        })?;
+        Ok((
+            body,
+            r.records.len(),
+            r.next_offset,
+            r.min_offset,
+            r.max_offset,
+            r.skipped
+                .into_iter()
+                .map(|k| (k.queue_offset, k.phys_offset, k.size, k.reason))
+                .collect(),
+        ))
     }
 
     /// The quarantined ranges: dicts with offset, size, reason, detected_ms, and topic,

@@ -209,6 +209,36 @@ pub struct GetResult {
     pub skipped: Vec<SkippedUnit>,
 }
 
+impl GetResult {
+    /// Bytes of the records served, back to back: the length of a pull response's body.
+    pub fn body_len(&self) -> usize {
+        self.records.iter().map(RecordBuf::len).sum()
+    }
+
+    /// Copies the records served back to back into `dst`, which must be exactly
+    /// [`GetResult::body_len`] bytes long (a pull response's body, built in one buffer
+    /// instead of one object per record). Returns `false`, writing nothing, on a length
+    /// mismatch.
+    pub fn copy_body_into(&self, dst: &mut [u8]) -> bool {
+        if dst.len() != self.body_len() {
+            return false;
+        }
+        let mut at = 0;
+        for r in &self.records {
+            dst[at..at + r.len()].copy_from_slice(r.as_slice());
+            at += r.len();
+        }
+        true
+    }
+
+    /// The records served, concatenated, as a new buffer.
+    pub fn body(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.body_len()];
+        self.copy_body_into(&mut out);
+        out
+    }
+}
+
 /// Counters of damage handling and retention since the store was opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreStats {

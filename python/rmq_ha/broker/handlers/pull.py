@@ -1,7 +1,8 @@
 """PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361), with long polling.
 
 Outcomes follow RocketMQ's store statuses and their response codes:
-* messages found -> SUCCESS, body = the stored records concatenated (as clients decode them);
+* messages found -> SUCCESS, body = the stored records concatenated (as clients decode them),
+  built by one native call (Store.read_queue_body: no Python object per record);
 * offset == max (nothing new) -> park until a message arrives or the suspend timeout, then
   PULL_NOT_FOUND;
 * offset > max, or below min -> PULL_OFFSET_MOVED with nextBeginOffset corrected to max/min;
@@ -103,7 +104,8 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
             status, nxt = Resp.PULL_NOT_FOUND, h.queue_offset
         else:
             try:
-                bufs, nxt, qmin, qmax, skipped = store.read_queue(
+                # One native call: the records served, back to back (no object per record).
+                body, n, nxt, qmin, qmax, skipped = store.read_queue_body(
                     h.topic,
                     h.queue_id,
                     h.queue_offset,
@@ -119,11 +121,10 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
                 # before one still waited for; past the wait, skip it (counted, logged).
                 verdict = p.storage.judge(skipped, h.topic, h.queue_id)
                 if verdict.serve_below is not None:
-                    bufs = [b for b in bufs if record_queue_offset(b) < verdict.serve_below]
+                    body, n = _records_below(body, verdict.serve_below)
                     nxt, wait_until = verdict.serve_below, verdict.wait_until_ms
-            if bufs:
-                body = b"".join(memoryview(b) for b in bufs)
-                p.traffic.got(h.topic, h.consumer_group, len(bufs), len(body))
+            if n:
+                p.traffic.got(h.topic, h.consumer_group, n, len(body))
                 return _respond(cmd, Resp.SUCCESS, nxt, qmin, qmax, body)
             if wait_until is None:
                 # Filtered out, or only skipped damaged records: move past them.
@@ -143,6 +144,21 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
         timeout_s = 0  # one more look after waking, then answer
         if not arrived:
             return _respond(cmd, status, nxt, qmin, qmax)
+
+
+def _records_below(body: bytes, queue_offset: int) -> tuple[bytes, int]:
+    """The leading records of a pull body (stored records back to back, in queue order, each
+    starting with its 4-byte size) whose queue offset is below `queue_offset`, and their count.
+    Only for the rare pull that skipped a damaged record."""
+    view = memoryview(body)
+    at = n = 0
+    while at + 4 <= len(view):
+        size = int.from_bytes(view[at : at + 4], "big")
+        if size <= 0 or record_queue_offset(body[at : at + size]) >= queue_offset:
+            break
+        at += size
+        n += 1
+    return body[:at], n
 
 
 def _respond(
