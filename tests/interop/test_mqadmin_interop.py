@@ -6,11 +6,15 @@ Run as the operator would: `rmq-ha mqadmin ... --json` processes, output parsed 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
 import trio
 from harness import Cluster, Names
@@ -146,3 +150,73 @@ async def test_mqadmin_message_group_and_offset_commands(live: Cluster, names: N
     await amqadmin("deleteTopic", "-n", ns, "-c", cluster, "-t", names.topic)
     rc, _, _ = await amqadmin("topicRoute", "-n", ns, "-t", names.topic, ok=False)
     assert rc == 1
+
+
+# --- RocketMQ's own mqadmin against each cluster ---------------------------------------------
+
+
+async def real_mqadmin(home: Path, *argv: str) -> str:
+    """RocketMQ 5.5.0's mqadmin (rocketmq-tools from the interop build's jars); its stdout."""
+    lib = harness.real_rocketmq_lib()
+    proc = await trio.run_process(
+        ["java", "-Xms64m", "-Xmx256m", "-cp", f"{lib}/*",
+         "org.apache.rocketmq.tools.command.MQAdminStartup", *argv],
+        capture_stdout=True, capture_stderr=True, check=False,
+        env={**os.environ, "ROCKETMQ_HOME": str(home)},
+    )  # fmt: skip
+    out = proc.stdout.decode("utf-8", "replace")
+    assert proc.returncode == 0, (argv, out[-3000:], proc.stderr.decode()[-3000:])
+    # mqadmin prints its own failures and returns 0: they start with the exception name.
+    assert "SubCommandException" not in out and "MQClientException" not in out, (argv, out[-3000:])
+    return out
+
+
+@pytest.mark.timeout(480)  # ten JVM starts of mqadmin, 5-20 s each on 2 busy cores
+async def test_rocketmqs_own_mqadmin_reads_the_answers(
+    live: Cluster, names: Names, tmp_path: Path
+) -> None:
+    """The other direction: the broker's new admin requests (GET_TOPIC_STATS_INFO with its
+    MessageQueue-keyed body, GET_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO, GET_BROKER_CONFIG,
+    QUERY_MESSAGE, GET_PRODUCER_CONNECTION_LIST, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+    INVOKE_BROKER_TO_RESET_OFFSET, UPDATE_BROKER_CONFIG) as RocketMQ's mqadmin reads them."""
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        pytest.skip("needs java and mvn (RocketMQ's mqadmin from Maven Central)")
+    ns, name, home = live.namesrv, live.broker_name, tmp_path
+    _, brokers, _ = await amqadmin("clusterList", "-n", ns)
+    cluster = brokers[0]["cluster"]
+    out = await real_mqadmin(home, "updateTopic", "-n", ns, "-c", cluster, "-t", names.topic,
+                             "-r", "2", "-w", "2")  # fmt: skip
+    assert "success" in out
+    await until_ok("topicRoute", "-n", ns, "-t", names.topic)
+    pgroup = names.group + "_P"
+    cfg = ProducerConfig(client=ClientConfig(client_ip="127.0.0.1",
+                                             heartbeat_broker_interval_s=0.5))  # fmt: skip
+    async with Producer(pgroup, ns, config=cfg) as p:
+        q0 = MessageQueue(names.topic, name, 0)
+        sent = [await p.send(names.topic, f"body{i}", keys=f"key{i}", queue=q0) for i in range(3)]
+        await until_ok("producerConnection", "-n", ns, "-g", pgroup, "-t", names.topic)
+        out = await real_mqadmin(home, "producerConnection", "-n", ns, "-g", pgroup,
+                                 "-t", names.topic)  # fmt: skip
+        assert "PYTHON" in out
+
+    out = await real_mqadmin(home, "topicStatus", "-n", ns, "-t", names.topic)
+    rows = sorted(line.split() for line in out.splitlines() if line.startswith(name))
+    assert [r[1:3] for r in rows] == [["0", "0"], ["1", "0"]] and rows[0][3] == "3", out[-2000:]
+    out = await real_mqadmin(home, "brokerStatus", "-n", ns, "-b", live.broker)
+    assert "commitLogMaxOffset" in out and "bootTimestamp" in out
+    out = await real_mqadmin(home, "getBrokerConfig", "-n", ns, "-b", live.broker)
+    assert any(line.split()[:3] == ["brokerName", "=", name] for line in out.splitlines())
+    found = await until_ok("queryMsgByKey", "-n", ns, "-t", names.topic, "-k", "key1")
+    assert found
+    out = await real_mqadmin(home, "queryMsgByKey", "-n", ns, "-t", names.topic, "-k", "key1")
+    assert sent[1].msg_id in out
+    out = await real_mqadmin(home, "updateSubGroup", "-n", ns, "-c", cluster, "-g", names.group)
+    assert "success" in out
+    out = await real_mqadmin(home, "resetOffsetByTime", "-n", ns, "-g", names.group,
+                             "-t", names.topic, "-s", "0")  # fmt: skip
+    assert sorted(line.split() for line in out.splitlines() if line.startswith(name)) == [
+        [name, "0", "0"], [name, "1", "0"],
+    ]  # fmt: skip
+    size = (await amqadmin("getBrokerConfig", "-n", ns, "-b", live.broker))[1]["maxMessageSize"]
+    await real_mqadmin(home, "updateBrokerConfig", "-n", ns, "-b", live.broker,
+                       "-k", "maxMessageSize", "-v", size)  # fmt: skip

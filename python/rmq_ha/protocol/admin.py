@@ -24,7 +24,7 @@ from rmq_ha.protocol.headerbase import I32, CommandHeader
 from rmq_ha.protocol.headers import RpcRequestHeader, TopicRequestHeader
 from rmq_ha.protocol.json_compat import BodyDecodeError, quote_bare_keys
 from rmq_ha.protocol.jsonmodel import JsonModel
-from rmq_ha.protocol.models import DataVersion, MessageQueue, SubscriptionData
+from rmq_ha.protocol.models import DataVersion, MessageQueue, SubscriptionData, TopicConfig
 
 # ---------------------------------------------------------------------------------------------
 # Headers
@@ -137,6 +137,16 @@ class ResetOffsetRequestHeader(TopicRequestHeader):
 
 
 @dataclass(kw_only=True, slots=True)
+class GetTopicConfigRequestHeader(TopicRequestHeader):
+    """GET_TOPIC_CONFIG (351): one topic's config (RocketMQ's mqadmin topicStatus asks it
+    first)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_TOPIC_CONFIG,)
+
+    topic: str
+
+
+@dataclass(kw_only=True, slots=True)
 class GetTopicsByClusterRequestHeader(CommandHeader):
     CODES: ClassVar[tuple[int, ...]] = (RC.GET_TOPICS_BY_CLUSTER,)
 
@@ -153,6 +163,7 @@ ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetTopicStatsInfoRequestHeader,
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
+    GetTopicConfigRequestHeader,
     GetTopicsByClusterRequestHeader,
 )
 
@@ -183,6 +194,14 @@ class ConsumerConnection(JsonModel):
 @dataclass(slots=True)
 class ProducerConnection(JsonModel):
     connection_set: list[ClientConnection] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TopicConfigAndQueueMapping(TopicConfig):
+    """GET_TOPIC_CONFIG (351) body: the topic config plus its static-topic mapping (always
+    null here: rmq_ha has no static topics)."""
+
+    mapping_detail: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -1,13 +1,15 @@
-"""UPDATE_AND_CREATE_TOPIC and GET_ALL_TOPIC_CONFIG."""
+"""UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG and GET_TOPIC_CONFIG."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import fields
 
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.topics import check_topic_name
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.admin import GetTopicConfigRequestHeader, TopicConfigAndQueueMapping
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
@@ -44,5 +46,14 @@ def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
         )
         return cmd.response(Resp.SUCCESS, None, None, w.to_json())
 
+    async def topic_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetTopicConfigRequestHeader.from_ext(cmd.ext_fields)
+        tc = p.topics.get(h.topic)
+        if tc is None:
+            return cmd.response(Resp.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {h.topic}")
+        body = TopicConfigAndQueueMapping(**{f.name: getattr(tc, f.name) for f in fields(tc)})
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
     d.register(RC.UPDATE_AND_CREATE_TOPIC, create_topic)
+    d.register(RC.GET_TOPIC_CONFIG, topic_config)
     d.register(RC.GET_ALL_TOPIC_CONFIG, all_topic_config)
