@@ -21,12 +21,21 @@ from rmq_ha import config, mqadmin
 from rmq_ha.broker.broker import open_broker
 from rmq_ha.broker.handlers.config import check_update
 from rmq_ha.client import Admin, ConsumeStatus, MessageQueue, Producer, PushConsumer
-from rmq_ha.client.errors import SendError
+from rmq_ha.client.errors import BrokerResponseError, SendError
 from rmq_ha.config import BrokerConfig, NamesrvConfig, NotRuntimeKey
 from rmq_ha.controller import config_admin
 from rmq_ha.errors import ConfigError
 from rmq_ha.nameserver.server import Nameserver
-from rmq_ha.protocol.admin import ConsumeStats, OffsetWrapper, TopicStatsTable, loads_fastjson
+from rmq_ha.protocol.admin import (
+    ConsumeStats,
+    GetTopicConfigRequestHeader,
+    OffsetWrapper,
+    TopicConfigAndQueueMapping,
+    TopicStatsTable,
+    loads_fastjson,
+)
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.models import MessageQueue as MQ
 from test_client_cluster import FAST_CLIENT, FAST_CONSUMER, FAST_PRODUCER, client_cluster
 
@@ -92,6 +101,17 @@ async def test_topic_commands(tmp_path: Path) -> None:
             (0, 0, 0), (1, 0, 4), (2, 0, 0),
         ]  # fmt: skip
         assert stats[1]["lastUpdateTimestamp"] > 0 and stats[0]["lastUpdateTimestamp"] == 0
+
+        # GET_TOPIC_CONFIG (351), which RocketMQ's own mqadmin asks before topicStatus.
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            h = GetTopicConfigRequestHeader(topic="AdmT").to_ext()
+            resp = await a.instance.api.call(env.broker, RC.GET_TOPIC_CONFIG, h)
+            tc = TopicConfigAndQueueMapping.from_json(resp.body)
+            assert (tc.topic_name, tc.read_queue_nums, tc.mapping_detail) == ("AdmT", 3, None)
+            h = GetTopicConfigRequestHeader(topic="NoSuchT").to_ext()
+            with pytest.raises(BrokerResponseError) as e:
+                await a.instance.api.call(env.broker, RC.GET_TOPIC_CONFIG, h)
+            assert e.value.code == Resp.TOPIC_NOT_EXIST
 
         _, deleted = await mq("deleteTopic", "-n", ns, "-t", "AdmT", "-c", "DefaultCluster")
         assert deleted == [{"brokers": [env.broker], "cluster": "DefaultCluster",
