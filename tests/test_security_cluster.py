@@ -60,3 +60,74 @@ async def test_python_client_with_good_and_bad_credentials(tmp_path: Path) -> No
         async with PullConsumer("banned", env.namesrv, config=cfg) as c:
             with pytest.raises(RmqHaError, match="No permission for group=banned"):
                 await c.pull(mq, "*", 0, 1)
+
+
+async def test_controller_mode_group_with_acl_elects_and_replicates(tmp_path: Path) -> None:
+    """The controller topology with ACL everywhere: a name server with its embedded controller
+    and two controller-mode brokers, all on the cluster credentials (registration, broker ids,
+    heartbeats, election, SyncStateSet, HA); a client with an account sends and the slave
+    catches up, and nobody else can act as the cluster."""
+    from rmq_jepsen.bench.cluster import FAST_BROKER
+
+    from controllerutil import controller_config, free_ports
+    from rmq_ha import config
+    from rmq_ha.broker.broker import open_broker
+    from rmq_ha.config import NamesrvConfig
+    from rmq_ha.nameserver.server import Nameserver
+    from securityutil import ACL_TEXT, INNER
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_TEXT)
+    sec = {
+        "aclEnable": "true",
+        "plainAclFile": str(acl),
+        "innerClientAuthenticationCredentials": INNER,
+    }
+    (port,) = free_ports(1)
+    ccfg = controller_config([port], 0, tmp_path / "ctl", **sec)
+    ns_cfg, _ = config.from_mapping(
+        NamesrvConfig, {"listenPort": port, "enableControllerInNamesrv": "true", **sec}
+    )
+    async with trio.open_nursery() as n:
+        ns = Nameserver(ns_cfg, controller_cfg=ccfg)
+        await n.start(ns.serve)
+
+        def broker(i: int) -> config.BrokerConfig:
+            cfg, unknown = config.from_mapping(
+                config.BrokerConfig,
+                {
+                    **FAST_BROKER,
+                    **sec,
+                    "listenPort": 0,
+                    "brokerId": -1,
+                    "enableControllerMode": "true",
+                    "controllerAddr": ns.address,
+                    "namesrvAddr": ns.address,
+                    "storePathRootDir": str(tmp_path / f"b{i}"),
+                },
+            )
+            assert not unknown
+            return cfg
+
+        async with open_broker(broker(0)) as b0, open_broker(broker(1)) as b1:
+            with trio.fail_after(30):
+                while not (b0.core.is_master or b1.core.is_master):
+                    await trio.sleep(0.05)
+            master, slave = (b0, b1) if b0.core.is_master else (b1, b0)
+            cfg = ProducerConfig(client=replace(FAST_CLIENT, credentials=USER))
+            async with Producer("pg", ns.address, config=cfg) as p:
+                with trio.fail_after(30):
+                    while True:
+                        try:
+                            r = await p.send("TBW102", b"secured")
+                            break
+                        except RmqHaError:
+                            await trio.sleep(0.1)  # until the route names the master
+                assert r.ok
+            with trio.fail_after(30):
+                while slave.store.native.max_offset < master.store.native.max_offset:
+                    await trio.sleep(0.05)
+            assert ns.controller is not None
+            guard = ns.dispatcher.guard
+            assert guard is not None and guard.refused_cluster == 0  # the cluster got through
+        n.cancel_scope.cancel()
