@@ -184,6 +184,7 @@ async def replication_cost(
             if not isinstance(c, _Single):
                 m = await c.master(SETTLE_S)
                 await c.wait_sync_state_set(m, 3, SETTLE_S)
+            await _warm(c.ns_addrs[0], SETTLE_S)
             if jar is not None:
                 data = await trio.to_thread.run_sync(
                     functools.partial(
@@ -281,6 +282,21 @@ async def _alone_until(c: Group, master: str, deadline_s: float) -> float | None
     return None
 
 
+async def _warm(namesrv: str, deadline_s: float) -> None:
+    """Sends until one send is acknowledged: the topic exists (auto-created) and is routed. A
+    loaded machine may take a while after the group is up (a route not yet there)."""
+    async with _producer(namesrv, 5.0) as p:
+        with trio.fail_after(deadline_s):
+            while True:
+                try:
+                    r = await p.send(TOPIC, b"warm")
+                except ClientError:
+                    await trio.sleep(0.2)
+                    continue
+                if r.status.name == "SEND_OK":
+                    return
+
+
 def _addr_of(p: Producer, broker_name: str) -> str | None:
     inst = p._instance
     return inst.routes.master_addr(broker_name) if inst is not None else None
@@ -300,8 +316,8 @@ async def failover(
     not_rejoined = 0
     try:
         await c.start()
-        async with _producer(c.ns_addrs[0], 5.0) as p:
-            await p.send(TOPIC, b"warm")
+        await c.master(SETTLE_S)
+        await _warm(c.ns_addrs[0], SETTLE_S)
         for _ in range(args.kills):
             m = await c.master(SETTLE_S)
             await c.wait_sync_state_set(m, 3, timeout_s=SETTLE_S)
