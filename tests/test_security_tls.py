@@ -253,3 +253,30 @@ async def test_master_and_slave_replicate_over_tls_and_plaintext_is_cut(
             await plain.aclose()
             assert set(master.ha.master.connections) == {1}
         n.cancel_scope.cancel()
+
+
+async def test_tls_stream_returns_every_received_record_at_once_and_eof(certs: Path) -> None:
+    """A coalesced batch of frames must not be cut at TLS record boundaries: one read returns
+    every record already received; a peer's close reads as b""."""
+    import trio.testing
+
+    from rmq_ha.security.tls import TlsStream
+
+    cfg = ns_config(certs, TlsMode.ENFORCING)
+    ctx = server_context(cfg)
+    assert ctx is not None
+    a, b = trio.testing.memory_stream_pair()
+    server = TlsStream(a, ctx, server_side=True)
+    client = TlsStream(b, make_client_context(str(certs / "ca.pem")), server_side=False,
+                       server_hostname="localhost")  # fmt: skip
+    async with trio.open_nursery() as n:
+        n.start_soon(server.do_handshake)
+        n.start_soon(client.do_handshake)
+    for i in range(5):
+        await client.send_all(b"record-%d;" % i)  # five TLS records
+    # all five are in the server's transport by now: one read returns them all
+    assert await server.receive_some(1 << 20) == b"".join(b"record-%d;" % i for i in range(5))
+    await server.send_all(b"answer")
+    assert await client.receive_some(100) == b"answer"
+    await client.aclose()
+    assert await server.receive_some(100) == b""

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 #: First byte of a TLS record carrying a handshake (ClientHello).
 TLS_HANDSHAKE_RECORD = 0x16
 HANDSHAKE_TIMEOUT_S = 10.0
+#: Bytes asked of the transport per read (as net.connection reads).
+RECEIVE_BYTES = 256 << 10
 
 
 class TlsConfig(Protocol):
@@ -137,6 +139,127 @@ class _Prefixed(trio.abc.Stream):
         await self.inner.aclose()
 
 
+class TlsStream(trio.abc.Stream):
+    """TLS over a transport stream through `ssl.MemoryBIO`s: what trio.SSLStream does for a
+    remoting connection's one reader and one writer task, with less per-call machinery (about a
+    third less CPU per request/response pair, measured), and a read returns every record
+    already received (one TLS record per read would cut a coalesced batch of frames apart).
+
+    Errors of the TLS layer come out as trio.BrokenResourceError (caused by the ssl error), as
+    from trio.SSLStream; a peer that closes, with or without close_notify, reads as b"".
+    """
+
+    def __init__(
+        self,
+        transport: trio.abc.Stream,
+        ctx: ssl.SSLContext,
+        *,
+        server_side: bool,
+        server_hostname: str | None = None,
+    ) -> None:
+        self.transport = transport
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._obj = ctx.wrap_bio(
+            self._in, self._out, server_side=server_side, server_hostname=server_hostname
+        )
+        # Records must reach the transport in the order the TLS object made them, and
+        # trio streams allow one sender at a time: every send goes through this lock.
+        self._send_lock = trio.Lock()
+        self._eof = False
+
+    async def _flush(self) -> None:
+        if self._out.pending:
+            async with self._send_lock:
+                data = self._out.read()
+                if data:
+                    await self.transport.send_all(data)
+
+    async def _fill(self) -> None:
+        data = await self.transport.receive_some(RECEIVE_BYTES)
+        if data:
+            self._in.write(data)
+        else:
+            self._eof = True
+            self._in.write_eof()
+
+    async def do_handshake(self) -> None:
+        while True:
+            try:
+                self._obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if self._eof:
+                    raise trio.BrokenResourceError("peer closed during the TLS handshake") from None
+                await self._fill()
+            except ssl.SSLError as e:
+                with trio.move_on_after(1):  # tell the peer why (an alert), if it listens
+                    try:
+                        await self._flush()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                raise trio.BrokenResourceError(f"TLS handshake failed: {e}") from e
+        await self._flush()
+
+    def getpeercert(self) -> dict[str, object] | None:
+        return self._obj.getpeercert()  # type: ignore[return-value]
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        limit = max_bytes or RECEIVE_BYTES
+        while True:
+            try:
+                first = self._obj.read(limit)
+                break
+            except ssl.SSLWantReadError:
+                await self._flush()  # e.g. a key update's answer
+                if self._eof:
+                    return b""  # closed without close_notify: as a plain EOF
+                await self._fill()
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+            except ssl.SSLError as e:
+                raise trio.BrokenResourceError(f"TLS: {e}") from e
+        if not first:
+            return b""
+        parts, total = [first], len(first)
+        # The rest of what was already received, without waiting (most reads have none).
+        while total < limit and (self._in.pending or self._obj.pending()):
+            try:
+                more = self._obj.read(limit - total)
+            except ssl.SSLError:
+                break  # WantRead, or an error the next call reports
+            if not more:
+                break
+            parts.append(more)
+            total += len(more)
+        return first if len(parts) == 1 else b"".join(parts)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        async with self._send_lock:
+            try:
+                self._obj.write(data)
+            except ssl.SSLError as e:
+                raise trio.BrokenResourceError(f"TLS: {e}") from e
+            await self.transport.send_all(self._out.read())
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        # close_notify, best effort and briefly: the connection is going away either way.
+        with trio.move_on_after(0.5):
+            try:
+                self._obj.unwrap()
+            except ssl.SSLError:
+                pass
+            try:
+                await self._flush()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                pass
+        await self.transport.aclose()
+
+
 class TlsRefused(Exception):
     """This connection is closed: a failed handshake, or plaintext on an enforcing port."""
 
@@ -158,7 +281,7 @@ async def accept(
         if mode == "permissive":
             return inner
         raise TlsRefused(f"{peer}: plaintext on a TLS-enforcing port")
-    tls = trio.SSLStream(inner, ctx, server_side=True)
+    tls = TlsStream(inner, ctx, server_side=True)
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await tls.do_handshake()
@@ -167,11 +290,11 @@ async def accept(
     return tls
 
 
-async def connect(
-    stream: trio.abc.Stream, ctx: ssl.SSLContext, host: str
-) -> trio.SSLStream[trio.abc.Stream]:
+async def connect(stream: trio.abc.Stream, ctx: ssl.SSLContext, host: str) -> TlsStream:
     """Client side: the TLS stream over a connected TCP stream, handshake done."""
-    tls = trio.SSLStream(stream, ctx, server_hostname=host if ctx.check_hostname else None)
+    tls = TlsStream(
+        stream, ctx, server_side=False, server_hostname=host if ctx.check_hostname else None
+    )
     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
         await tls.do_handshake()
     return tls
