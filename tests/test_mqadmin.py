@@ -81,8 +81,9 @@ async def test_topic_commands(tmp_path: Path) -> None:
             return rc == 0 and "AdmT" in topics
 
         await until(routed)
-        _, by_cluster = await mq("topicList", "-n", ns, "-c", "DefaultCluster")
-        assert "AdmT" in by_cluster
+        _, by_cluster = await mq("topicList", "-n", ns, "-c")
+        row = next(r for r in by_cluster if r["topic"] == "AdmT")
+        assert (row["cluster"], row["consumerGroups"]) == ("DefaultCluster", [])
         _, route = await mq("topicRoute", "-n", ns, "-t", "AdmT")
         (qd,) = route["queueDatas"]
         assert (qd["brokerName"], qd["readQueueNums"], qd["writeQueueNums"]) == ("broker-a", 3, 3)
@@ -223,6 +224,8 @@ async def test_groups_connections_progress_and_reset(tmp_path: Path) -> None:
                 row = next(r for r in summary if r["group"] == "cg")
                 assert (row["count"], row["diffTotal"]) == (1, 0)
                 assert row["consumeType"] == "CONSUME_PASSIVELY"
+                _, tl = await mq("topicList", "-n", ns, "-c")  # QUERY_TOPIC_CONSUME_BY_WHO
+                assert next(r for r in tl if r["topic"] == "GT")["consumerGroups"] == ["cg"]
             _, prog = await mq("consumerProgress", "-n", ns, "-g", "cg")
             q0 = next(q for q in prog["queues"] if q["topic"] == "GT" and q["queueId"] == 0)
             assert (q0["brokerOffset"], q0["consumerOffset"], q0["diff"]) == (8, 8, 0)

@@ -193,10 +193,22 @@ async def cluster_list(a: Admin, args: argparse.Namespace) -> Output:
 
 
 async def topic_list(a: Admin, args: argparse.Namespace) -> Output:
-    out = Output(["topic"])
-    for t in await a.topic_list(args.cluster):
-        out.add(topic=t)
-    out.doc = [r["topic"] for r in out.rows]
+    if not args.cluster_model:
+        out = Output(["topic"])
+        for t in await a.topic_list():
+            out.add(topic=t)
+        out.doc = [r["topic"] for r in out.rows]
+        return out
+    # -c (mqadmin's clusterModel): each cluster's topics and the groups consuming them.
+    out = Output(["cluster", "topic", "consumerGroups"])
+    info = await a.cluster_info()
+    for cluster in info.retrieve_all_cluster_names():
+        for t in await a.topic_list(cluster):
+            try:
+                groups = await a.topic_consumed_by(t)
+            except RmqHaError:  # a topic with no route (a system topic) has no consumers here
+                groups = []
+            out.add(cluster=cluster, topic=t, consumerGroups=groups)
     return out
 
 
@@ -786,7 +798,13 @@ def add_commands(sub: Any) -> None:
     """Adds every mqadmin command to the subparser group `sub`."""
     _ns(sub, "clusterList", cluster_list, "brokers of every cluster, with role and epoch")
     p = _ns(sub, "topicList", topic_list, "every topic on the name servers")
-    p.add_argument("-c", "--clusterName", dest="cluster", help="only this cluster's topics")
+    p.add_argument(
+        "-c",
+        "--clusterModel",
+        dest="cluster_model",
+        action="store_true",
+        help="per cluster, with the groups consuming each topic",
+    )
     p = _ns(sub, "topicRoute", topic_route, "the route of a topic")
     p.add_argument("-t", "--topic", required=True)
     p = _ns(sub, "topicStatus", topic_status, "min/max offset of every queue of a topic")

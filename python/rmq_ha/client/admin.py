@@ -41,8 +41,10 @@ from rmq_ha.protocol.admin import (
     GetProducerConnectionListRequestHeader,
     GetTopicsByClusterRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    GroupList,
     ProducerConnection,
     QueryMessageRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetBody,
     ResetOffsetRequestHeader,
     SubscriptionGroupConfig,
@@ -258,6 +260,15 @@ class Admin:
         if resp.code != Resp.SUCCESS:
             raise BrokerResponseError(resp.code, resp.remark, "name server")
         return sorted(TopicList.from_json(resp.body).topic_list)
+
+    async def topic_consumed_by(self, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO (300) on the topic's brokers: the groups consuming it."""
+        groups: set[str] = set()
+        for addr in sorted(set((await self._route_masters(topic)).values())):
+            h = QueryTopicConsumeByWhoRequestHeader(topic=topic)
+            resp = await self.instance.api.call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, h.to_ext())
+            groups |= GroupList.from_json(resp.body).group_list
+        return sorted(groups)
 
     async def broker_addrs(
         self, *, cluster: str | None = None, broker_addr: str | None = None

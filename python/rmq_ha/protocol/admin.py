@@ -147,6 +147,13 @@ class GetTopicConfigRequestHeader(TopicRequestHeader):
 
 
 @dataclass(kw_only=True, slots=True)
+class QueryTopicConsumeByWhoRequestHeader(TopicRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_TOPIC_CONSUME_BY_WHO,)
+
+    topic: str
+
+
+@dataclass(kw_only=True, slots=True)
 class GetTopicsByClusterRequestHeader(CommandHeader):
     CODES: ClassVar[tuple[int, ...]] = (RC.GET_TOPICS_BY_CLUSTER,)
 
@@ -164,6 +171,7 @@ ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
     GetTopicConfigRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     GetTopicsByClusterRequestHeader,
 )
 
@@ -208,6 +216,13 @@ class TopicConfigAndQueueMapping(TopicConfig):
 class TopicList(JsonModel):
     topic_list: set[str] = field(default_factory=set)
     broker_addr: str | None = None
+
+
+@dataclass(slots=True)
+class GroupList(JsonModel):
+    """QUERY_TOPIC_CONSUME_BY_WHO (300) body."""
+
+    group_list: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ commands:
     GET_CONSUME_STATS (208)                                           consumerProgress
     INVOKE_BROKER_TO_RESET_OFFSET (222)                               resetOffsetByTime
     QUERY_MESSAGE (12)                                                queryMsgByKey, queryMsgById
+    QUERY_TOPIC_CONSUME_BY_WHO (300)                                  topicList -c
 
 QUERY_MESSAGE has no hash index behind it (RocketMQ's IndexFile): it scans the topic's queues
 from the first message stored at or after beginTimestamp (the consume queues' time search) up
@@ -43,10 +44,12 @@ from rmq_ha.protocol.admin import (
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    GroupList,
     OffsetWrapper,
     ProducerConnection,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
+    QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetBody,
     ResetOffsetRequestHeader,
     SubscriptionGroupConfig,
@@ -194,6 +197,13 @@ def query_messages(p: Ports, h: QueryMessageRequestHeader, unique: bool) -> list
     return found
 
 
+def consumer_groups_of(p: Ports, topic: str) -> set[str]:
+    """Groups consuming `topic`: online members subscribed to it, and groups with offsets
+    committed on it (RocketMQ's whichGroupByTopic, both sources)."""
+    online = {g for g, cg in p.clients.consumers.items() if topic in cg.subscriptions}
+    return online | set(p.offsets.groups_of_topic(topic))
+
+
 def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
     async def consumer_connections(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetConsumerConnectionListRequestHeader.from_ext(cmd.ext_fields)
@@ -336,4 +346,11 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
     d.register(RC.GET_TOPIC_STATS_INFO, stats)
     d.register(RC.GET_CONSUME_STATS, group_stats)
     d.register(RC.INVOKE_BROKER_TO_RESET_OFFSET, reset_offset)
+
+    async def consumed_by(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = QueryTopicConsumeByWhoRequestHeader.from_ext(cmd.ext_fields)
+        body = GroupList(group_list=consumer_groups_of(p, h.topic))
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
     d.register(RC.QUERY_MESSAGE, query_message)
+    d.register(RC.QUERY_TOPIC_CONSUME_BY_WHO, consumed_by)
