@@ -265,3 +265,39 @@ async def test_every_code_the_roles_register_is_in_the_table(tmp_path: Path) -> 
         assert registered, role
         missing = sorted(c for c in registered if c not in RULES)
         assert not missing, f"{role} registers codes the ACL table does not classify: {missing}"
+
+
+async def test_controller_admin_cli_with_and_without_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from rmq_ha.controller import admin as cli
+
+    parser = argparse.ArgumentParser()
+    cli.controller_admin_parsers(parser.add_subparsers())
+
+    async def main(argv: list[str]) -> int:  # as cli.run, inside this test's event loop
+        return await cli._main(parser.parse_args(argv))
+
+    async with (
+        secure_group(tmp_path) as (_nodes, addrs),
+        RemotingClient(signer=request_signer(ADMIN)) as c,
+    ):
+        await wait_leader(ControllerClient(c, addrs))
+        a = ";".join(addrs)
+        elect = ["elect-master", "-a", a, "-b", "broker-a", "-i", "1", "--json"]
+        assert await main(elect) != 0  # unsigned: refused
+        assert "No accessKey is configured" in capsys.readouterr().err
+        user = ["--access-key", USER.access_key, "--secret-key", USER.secret_key]
+        assert await main([*elect, *user]) != 0
+        assert "Need admin permission" in capsys.readouterr().out
+        # a read with any account; the secret from the environment
+        monkeypatch.setenv("RMQ_HA_SECRET_KEY", USER.secret_key)
+        meta = ["get-controller-metadata", "-a", a, "--access-key", USER.access_key]
+        assert await main(meta) == 0
+        assert "leader" in capsys.readouterr().out.lower()
+        half = ["get-controller-metadata", "-a", a, "--secret-key", "x"]
+        monkeypatch.delenv("RMQ_HA_SECRET_KEY")
+        assert await main(half) == 2
+        assert "--access-key" in capsys.readouterr().err

@@ -27,13 +27,14 @@ import trio
 
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient, split_addrs
-from rmq_ha.errors import RemotingError
+from rmq_ha.errors import ConfigError, RemotingError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Code
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.json_compat import BodyDecodeError
 from rmq_ha.protocol.models import EpochEntryCache
+from rmq_ha.security import cliopts
 
 NO_EPOCHS = "the broker does not serve GET_BROKER_EPOCH_CACHE (1007)"
 
@@ -224,9 +225,18 @@ async def _main(args: argparse.Namespace) -> int:
     if not addrs:
         print("no controller address: use -a host:port[;host:port]", file=sys.stderr)
         return 2
-    async with RemotingClient() as client:
+    try:
+        signer, tls = cliopts.signer_of(args), cliopts.tls_of(args)
+    except (ValueError, ConfigError) as e:
+        print(f"{args.controller_admin}: {e}", file=sys.stderr)
+        return 2
+    async with RemotingClient(signer=signer, tls=tls) as client:
         cc = ControllerClient(client, addrs, args.timeout)
-        return await _COMMANDS[args.controller_admin](cc, args)
+        try:
+            return await _COMMANDS[args.controller_admin](cc, args)
+        except RemotingError as e:  # here: out of the client's nursery it is an ExceptionGroup
+            print(f"{args.controller_admin}: {e}", file=sys.stderr)
+            return 2
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,6 +264,7 @@ def _common(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds per request")
     p.add_argument("--log-level", default="warning")
+    cliopts.add_args(p)
     p.set_defaults(func=run, controller_admin=name)
 
 

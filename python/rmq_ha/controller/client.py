@@ -50,20 +50,25 @@ class ControllerClient:
     async def metadata(self, addr: str) -> GetMetaDataResponseHeader:
         cmd = RemotingCommand.request(RC.CONTROLLER_GET_METADATA_INFO)
         resp = await self.client.invoke(addr, cmd, self.timeout_s)
+        if resp.code != Code.SUCCESS:  # e.g. refused by the controller's ACL
+            raise NoLeaderError(f"controller {addr} answered {resp.code}: {resp.remark}")
         return GetMetaDataResponseHeader.from_ext(resp.ext_fields)
 
     async def find_leader(self) -> str:
-        """The address of a node that says it serves as leader; NoLeaderError if none does."""
+        """The address of a node that says it serves as leader; NoLeaderError if none does
+        (naming the last error, e.g. an ACL refusal)."""
+        last = ""
         for addr in self.addrs:
             try:
                 meta = await self.metadata(addr)
             except RemotingError as e:
                 log.debug("controller %s: %s", addr, e)
+                last = f" (last error: {e})"
                 continue
             if meta.is_leader:
                 self.leader = addr
                 return addr
-        raise NoLeaderError(f"no serving controller leader among {';'.join(self.addrs)}")
+        raise NoLeaderError(f"no serving controller leader among {';'.join(self.addrs)}{last}")
 
     async def invoke(
         self, cmd: RemotingCommand, deadline_s: float | None = None
