@@ -86,8 +86,8 @@ def render(out: Output, as_json: bool, stream: TextIO) -> None:
         stream.write(line.rstrip() + "\n")
 
 
-def _kv(table: dict[str, str], **extra: Any) -> Output:
-    out = Output(["key", "value"], doc=dict(table) if not extra else {**extra, **table})
+def _kv(table: dict[str, str]) -> Output:
+    out = Output(["key", "value"], doc=dict(table))
     for k in sorted(table):
         out.add(key=k, value=table[k])
     return out
@@ -124,10 +124,6 @@ def parse_time_ms(text: str) -> int:
             f"{text!r} is not a time: give milliseconds, now, or yyyy-MM-dd#HH:mm:ss:SSS"
         ) from None
     return int(dt.timestamp() * 1000)
-
-
-def _time(text: str) -> int:
-    return parse_time_ms(text)
 
 
 def _msg_row(msg: MessageExt) -> dict[str, Any]:
@@ -293,7 +289,6 @@ async def update_sub_group(a: Admin, args: argparse.Namespace) -> Output:
     for addr in await a.broker_addrs(cluster=args.cluster, broker_addr=args.broker):
         await a.update_subscription_group(addr, cfg)
         out.add(group=args.group, broker=addr, result="OK", config=cfg.to_obj())
-    out.columns = ["group", "broker", "result"]
     return out
 
 
@@ -876,8 +871,8 @@ def add_commands(sub: Any) -> None:
     p = _ns(sub, "queryMsgByKey", query_msg_by_key, "messages of a topic by key")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-k", "--msgKey", dest="key", required=True)
-    p.add_argument("-b", "--beginTimestamp", dest="begin", type=_time, default=0)
-    p.add_argument("-e", "--endTimestamp", dest="end", type=_time, default=2**63 - 1)
+    p.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time_ms, default=0)
+    p.add_argument("-e", "--endTimestamp", dest="end", type=parse_time_ms, default=2**63 - 1)
     p.add_argument("-c", "--maxNum", dest="max_num", type=int, default=64)
     p = _ns(sub, "queryMsgByOffset", query_msg_by_offset, "the message at a queue offset")
     p.add_argument("-t", "--topic", required=True)
@@ -888,7 +883,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument(
-        "-s", "--timestamp", type=_time, required=True, help="ms, now, or yyyy-MM-dd#HH:mm:ss:SSS"
+        "-s",
+        "--timestamp",
+        type=parse_time_ms,
+        required=True,
+        help="ms, now, or yyyy-MM-dd#HH:mm:ss:SSS",
     )
     p.add_argument("-f", "--force", type=_bool, default=True)
     p = _ns(sub, "getBrokerEpoch", get_broker_epoch, "the epoch entries of each replica")

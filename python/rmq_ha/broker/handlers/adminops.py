@@ -28,6 +28,7 @@ from typing import Final
 import trio
 
 from rmq_ha._native import decode_stored_record
+from rmq_ha.broker.clients import ClientInfo
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.broker.topics import check_topic_name
@@ -73,10 +74,7 @@ _BATCH: Final = 64
 KEY_SEPARATOR: Final = " "
 
 
-def _connection(c: object) -> ClientConnection:
-    from rmq_ha.broker.clients import ClientInfo
-
-    assert isinstance(c, ClientInfo)
+def _connection(c: ClientInfo) -> ClientConnection:
     try:
         lang = LanguageCode(c.language).name
     except ValueError:
