@@ -59,3 +59,26 @@ def test_print_names_each_impl_and_the_ratios(capsys):
     )
     out = capsys.readouterr().out
     assert "== rmq_ha" in out and "== rocketmq" in out and "RocketMQ / rmq_ha" in out
+
+
+def test_controller_bench_impl_flag_and_ratios():
+    from rmq_jepsen.bench import controller
+
+    ap = argparse.ArgumentParser()
+    controller.add_parser(ap.add_subparsers())
+    assert ap.parse_args(["controller", "--impl", "both"]).impl == "both"
+
+    def rep(apply50: float, fail99: float) -> dict[str, object]:
+        lat = {"p50": apply50, "p99": 2 * apply50}
+        return {
+            "commit_latency_ms": {"apply_broker_id": lat},
+            "failover_ms": {"p50": fail99 / 2, "p99": fail99},
+        }
+
+    r = controller.ratios(rep(2.0, 1000.0), rep(1.0, 6000.0))
+    assert r == {
+        "apply_broker_id_p50": 0.5,
+        "apply_broker_id_p99": 0.5,
+        "failover_p50": 6.0,
+        "failover_p99": 6.0,
+    }

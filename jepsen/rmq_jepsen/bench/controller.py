@@ -10,6 +10,13 @@ Figures:
 Goal: failover p99 <= (maxHeartBeatLeak + 1) heartbeat intervals. A follower needs
 maxHeartBeatLeak silent intervals to notice, so the goal is an election that never needs a
 second round. Progress goes to stderr (rich); `--json` prints one JSON object on stdout.
+
+`--impl rocketmq` measures the same on real RocketMQ 5.5.0: three name servers with embedded
+DLedger controllers (`realrmq.RealControllerGroup` without brokers), killed and restarted by
+pid. RocketMQ has no config key for an embedded controller's DLedger timings, so its defaults
+apply there (heartbeat 2000 ms, leak 3, votes 300-1000 ms) and the terms an election took are
+not known (null). `--impl both` measures rmq_ha with those same timings, then RocketMQ, and
+prints the ratios RocketMQ / rmq_ha.
 """
 
 from __future__ import annotations
@@ -38,8 +45,13 @@ from rmq_ha.controller.testbroker import TestBroker
 from rmq_ha.errors import RemotingError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import ResponseCode as Code
-from rmq_jepsen.bench import machine
+from rmq_jepsen.bench import machine, realrmq
 from rmq_jepsen.launch import free_ports, role_proc, stop_all
+
+IMPLS = ("rmq_ha", "rocketmq")
+#: DLedger's defaults (openmessaging/dledger DLedgerConfig): what an embedded RocketMQ controller
+#: runs with, as it has no key to change them.
+DLEDGER_DEFAULTS = {"heartbeat_ms": 2000, "leak": 3, "min_vote_ms": 300, "max_vote_ms": 1000}
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -97,7 +109,7 @@ class Controllers:
     async def wait_ready(self, i: int, timeout_s: float = 30.0) -> None:
         await self.procs[i].wait_ready(timeout_s)
 
-    def leader_term(self) -> int:
+    def leader_term(self) -> int | None:
         """The highest term in which any node served as leader, from the driver's logs."""
         terms = [0]
         for p in self.procs:
@@ -109,6 +121,33 @@ class Controllers:
 
     def stop_all(self) -> None:
         stop_all(self.procs)
+
+
+class RealControllers:
+    """Three real RocketMQ name servers with embedded DLedger controllers (no brokers), the
+    launcher's `RealControllerGroup`; the same interface as `Controllers`."""
+
+    def __init__(self, root: Path, args: argparse.Namespace) -> None:
+        self.args = args
+        self.group = realrmq.RealControllerGroup(root, replicas=0, sizes=realrmq.jvm_sizes(args))
+        self.addrs = self.group.controller_addrs
+
+    def start(self, i: int) -> None:
+        if not self.group.namesrvs:
+            self.group.prepare()
+        self.group.namesrvs[i].start()
+
+    async def wait_ready(self, i: int, timeout_s: float = 30.0) -> None:
+        await self.group.namesrvs[i].wait_ready(max(timeout_s, realrmq.JVM_READY_S))
+
+    def leader_term(self) -> int | None:
+        return None  # DLedger's term is in no answer a client can ask for
+
+    def kill(self, i: int) -> None:
+        self.group.namesrvs[i].kill()
+
+    def stop_all(self) -> None:
+        self.group.stop()
 
 
 # --- commit latency ----------------------------------------------------------------------------
@@ -171,6 +210,15 @@ async def _serving_write(client: RemotingClient, addrs: list[str], req: m.Reques
     return False
 
 
+async def _leader_eventually(cc: ControllerClient) -> str:
+    """The first leader of a group that is just starting (real JVMs take a while)."""
+    while True:
+        try:
+            return await cc.find_leader()
+        except RemotingError:
+            await trio.sleep(0.1)
+
+
 async def _leader(cc: ControllerClient) -> str:
     with trio.fail_after(30):
         while True:
@@ -180,9 +228,9 @@ async def _leader(cc: ControllerClient) -> str:
                 await trio.sleep(0.02)
 
 
-async def _settled(cc: ControllerClient, group: Controllers, i: int) -> None:
+async def _settled(cc: ControllerClient, group: Controllers | RealControllers, i: int) -> None:
     """Waits until restarted node `i` follows a serving leader."""
-    with trio.fail_after(30):
+    with trio.fail_after(realrmq.JVM_READY_S):
         while True:
             try:
                 meta = await cc.metadata(group.addrs[i])
@@ -193,8 +241,11 @@ async def _settled(cc: ControllerClient, group: Controllers, i: int) -> None:
             await trio.sleep(0.05)
 
 
-async def one_failover(client: RemotingClient, group: Controllers, k: int) -> tuple[float, int]:
-    """Milliseconds from the kill to a committed write, and how many terms that took."""
+async def one_failover(
+    client: RemotingClient, group: Controllers | RealControllers, k: int
+) -> tuple[float, int | None]:
+    """Milliseconds from the kill to a committed write, and how many terms that took (None:
+    not known)."""
     cc = ControllerClient(client, group.addrs, timeout_s=1.0)
     leader = group.addrs.index(await _leader(cc))
     term = group.leader_term()
@@ -207,7 +258,8 @@ async def one_failover(client: RemotingClient, group: Controllers, k: int) -> tu
             await trio.sleep(0.002)
     elapsed = (time.perf_counter() - t0) * 1000
     await trio.sleep(0.05)  # the new leader's log line
-    terms = group.leader_term() - term
+    after = group.leader_term()
+    terms = after - term if after is not None and term is not None else None
     client.close_connection(group.addrs[leader])
     group.start(leader)
     await group.wait_ready(leader)
@@ -222,16 +274,23 @@ async def one_failover(client: RemotingClient, group: Controllers, k: int) -> tu
 # --- run ---------------------------------------------------------------------------------------
 
 
-async def _bench(args: argparse.Namespace, root: Path, progress: Progress) -> dict[str, Any]:
-    group = Controllers(root, args)
+async def _bench(
+    args: argparse.Namespace, root: Path, progress: Progress, impl: str = "rmq_ha"
+) -> dict[str, Any]:
+    group: Controllers | RealControllers = (
+        Controllers(root, args) if impl == "rmq_ha" else RealControllers(root, args)
+    )
     try:
+        if isinstance(group, RealControllers):
+            await trio.to_thread.run_sync(group.group.prepare)  # jars, key check
         for i in range(3):
             group.start(i)
         for i in range(3):
             await group.wait_ready(i)
         async with RemotingClient() as client, trio.open_nursery() as nursery:
             cc = ControllerClient(client, group.addrs, timeout_s=3.0)
-            await _leader(cc)
+            with trio.fail_after(realrmq.JVM_READY_S):
+                await _leader_eventually(cc)
             apply_ms = await apply_latency(cc, args.requests, progress)
             b1, b2 = TestBroker(group.addrs, "bench-alter"), TestBroker(group.addrs, "bench-alter")
             for b in (b1, b2):
@@ -249,19 +308,20 @@ async def _bench(args: argparse.Namespace, root: Path, progress: Progress) -> di
             nursery.cancel_scope.cancel()
     finally:
         group.stop_all()
-    return _report(args, apply_ms, alter_ms, failovers)
+    return _report(args, apply_ms, alter_ms, failovers) | {"impl": impl}
 
 
 def _report(
     args: argparse.Namespace,
     apply_ms: list[float],
     alter_ms: list[float],
-    failovers: list[tuple[float, int]],
+    failovers: list[tuple[float, int | None]],
 ) -> dict[str, Any]:
     fail_ms = [ms for ms, _ in failovers]
     terms: dict[str, int] = {}
     for _, t in failovers:
-        terms[str(t)] = terms.get(str(t), 0) + 1
+        key = "unknown" if t is None else str(t)
+        terms[key] = terms.get(key, 0) + 1
     hb = args.heartbeat_ms
     goal_ms = (args.leak + 1) * hb
     p99 = _quantile(fail_ms, 99)
@@ -302,20 +362,56 @@ def _print_text(r: dict[str, Any]) -> None:
     print(f"goal: {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")
 
 
+def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
+    """RocketMQ / rmq_ha for the latencies and the failover time (> 1: RocketMQ slower)."""
+    out: dict[str, float] = {}
+    for name, s in ours["commit_latency_ms"].items():
+        for q in ("p50", "p99"):
+            if s[q]:
+                out[f"{name}_{q}"] = theirs["commit_latency_ms"][name][q] / s[q]
+    for q in ("p50", "p99"):
+        if ours["failover_ms"][q]:
+            out[f"failover_{q}"] = theirs["failover_ms"][q] / ours["failover_ms"][q]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
+    impls = list(IMPLS) if args.impl == "both" else [args.impl]
+    if "rocketmq" in impls:
+        try:
+            realrmq.source_checkout()
+            realrmq.require_tools("java", "mvn", "javap")
+        except realrmq.NeedsCheckout as e:
+            print(f"bench controller --impl {args.impl}: {e}", file=sys.stderr)
+            return 2
+        # The same Raft timings on both: RocketMQ's are fixed at DLedger's defaults.
+        for k, v in DLEDGER_DEFAULTS.items():
+            setattr(args, k, v)
     args.min_vote_ms = (
         args.min_vote_ms if args.min_vote_ms is not None else args.heartbeat_ms * 3 // 20
     )
     args.max_vote_ms = args.max_vote_ms if args.max_vote_ms is not None else args.heartbeat_ms // 2
-    with (
-        _workdir(args.dir, args.keep) as root,
-        Progress(console=Console(stderr=True)) as progress,
-    ):
-        report = trio.run(_bench, args, root, progress)
+    reports: dict[str, Any] = {}
+    for impl in impls:
+        with (
+            _workdir(args.dir, args.keep) as root,
+            Progress(console=Console(stderr=True)) as progress,
+        ):
+            reports[impl] = trio.run(_bench, args, root, progress, impl)
+    report: dict[str, Any] = reports[impls[0]] if len(impls) == 1 else reports
+    if len(impls) == 2:
+        report["ratios"] = ratios(reports["rmq_ha"], reports["rocketmq"])
     if args.json:
         print(json.dumps(report, sort_keys=True))
-    else:
+    elif len(impls) == 1:
         _print_text(report)
+    else:
+        for impl in impls:
+            print(f"== {impl}")
+            _print_text(reports[impl])
+        print("== RocketMQ / rmq_ha (> 1: RocketMQ took longer)")
+        for k, v in report["ratios"].items():
+            print(f"  {k:30s} {v:6.2f}")
     return 0
 
 
@@ -340,6 +436,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--leak", type=int, default=3, help="maxHeartBeatLeak")
     p.add_argument("--min-vote-ms", type=int, help="minVoteIntervalMs (default: 15%% of hb)")
     p.add_argument("--max-vote-ms", type=int, help="maxVoteIntervalMs (default: 50%% of hb)")
+    p.add_argument(
+        "--impl",
+        choices=[*IMPLS, "both"],
+        default="rmq_ha",
+        help="rmq_ha, real RocketMQ 5.5.0's embedded controllers, or both (DLedger's timings)",
+    )
+    realrmq.add_jvm_flags(p)
     p.add_argument("--dir", default=None, help="where the controllers store (default: temp)")
     p.add_argument(
         "--keep", action="store_true", help="keep the working directory (logs) afterwards"

@@ -59,6 +59,8 @@ from rmq_jepsen.launch import (
 
 BROKER_NAME = "broker-a"
 CLUSTER_NAME = "DefaultCluster"
+#: How long a JVM may take to say it is up on a loaded 2-core machine (s).
+JVM_READY_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -431,7 +433,8 @@ class RealControllerGroup:
     def broker_addr(self, i: int) -> str:
         return f"{LOOPBACK}:{self.broker_ports[i]}"
 
-    def _procs(self) -> None:
+    def prepare(self) -> None:
+        """Builds the jars (once), checks every config key, creates the processes."""
         h = interop_harness()
         require_tools("java", "mvn", "javap")
         lib = h.real_rocketmq_lib()
@@ -482,7 +485,7 @@ class RealControllerGroup:
         try:
             with trio.fail_after(timeout_s):
                 if not self.namesrvs:
-                    await trio.to_thread.run_sync(self._procs)
+                    await trio.to_thread.run_sync(self.prepare)
                 for p in self.namesrvs:
                     p.start()
                 for p in self.namesrvs:
