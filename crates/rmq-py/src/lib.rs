@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 mod ha;
 mod remoting;
@@ -965,6 +965,75 @@ fn decode_stored_record<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py
     }
 }
 
+pyo3::import_exception!(rmq_ha.errors, RemotingDecodeError);
+
+/// Message properties (`name\x01value\x02`...), as the client's `decode_properties`: UTF-8
+/// with replacement, items without a separator or empty ones ignored, a later name wins.
+fn properties_dict<'py>(py: Python<'py>, props: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for item in props.split(|&b| b == 2) {
+        if let Some(sep) = item.iter().position(|&b| b == 1) {
+            d.set_item(
+                String::from_utf8_lossy(&item[..sep]),
+                String::from_utf8_lossy(&item[sep + 1..]),
+            )?;
+        }
+    }
+    Ok(d)
+}
+
+/// Decodes a whole PULL_MESSAGE body (stored records back to back) in one call: one tuple per
+/// message (end-of-segment blanks skipped), (topic, body, properties dict, queue_id,
+/// queue_offset, physical_offset, store_host, born_host, born_timestamp, store_timestamp,
+/// reconsume_times, sys_flag, flag), each record validated; the whole-record CRC trailer is
+/// not a property. `RemotingDecodeError` (with the byte position) on a bad size or
+/// a bad record.
+#[pyfunction]
+fn decode_pull_body<'py>(py: Python<'py>, body: &[u8]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while pos + 4 <= body.len() {
+        let size = u32::from_be_bytes([body[pos], body[pos + 1], body[pos + 2], body[pos + 3]]);
+        if size == 0 || pos + size as usize > body.len() {
+            let msg = format!("pull body: bad record size {size} at {pos}");
+            return Err(RemotingDecodeError::new_err((msg, pos)));
+        }
+        let end = pos + size as usize;
+        match decode_record(&body[pos..end]) {
+            Ok(Decoded::Record(r)) => {
+                let topic = String::from_utf8_lossy(r.topic).into_owned();
+                let (props, _) = split_record_crc(r.properties);
+                // (topic, body, properties, queue_id, queue_offset, physical_offset,
+                // store_host, born_host, born_timestamp, store_timestamp, reconsume_times,
+                // sys_flag, flag)
+                let items: [Bound<'py, PyAny>; 13] = [
+                    topic.into_pyobject(py)?.into_any(),
+                    PyBytes::new(py, r.body).into_any(),
+                    properties_dict(py, props)?.into_any(),
+                    r.queue_id.into_pyobject(py)?.into_any(),
+                    r.queue_offset.into_pyobject(py)?.into_any(),
+                    r.physical_offset.into_pyobject(py)?.into_any(),
+                    r.store_host.to_string().into_pyobject(py)?.into_any(),
+                    r.born_host.to_string().into_pyobject(py)?.into_any(),
+                    r.born_timestamp.into_pyobject(py)?.into_any(),
+                    r.store_timestamp.into_pyobject(py)?.into_any(),
+                    r.reconsume_times.into_pyobject(py)?.into_any(),
+                    r.sys_flag.into_pyobject(py)?.into_any(),
+                    r.flag.into_pyobject(py)?.into_any(),
+                ];
+                out.push(PyTuple::new(py, items)?);
+            }
+            Ok(Decoded::Blank(_)) => {}
+            Err(e) => {
+                let msg = format!("pull body: bad record at {pos}: {e}");
+                return Err(RemotingDecodeError::new_err((msg, pos)));
+            }
+        }
+        pos = end;
+    }
+    Ok(out)
+}
+
 /// The benchmark baseline: `batches` sequential writes of `batch_bytes` to a new file, with
 /// fdatasync after every batch (sync) or every `interval_ms` (async). Returns seconds taken.
 #[pyfunction]
@@ -997,6 +1066,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EpochFile>()?;
     m.add_function(wrap_pyfunction!(find_consistent_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode_stored_record, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_pull_body, m)?)?;
     m.add_function(wrap_pyfunction!(baseline_sequential_write, m)?)?;
     remoting::register(m)?;
     ha::register(m)?;

@@ -15,16 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from rmq_ha._native import decode_stored_record
+from rmq_ha._native import decode_pull_body
 from rmq_ha.client.errors import InvalidMessageError
-from rmq_ha.errors import CorruptRecordError, RemotingDecodeError
 from rmq_ha.protocol.message import (
     PROPERTY_KEYS,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
-    decode_properties,
     offset_msg_id,
 )
 from rmq_ha.protocol.models import MessageQueue
@@ -230,48 +228,39 @@ def split_host_port(addr: str) -> tuple[str, int]:
 
 
 def decode_messages(body: bytes | None, broker_name: str) -> list[MessageExt]:
-    """Splits a PULL_MESSAGE body (stored records back to back) and decodes each record."""
-    out: list[MessageExt] = []
-    data = body or b""
-    pos = 0
-    while pos + 4 <= len(data):
-        size = int.from_bytes(data[pos : pos + 4], "big")
-        if size <= 0 or pos + size > len(data):
-            raise RemotingDecodeError(f"pull body: bad record size {size} at {pos}", pos)
-        try:
-            rec = decode_stored_record(data[pos : pos + size])
-        except CorruptRecordError as e:
-            raise RemotingDecodeError(f"pull body: bad record at {pos}: {e}", pos) from None
-        pos += size
-        if "blank" in rec:
-            continue
-        props_raw = rec["properties"]
-        assert isinstance(props_raw, bytes)
-        body_raw = rec["body"]
-        assert isinstance(body_raw, bytes)
-        topic = str(rec["topic"])
-        out.append(
-            MessageExt(
-                topic=topic,
-                body=body_raw,
-                properties=decode_properties(props_raw),
-                queue=MessageQueue(
-                    topic=topic, broker_name=broker_name, queue_id=_int(rec["queue_id"])
-                ),
-                queue_offset=_int(rec["queue_offset"]),
-                commit_log_offset=_int(rec["physical_offset"]),
-                store_host=str(rec["store_host"]),
-                born_host=str(rec["born_host"]),
-                born_timestamp_ms=_int(rec["born_timestamp"]),
-                store_timestamp_ms=_int(rec["store_timestamp"]),
-                reconsume_times=_int(rec["reconsume_times"]),
-                sys_flag=_int(rec["sys_flag"]),
-                flag=_int(rec["flag"]),
-            )
+    """Splits a PULL_MESSAGE body (stored records back to back) and decodes each record: one
+    native call for the whole body (RemotingDecodeError on a bad record)."""
+    if not body:
+        return []
+    return [
+        MessageExt(
+            topic=topic,
+            body=data,
+            properties=props,
+            queue=MessageQueue(topic=topic, broker_name=broker_name, queue_id=qid),
+            queue_offset=qo,
+            commit_log_offset=phys,
+            store_host=store_host,
+            born_host=born_host,
+            born_timestamp_ms=born_ts,
+            store_timestamp_ms=store_ts,
+            reconsume_times=reconsume,
+            sys_flag=sys_flag,
+            flag=flag,
         )
-    return out
-
-
-def _int(v: object) -> int:
-    assert isinstance(v, int)
-    return v
+        for (
+            topic,
+            data,
+            props,
+            qid,
+            qo,
+            phys,
+            store_host,
+            born_host,
+            born_ts,
+            store_ts,
+            reconsume,
+            sys_flag,
+            flag,
+        ) in decode_pull_body(body)
+    ]
