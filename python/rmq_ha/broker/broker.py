@@ -88,6 +88,7 @@ def role_config(cfg: BrokerConfig) -> RoleConfig:
             cfg.broker_not_active_timeout_ms, 2 * cfg.ha_send_heartbeat_interval_ms
         ),
         has_namesrv=bool(cfg.namesrv_addrs),
+        total_replicas=cfg.total_replicas,
     )
 
 

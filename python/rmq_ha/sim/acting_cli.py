@@ -68,7 +68,9 @@ def summarize(results: Sequence[ActingResult], wall_s: float, jobs: int) -> str:
         f"metadata pulls {total('reverse_syncs')}",
         f"  documented losses (excused, docs/acting-master.md): offsets a kill -9 lost "
         f"unpersisted {total('crash_losses')}, a takeover's window {total('takeover_losses')}, "
-        f"commits a plain slave took on a stale route {total('stale_route_losses')}; double "
+        f"commits a plain slave took on a stale route {total('stale_route_losses')}, a killed "
+        f"broker's unpersisted commits whose slave copy was overwritten before the pull "
+        f"{total('copy_losses')}; double "
         f"lock holders after a replica forgot its locks {total('lock_amnesia')}",
     ]
     times = [r.takeover_ms for r in results if r.takeover_ms is not None]

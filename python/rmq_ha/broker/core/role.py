@@ -90,7 +90,10 @@ class RoleConfig:
         before another replica acts in its place, also with clocks 10% apart and an answer
         that came late (found by the acting-master simulator, issue 14)."""
         return self.isolation_timeout_ms // 2
+
     has_namesrv: bool = True
+    #: totalReplicas: the replicas of the group (acting master: others may act for us).
+    total_replicas: int = 1
 
 
 @dataclass
@@ -123,8 +126,10 @@ class RoleState:
     master_id: int | None = None
     #: The group's master (remoting address) as this broker knows it (None: itself / unknown).
     master_addr: str | None = None
-    #: The HA address the slave follows (None: not following).
+    #: The HA address the slave follows (None: not following), and whether its HA client
+    #: reached TRANSFER with it (SlaveFollowing, once per connection).
     following: str | None = None
+    transferring: bool = False
     #: Why writes and registration are refused (None: not fenced). Controller mode only.
     fence: str | None = None
     #: Classic: this slave acts for the group's dead master (RIP-32).
@@ -161,6 +166,12 @@ class RoleState:
     pulled: set[int] = field(default_factory=set)
     #: The slave being handed back now (None: none).
     hand_back: int | None = None
+    #: Classic slave with acting master: the master whose 906 it last took. It copies that
+    #: master's offsets and delay progress only then (the master pulls ours right after its
+    #: 906): a restarted master that went online before it knew this slave had lost what it
+    #: had not persisted, and the slave's copy was overwritten before the master pulled it
+    #: (found by the acting-master simulator, seed 657).
+    handed_back_by: str | None = None
 
 
 class RoleCore:
@@ -202,6 +213,15 @@ class RoleCore:
     @property
     def data_plane_fenced(self) -> bool:
         return self.state.isolated_fence
+
+    @property
+    def copies_metadata(self) -> bool:
+        """Whether a slave's periodic metadata sync may copy its master's consumer offsets
+        and delay progress now."""
+        s = self.state
+        if s.role is not Role.SLAVE or s.acting or not s.master_addr:
+            return False
+        return not self.cfg.acting_master or s.handed_back_by == s.master_addr
 
     @property
     def group_members(self) -> dict[int, str]:
@@ -274,6 +294,10 @@ class RoleCore:
             case e.ProposalAnswered():
                 self._proposal_answered(event, out)
             case e.SlaveConnected():
+                # A new HA connection: the slave may have restarted, and acted, since we
+                # pulled its metadata; it is handed back again (found by the acting-master
+                # simulator, seed 1274).
+                self.state.pulled.discard(event.broker_id)
                 self.ha.connected(event.broker_id, event.async_learner, now_ms)
                 self._pre_online_slave_connected(event.broker_id, out)
             case e.SlaveDisconnected():
@@ -364,6 +388,7 @@ class RoleCore:
         if p is not None:
             if p.phase == "retry" and now_ms >= p.retry_at_ms:
                 p.phase = "fetch"
+                s.pulled = set()  # a new round pulls every slave again
                 out.append(a.FetchMemberGroup())
             elif p.phase == "wait" and now_ms >= p.deadline_ms and p.slave is not None:
                 out.append(
@@ -598,6 +623,7 @@ class RoleCore:
     def _follow(self, ha_addr: str | None, out: list[a.Action]) -> None:
         if self.state.following != ha_addr:
             self.state.following = ha_addr
+            self.state.transferring = False
             out.append(a.Follow(ha_addr))
 
     def _namesrv_answered(self, ev: e.NamesrvAnswered, now_ms: int, out: list[a.Action]) -> None:
@@ -626,6 +652,8 @@ class RoleCore:
             if now_ms < s.hand_back_until_ms:
                 return  # the returning master is in pre-online, not registered yet
             s.hand_back_until_ms = None
+        if ev.min_id != MASTER_ID:
+            s.handed_back_by = None  # the master is gone: when it is back, it pulls us first
         if s.min_broker == (ev.min_id, ev.min_addr):
             return
         out.append(
@@ -661,8 +689,12 @@ class RoleCore:
             return
         if ev.master_addr:
             s.master_addr = ev.master_addr
-        if self.cfg.acting_master and (s.acting or s.min_broker is None or s.min_broker[0] != 0):
-            # The name servers do not list the master yet (its pre-online).
+        if self.cfg.acting_master:
+            s.handed_back_by = ev.master_addr
+            # The name servers may not list the master yet (its pre-online): until a view
+            # lists it, one without it does not make us act (a slave that had not noticed the
+            # master's death acted on the first such view, after the master pulled it; found
+            # by the acting-master simulator, seed 605).
             s.hand_back_until_ms = now_ms + HAND_BACK_HOLD_MS
             if s.acting:
                 s.min_broker = (MASTER_ID, ev.master_addr)
@@ -704,6 +736,11 @@ class RoleCore:
             s.master_addr = ev.master_addr
             self._follow(ev.ha_addr, out)
             p.phase, p.deadline_ms = "follow", now_ms + PRE_ONLINE_HA_WAIT_MS
+            if s.transferring:
+                # Already transferring from it (since an earlier round): the HA client says
+                # so only once per connection, and a slave waited for it for ever (found by
+                # the acting-master simulator, seed 1449).
+                self._online(MASTER_ID, p.master_addr, out)
             return
         if s.role is Role.SLAVE and not s.acting and ev.ha_addr and ev.master_addr == s.master_addr:
             self._follow(ev.ha_addr, out)
@@ -728,13 +765,17 @@ class RoleCore:
             return
         if cfg.broker_id != MASTER_ID:
             return
-        if self._slave_ack_ms is None:
-            return  # never had a slave: nothing to be partitioned from
+        if self._slave_ack_ms is None and (not cfg.acting_master or cfg.total_replicas <= 1):
+            # Never had a slave: nothing to be partitioned from. With acting master a slave
+            # that starts later may act all the same (a restarted master that had not met
+            # its slave yet never fenced; found by the acting-master simulator, seed 1030).
+            return
         limit = cfg.fence_after_ms
         isolated = now_ms - self._namesrv_ms > limit
         if not cfg.acting_master:
             # A slave's acks keep the master up while every name server is away.
-            isolated = isolated and now_ms - self._slave_ack_ms > limit
+            acked = self._slave_ack_ms
+            isolated = isolated and acked is not None and now_ms - acked > limit
         # With slave acting master, the name servers' view decides who acts: a master they
         # may have dropped fences whatever its slaves say (one of them may act while the
         # others still follow it; found by the acting-master simulator, issue 14).
@@ -831,6 +872,12 @@ class RoleCore:
             self._pre_online_next_slave(p, out)
             return
         master = members.get(MASTER_ID)
+        s = self.state
+        if master is None and s.hand_back_until_ms is not None and now_ms < s.hand_back_until_ms:
+            # A master in its own pre-online gave us its 906: it is back, although the name
+            # servers do not list it yet; follow it instead of acting (found by the
+            # acting-master simulator, seed 2277).
+            master = s.master_addr
         if master is not None:
             p.phase, p.master_addr = "ask", master
             out.append(a.AskMasterHa(master))
@@ -872,7 +919,12 @@ class RoleCore:
     def _pre_online_slave_connected(self, broker_id: int, out: list[a.Action]) -> None:
         p = self.state.pre_online
         if p is not None and p.phase == "wait" and p.slave == broker_id:
-            self._pre_online_sync(p, out)
+            # 906 again, then the pull: the wait may have been long (a paused master), and
+            # the slave may have restarted and acted since it took the first one; the
+            # connection may even be an old one's buffered ack (found by the acting-master
+            # simulator, seed 2155).
+            p.phase, p.repushed = "push", True
+            out.append(a.PushHaInfo(broker_id, p.members[broker_id]))
 
     def _pre_online_sync(self, p: PreOnline, out: list[a.Action]) -> None:
         assert p.slave is not None
@@ -897,6 +949,7 @@ class RoleCore:
         self._pre_online_next_slave(p, out)
 
     def _slave_following(self, out: list[a.Action]) -> None:
+        self.state.transferring = True
         p = self.state.pre_online
         if p is not None and p.phase == "follow":
             self._online(MASTER_ID, p.master_addr, out)

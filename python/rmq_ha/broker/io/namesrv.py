@@ -245,11 +245,18 @@ class NamesrvShell:
                     changed = True
             if changed:
                 self.topics.persist()
+        # Offsets and delay progress only from a master that has pulled ours back (acting
+        # master: its 906 came first; RoleCore.copies_metadata).
         r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_CONSUMER_OFFSET), 3.0)
-        if r.code == Resp.SUCCESS and r.body and not self.core.acting:
+        if r.code == Resp.SUCCESS and r.body and self.core.copies_metadata:
             self.offsets.merge_from_json(r.body)
         r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_DELAY_OFFSET), 3.0)
-        if r.code == Resp.SUCCESS and r.body and not self.core.acting and not self.delay_running():
+        if (
+            r.code == Resp.SUCCESS
+            and r.body
+            and self.core.copies_metadata
+            and not self.delay_running()
+        ):
             self.delay.adopt(r.body)
 
 
