@@ -406,3 +406,36 @@ async def test_clients_pass_body_exceptions_through_and_survive_cancellation(
                 await trio.sleep_forever()
         async with PushConsumer("eg", env.namesrv, "ExcT", ok, config=FAST_CONSUMER) as c:
             await eventually(lambda: len(topic_queues(c, "ExcT")) == 2)
+
+
+@pytest.mark.timeout(60)
+async def test_an_online_push_consumer_takes_a_reset_offset_by_time(tmp_path: Path) -> None:
+    """mqadmin resetOffsetByTime while the group's push consumer is online: the broker resets
+    the committed offsets and notifies the client (RESET_CONSUMER_CLIENT_OFFSET); the
+    consumer drops its queues, commits the reset offsets again and consumes everything since
+    the timestamp a second time. Without the notice handled, its next persist would write its
+    old offsets back and nothing would be consumed again."""
+    async with client_cluster(tmp_path) as env:
+        await create_topic(env.namesrv, "ResetT", queues=2)
+        await produce(env.namesrv, "ResetT", [f"a{i}" for i in range(20)])
+        seen: collections.Counter[str] = collections.Counter()
+
+        async def listener(msgs: list[MessageExt], ctx: ConcurrentContext) -> ConsumeStatus:
+            for m in msgs:
+                seen[m.body.decode()] += 1
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        async with PushConsumer("rg", env.namesrv, "ResetT", listener, config=FAST_CONSUMER) as c:
+            await eventually(lambda: len(seen) == 20)
+            await c.offsets.persist_all(list(c.assigned), oneway=False)
+            offs = await committed(env.namesrv, "ResetT", "rg")
+            assert all(c_off == m for m, c_off in offs.values()), offs
+            async with Admin(env.namesrv, config=FAST_CLIENT) as admin:
+                table = await admin.reset_offset_by_time("rg", "ResetT", 0)
+            assert sorted(table.values()) == [0, 0]
+            await eventually(lambda: all(seen[f"a{i}"] == 2 for i in range(20)), 20)
+            # The consumer's own commits now move forward from the reset, not back to 20.
+            await c.offsets.persist_all(list(c.assigned), oneway=False)
+            offs = await committed(env.namesrv, "ResetT", "rg")
+            assert all(c_off == m for m, c_off in offs.values()), offs
+        assert sum(seen.values()) == 40

@@ -190,6 +190,9 @@ class ProcessQueue:
         self.pull_scope: trio.CancelScope | None = None
         self.previously_locked = False
         self.releasing = False
+        #: The group's offsets were reset (RESET_CONSUMER_CLIENT_OFFSET): nothing consumed
+        #: from this queue before may commit any more.
+        self.reset = False
 
     @property
     def msg_count(self) -> int:
@@ -439,6 +442,36 @@ class ConsumerCore:
 
     def rebalance_now(self) -> None:
         self._rebalance_event.set()
+
+    async def reset_offsets(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (220; resetOffset in RocketMQ's client): the group's
+        offsets on `topic` were reset (mqadmin resetOffsetByTime). The queues of the topic this
+        consumer holds are dropped with what they had pulled (nothing consumed from them may
+        commit afterwards), each reset offset this consumer holds is committed again, so that a
+        persist sent before the notice cannot leave the old one on the broker, and a rebalance
+        takes the queues again from there."""
+        async with self._rebalance_lock:
+            held = [mq for mq in self.assigned if mq.topic == topic]
+            for mq in held:
+                a = self.assigned.pop(mq)
+                a.pq.reset = True
+                a.pq.drop()
+                self.offsets.remove(mq)
+            for mq in held:
+                off = table.get(mq)
+                if off is None:
+                    continue
+                self.offsets.update(mq, off, increase_only=False)
+                await self._persist_quietly(mq)
+                self.offsets.remove(mq)
+        log.info(
+            "consumer %s: offsets of %s reset by the broker (%d queues held here): "
+            "taking them again from the reset offsets",
+            self.group,
+            topic,
+            len(held),
+        )
+        self.rebalance_now()
 
     # ---- periodic jobs ---------------------------------------------------------------------
 
@@ -994,7 +1027,7 @@ class PushConsumer(ConsumerCore):
         # committed while our lock holds: nobody else can have read the queue meanwhile, and
         # the new owner then starts after it instead of consuming it again.
         still_ours = pq.locked and not pq.lock_expired(self.cfg.lock_max_live_time_s)
-        if commit >= 0 and (not pq.dropped or still_ours):
+        if commit >= 0 and not pq.reset and (not pq.dropped or still_ours):
             self.offsets.update(mq, commit, increase_only=False)
         return suspend_s
 

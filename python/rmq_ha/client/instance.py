@@ -8,10 +8,10 @@ an immediate rebalance of the named group."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import trio
 
@@ -21,12 +21,14 @@ from rmq_ha.client.errors import ClientStateError
 from rmq_ha.client.routes import RouteCache
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.connection import Connection
+from rmq_ha.protocol.admin import ResetOffsetBody, ResetOffsetRequestHeader
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headerbase import HeaderError
 from rmq_ha.protocol.headers import NotifyConsumerIdsChangedRequestHeader
-from rmq_ha.protocol.models import ConsumerData, HeartbeatData, ProducerData
+from rmq_ha.protocol.json_compat import BodyDecodeError
+from rmq_ha.protocol.models import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from rmq_ha.security.signing import request_signer
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,14 @@ class ConsumerHook(Protocol):
     def topics(self) -> Iterable[str]: ...
 
     def rebalance_now(self) -> None: ...
+
+
+@runtime_checkable
+class ResettableConsumer(Protocol):
+    """A consumer that holds offsets in memory and takes a broker's reset (push and lite-pull
+    consumers; a pop consumer's offsets live on the broker)."""
+
+    async def reset_offsets(self, topic: str, table: Mapping[MessageQueue, int]) -> None: ...
 
 
 class ClientInstance:
@@ -172,6 +182,19 @@ class ClientInstance:
 
     # ---- requests from brokers -------------------------------------------------------------
 
+    async def _reset_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """RESET_CONSUMER_CLIENT_OFFSET (220): a broker reset a group's offsets on a topic
+        (oneway; a reply is sent only when the notice is malformed)."""
+        try:
+            h = ResetOffsetRequestHeader.from_ext(cmd.ext_fields)
+            body = ResetOffsetBody.from_json(cmd.body)
+        except (HeaderError, BodyDecodeError) as e:
+            return None if cmd.is_oneway else cmd.response(Resp.SYSTEM_ERROR, str(e))
+        consumer = self.consumers.get(h.group)
+        if isinstance(consumer, ResettableConsumer):
+            await consumer.reset_offsets(h.topic, body.offset_table)
+        return None
+
     async def _on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code == RC.NOTIFY_CONSUMER_IDS_CHANGED:
             try:
@@ -183,6 +206,8 @@ class ClientInstance:
             if consumer is not None:
                 consumer.rebalance_now()
             return None
+        if cmd.code == RC.RESET_CONSUMER_CLIENT_OFFSET:
+            return await self._reset_offset(conn, cmd)
         handler = self.request_handlers.get(cmd.code)
         if handler is not None:
             return await handler(conn, cmd)

@@ -18,6 +18,7 @@ next periodic commit (persistConsumerOffsetInterval) or `commit()`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -48,6 +49,8 @@ from rmq_ha.protocol.models import (
     MessageQueue,
     SubscriptionData,
 )
+
+log = logging.getLogger(__name__)
 
 
 class PullConsumer:
@@ -123,6 +126,18 @@ class PullConsumer:
 
     def rebalance_now(self) -> None:
         """A pull consumer does not rebalance."""
+
+    async def reset_offsets(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
+        """A pull consumer's caller keeps its offsets: a broker's reset notice changes nothing
+        here (as RocketMQ's client, which resets push consumers only); the caller reads the
+        committed offsets again if it wants them."""
+        log.info(
+            "pull consumer %s: offsets of %s reset by the broker (%d queues); "
+            "not applied, the caller keeps its own offsets",
+            self.group,
+            topic,
+            len(table),
+        )
 
     # ---- queues and pulls ------------------------------------------------------------------
 
