@@ -208,6 +208,13 @@ async def test_controller_refuses_forged_inner_requests_and_nothing_changes(
                     signed(cmd, creds)
                 resp = await attacker.invoke(leader, cmd)
                 assert refused(resp, reason), (req, reason, resp.code, resp.remark)
+        # a forged heartbeat (it would keep a dead master "alive" and so stop a failover)
+        ext = bs[0].heartbeat_header().to_ext()
+        for creds in (None, FORGED, USER):
+            cmd = RemotingCommand.request(RC.BROKER_HEARTBEAT, ext)
+            if creds is not None:
+                signed(cmd, creds)
+            assert (await attacker.invoke(leader, cmd)).code == Code.SYSTEM_ERROR
         # a replay of a good, signed request with a changed body
         good = signed(wire.request_command(attacks[2]), ADMIN)
         changed = RemotingCommand.request(good.code, dict(good.ext_fields), b'{"x":1}')
