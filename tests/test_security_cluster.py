@@ -131,3 +131,30 @@ async def test_controller_mode_group_with_acl_elects_and_replicates(tmp_path: Pa
             guard = ns.dispatcher.guard
             assert guard is not None and guard.refused_cluster == 0  # the cluster got through
         n.cancel_scope.cancel()
+
+
+async def test_rmq_ha_admin_with_credentials(tmp_path: Path) -> None:
+    import argparse
+
+    from rmq_ha import storeadmin
+    from rmq_ha.protocol.codes import RequestCode as RC
+    from rmq_ha.protocol.codes import ResponseCode as Resp
+
+    parser = argparse.ArgumentParser()
+    storeadmin.add_parsers(parser.add_subparsers())
+
+    def args(cmd: str, creds: Credentials | None) -> argparse.Namespace:
+        extra = [] if creds is None else ["--access-key", creds.access_key]
+        extra += [] if creds is None else ["--secret-key", creds.secret_key]
+        return parser.parse_args([cmd, "-b", "x:1", *extra])
+
+    async with secure_cluster(tmp_path) as env:
+        health, delete = RC.RMQHA_STORE_HEALTH, RC.DELETE_EXPIRED_COMMITLOG
+        r = await storeadmin._invoke(env.broker, health, 5, args("store-health", None))
+        assert r.code == Resp.SYSTEM_ERROR and "No accessKey" in (r.remark or "")
+        r = await storeadmin._invoke(env.broker, health, 5, args("store-health", USER))
+        assert r.code == Resp.SUCCESS
+        r = await storeadmin._invoke(env.broker, delete, 5, args("delete-expired", USER))
+        assert r.code == Resp.SYSTEM_ERROR and "Need admin permission" in (r.remark or "")
+        r = await storeadmin._invoke(env.broker, delete, 5, args("delete-expired", ADMIN))
+        assert r.code == Resp.SUCCESS

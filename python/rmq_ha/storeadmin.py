@@ -30,6 +30,7 @@ import trio
 
 from rmq_ha.config import BrokerConfig, load
 from rmq_ha.errors import RmqHaError
+from rmq_ha.security import cliopts
 
 #: What a reset moves away: the replica's log and everything derived from it.
 LOG_FILES = (
@@ -48,10 +49,12 @@ def add_parsers(asub: Any) -> None:
     h.add_argument("-b", "--broker", required=True, help="broker host:port")
     h.add_argument("--json", action="store_true", help="the whole answer as JSON")
     h.add_argument("--api-timeout", type=float, default=5.0)
+    cliopts.add_args(h)
     h.set_defaults(func=run_store_health)
     d = asub.add_parser("delete-expired", help="a retention round on a broker now")
     d.add_argument("-b", "--broker", required=True, help="broker host:port")
     d.add_argument("--api-timeout", type=float, default=30.0)
+    cliopts.add_args(d)
     d.set_defaults(func=run_delete_expired)
     r = asub.add_parser(
         "reset-replica",
@@ -66,11 +69,13 @@ def add_parsers(asub: Any) -> None:
     r.set_defaults(func=run_reset_replica)
 
 
-async def _invoke(addr: str, code: int, timeout_s: float) -> Any:
+async def _invoke(addr: str, code: int, timeout_s: float, args: argparse.Namespace) -> Any:
     from rmq_ha.net.client import RemotingClient
     from rmq_ha.protocol.command import RemotingCommand
 
-    async with RemotingClient() as c:
+    # a secured broker: ACL credentials and TLS (docs/security.md)
+    signer, tls = cliopts.signer_of(args), cliopts.tls_of(args)
+    async with RemotingClient(signer=signer, tls=tls) as c:
         return await c.invoke(addr, RemotingCommand.request(code), timeout_s)
 
 
@@ -79,8 +84,8 @@ def run_store_health(args: argparse.Namespace) -> int:
     from rmq_ha.protocol.codes import ResponseCode as Resp
 
     try:
-        r = trio.run(_invoke, args.broker, RC.RMQHA_STORE_HEALTH, args.api_timeout)
-    except (RmqHaError, OSError) as e:
+        r = trio.run(_invoke, args.broker, RC.RMQHA_STORE_HEALTH, args.api_timeout, args)
+    except (RmqHaError, OSError, ValueError) as e:
         print(f"rmq-ha admin store-health: {args.broker}: {e}", file=sys.stderr)
         return 1
     if r.code != Resp.SUCCESS or not r.body:
@@ -134,8 +139,8 @@ def run_delete_expired(args: argparse.Namespace) -> int:
     from rmq_ha.protocol.codes import ResponseCode as Resp
 
     try:
-        r = trio.run(_invoke, args.broker, RC.DELETE_EXPIRED_COMMITLOG, args.api_timeout)
-    except (RmqHaError, OSError) as e:
+        r = trio.run(_invoke, args.broker, RC.DELETE_EXPIRED_COMMITLOG, args.api_timeout, args)
+    except (RmqHaError, OSError, ValueError) as e:
         print(f"rmq-ha admin delete-expired: {args.broker}: {e}", file=sys.stderr)
         return 1
     if r.code != Resp.SUCCESS:
