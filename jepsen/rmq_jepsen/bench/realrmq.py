@@ -15,9 +15,12 @@ from the checkout by `interop_harness()`). Both JVMs run with small heaps, a san
 
 Standalone use:
 
-    python -m rmq_jepsen.bench.realrmq [--workdir DIR]    (or python tests/interop/real_rocketmq.py)
+    python -m rmq_jepsen.bench.realrmq [--workdir DIR] [--controller] [--broker-heap-mb N ...]
+    (or python tests/interop/real_rocketmq.py)
 
-prints `namesrv=HOST:PORT broker=HOST:PORT` and runs until SIGINT/SIGTERM, then stops both JVMs.
+prints `namesrv=HOST:PORT broker=HOST:PORT` (with --controller: the name servers, controllers,
+master and brokers of the controller-mode group) and runs until SIGINT/SIGTERM, then stops the
+JVMs.
 """
 
 from __future__ import annotations
@@ -598,13 +601,21 @@ class RealControllerGroup:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument(
+        "--controller",
+        action="store_true",
+        help="controller mode: 3 name servers with embedded controllers, 3 brokers",
+    )
+    add_jvm_flags(ap)
     args = ap.parse_args(argv)
     # Stop cleanly on SIGINT and SIGTERM alike (a background shell job starts with SIGINT ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real-rocketmq-"))
     t0 = time.monotonic()
-    cluster = start_real(workdir)
+    if args.controller:
+        return _main_controller(workdir, jvm_sizes(args), t0)
+    cluster = start_real(workdir, sizes=jvm_sizes(args))
     try:
         print(
             f"namesrv={cluster.namesrv} broker={cluster.broker} workdir={workdir} "
@@ -617,6 +628,31 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         cluster.stop()
+    return 0
+
+
+def _main_controller(workdir: Path, sizes: JvmSizes, t0: float) -> int:
+    group = RealControllerGroup(workdir, sizes=sizes)
+
+    async def up() -> int:
+        await group.start()
+        return await group.master()
+
+    try:
+        m = trio.run(up)
+        print(
+            f"namesrv={';'.join(group.ns_addrs)} controller={';'.join(group.controller_addrs)} "
+            f"master={group.broker_addr(m)} "
+            f"brokers={[group.broker_addr(i) for i in range(group.replicas)]} "
+            f"workdir={workdir} started_in={time.monotonic() - t0:.1f}s",
+            flush=True,
+        )
+        while all(p.alive for p in [*group.namesrvs, *group.brokers]):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        group.stop()
     return 0
 
 
