@@ -44,6 +44,7 @@ from rmq_ha.protocol.codes import ResponseCode as Code
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.models import EpochEntryCache
 from rmq_ha.protocol.perm import perm_to_string
+from rmq_ha.security import cliopts
 
 # ---------------------------------------------------------------------------------------------
 # output
@@ -460,7 +461,7 @@ async def get_broker_epoch(a: Admin, args: argparse.Namespace) -> Output:
         bd = info.broker_addr_table.get(name)
         if bd is None:
             raise BrokerResponseError(Code.SYSTEM_ERROR, f"broker {name} not found", name)
-        async with RemotingClient() as rc:
+        async with _remoting(args) as rc:
             for bid, addr in sorted(bd.broker_addrs.items()):
                 got = await broker_epoch(rc, addr, args.api_timeout)
                 if not isinstance(got, EpochEntryCache):
@@ -689,7 +690,16 @@ def _namesrv(args: argparse.Namespace) -> str:
 
 
 def _client_config(args: argparse.Namespace) -> ClientConfig:
-    return ClientConfig(mq_client_api_timeout_s=args.api_timeout)
+    return ClientConfig(
+        mq_client_api_timeout_s=args.api_timeout,
+        credentials=cliopts.credentials_of(args),
+        tls=cliopts.tls_of(args),
+    )
+
+
+def _remoting(args: argparse.Namespace) -> RemotingClient:
+    """A client for direct requests, signed and over TLS as the options say."""
+    return RemotingClient(signer=cliopts.signer_of(args), tls=cliopts.tls_of(args))
 
 
 async def _guarded(fn: Any, target: Any, args: argparse.Namespace) -> Output | Exception:
@@ -712,7 +722,7 @@ async def run_parsed(args: argparse.Namespace, stream: TextIO | None = None) -> 
             if not addrs:
                 got = UsageError("no controller address: use -a host:port[;host:port]")
             else:
-                async with RemotingClient() as rc:
+                async with _remoting(args) as rc:
                     got = await _guarded(
                         args.run, ControllerClient(rc, addrs, args.api_timeout), args
                     )
@@ -754,6 +764,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     p.add_argument("--api-timeout", type=float, default=3.0, help="seconds per request")
     p.add_argument("--log-level", default="warning")
+    cliopts.add_args(p)
 
 
 def _ns(sub: Any, name: str, fn: AdminCommand, help_: str) -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-trust", default=None, help="connect with TLS, verified against this CA")
 
 
-def signer_of(args: argparse.Namespace) -> Signer | None:
+def credentials_of(args: argparse.Namespace) -> Credentials | None:
     """Raises ValueError naming the option when only half of the credentials is given."""
     ak = args.access_key or os.environ.get(ENV_ACCESS_KEY) or None
     sk = args.secret_key or os.environ.get(ENV_SECRET_KEY) or None
@@ -39,7 +39,13 @@ def signer_of(args: argparse.Namespace) -> Signer | None:
     if ak is None or sk is None:
         missing = "--access-key" if ak is None else "--secret-key"
         raise ValueError(f"{missing} (or ${ENV_ACCESS_KEY}/${ENV_SECRET_KEY}) is missing")
-    return request_signer(Credentials(ak, sk))
+    return Credentials(ak, sk)
+
+
+def signer_of(args: argparse.Namespace) -> Signer | None:
+    """Raises ValueError naming the option when only half of the credentials is given."""
+    creds = credentials_of(args)
+    return None if creds is None else request_signer(creds)
 
 
 def tls_of(args: argparse.Namespace) -> ssl.SSLContext | None:
