@@ -138,10 +138,15 @@ def go_binary() -> Path:
     return _cached_build("go", inputs, out, build)
 
 
-def real_rocketmq_lib() -> Path:
+def real_rocketmq_lib(version: str = ROCKETMQ_VERSION) -> Path:
     """tests/interop/.build/real-rocketmq/lib: rocketmq-namesrv + rocketmq-broker and their
-    dependencies, copied from Maven Central by `mvn dependency:copy-dependencies`."""
-    lib = BUILD / "real-rocketmq" / "lib"
+    dependencies, copied from Maven Central by `mvn dependency:copy-dependencies`. Another
+    released `version` (the bench's --rocketmq-version) gets a directory of its own,
+    real-rocketmq-<version>/lib."""
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise ValueError(f"RocketMQ version must look like 5.5.0, not {version!r}")
+    name = "real-rocketmq" if version == ROCKETMQ_VERSION else f"real-rocketmq-{version}"
+    lib = BUILD / name / "lib"
     marker = lib / ".complete"
 
     def build() -> None:
@@ -154,12 +159,13 @@ def real_rocketmq_lib() -> Path:
                 "-B",
                 "dependency:copy-dependencies",
                 f"-DoutputDirectory={lib}",
+                f"-Drocketmq.version={version}",
             ],
             REAL_DIR,
         )
-        marker.write_text(ROCKETMQ_VERSION)
+        marker.write_text(version)
 
-    _cached_build("real-rocketmq", [REAL_DIR / "pom.xml"], marker, build)
+    _cached_build(name, [REAL_DIR / "pom.xml"], marker, build)
     return lib
 
 

@@ -129,7 +129,12 @@ class RealControllers:
 
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
         self.args = args
-        self.group = realrmq.RealControllerGroup(root, replicas=0, sizes=realrmq.jvm_sizes(args))
+        self.group = realrmq.RealControllerGroup(
+            root,
+            replicas=0,
+            sizes=realrmq.jvm_sizes(args),
+            version=realrmq.rocketmq_version(args),
+        )
         self.addrs = self.group.controller_addrs
 
     def start(self, i: int) -> None:

@@ -76,7 +76,11 @@ def _group(impl: str, root: Path, args: argparse.Namespace) -> Group:
     if impl == "rmq_ha":
         return HaCluster(root, replicas=3, broker=_broker_overrides(args))
     return realrmq.RealControllerGroup(
-        root, replicas=3, broker=_broker_overrides(args), sizes=realrmq.jvm_sizes(args)
+        root,
+        replicas=3,
+        broker=_broker_overrides(args),
+        sizes=realrmq.jvm_sizes(args),
+        version=realrmq.rocketmq_version(args),
     )
 
 
@@ -152,9 +156,9 @@ class _Single:
             await self._ha.start()
             self.ns_addrs = self._ha.ns_addrs
         else:
-            sizes = realrmq.jvm_sizes(self.args)
+            sizes, version = realrmq.jvm_sizes(self.args), realrmq.rocketmq_version(self.args)
             self._real = await trio.to_thread.run_sync(
-                lambda: realrmq.start_real(self.root, SETTLE_S, sizes=sizes)
+                lambda: realrmq.start_real(self.root, SETTLE_S, sizes=sizes, version=version)
             )
             self.ns_addrs = [self._real.namesrv]
 

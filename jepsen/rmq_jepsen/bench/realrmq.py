@@ -109,6 +109,17 @@ def add_jvm_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--broker-heap-mb", type=int, default=d.broker_heap_mb)
     g.add_argument("--broker-direct-mb", type=int, default=d.broker_direct_mb)
     g.add_argument("--jvm-gc-threads", type=int, default=d.gc_threads)
+    g.add_argument(
+        "--rocketmq-version",
+        default=None,
+        help="a released RocketMQ 5.x to run (default: the one tests/interop/real/pom.xml pins)",
+    )
+
+
+def rocketmq_version(args: argparse.Namespace) -> str | None:
+    """--rocketmq-version (None: the pinned release)."""
+    v: str | None = getattr(args, "rocketmq_version", None)
+    return v
 
 
 def jvm_sizes(args: argparse.Namespace) -> JvmSizes:
@@ -163,12 +174,13 @@ def start_real(
     timeout: float = 90.0,
     extra_broker_conf: Mapping[str, Any] | None = None,
     sizes: JvmSizes = JvmSizes(),
+    version: str | None = None,
 ) -> Any:
     """Starts namesrv then broker; returns a harness.Cluster once the namesrv lists the broker's
     master. On any failure, whatever was started is stopped (by pid) before the error propagates."""
     h = interop_harness()
     require_tools("java", "mvn")
-    lib = h.real_rocketmq_lib()
+    lib = h.real_rocketmq_lib(version) if version else h.real_rocketmq_lib()
     workdir.mkdir(parents=True, exist_ok=True)
     home = workdir / "home"
     home.mkdir(exist_ok=True)
@@ -410,6 +422,8 @@ class RealControllerGroup:
     broker: dict[str, Any] = field(default_factory=dict)
     namesrv: dict[str, Any] = field(default_factory=dict)
     sizes: JvmSizes = field(default_factory=JvmSizes)
+    #: A released RocketMQ 5.x (None: the pinned one); jars fetched by the harness.
+    version: str | None = None
     broker_name: str = BROKER_NAME
     namesrvs: list[Proc] = field(default_factory=list)
     brokers: list[Proc] = field(default_factory=list)
@@ -440,7 +454,7 @@ class RealControllerGroup:
         """Builds the jars (once), checks every config key, creates the processes."""
         h = interop_harness()
         require_tools("java", "mvn", "javap")
-        lib = h.real_rocketmq_lib()
+        lib = h.real_rocketmq_lib(self.version) if self.version else h.real_rocketmq_lib()
         check_keys(
             {k: v for c in self.ns_confs for k, v in c.items()},
             config_keys(lib, "namesrv"),
@@ -614,8 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real-rocketmq-"))
     t0 = time.monotonic()
     if args.controller:
-        return _main_controller(workdir, jvm_sizes(args), t0)
-    cluster = start_real(workdir, sizes=jvm_sizes(args))
+        return _main_controller(workdir, jvm_sizes(args), rocketmq_version(args), t0)
+    cluster = start_real(workdir, sizes=jvm_sizes(args), version=rocketmq_version(args))
     try:
         print(
             f"namesrv={cluster.namesrv} broker={cluster.broker} workdir={workdir} "
@@ -631,8 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _main_controller(workdir: Path, sizes: JvmSizes, t0: float) -> int:
-    group = RealControllerGroup(workdir, sizes=sizes)
+def _main_controller(workdir: Path, sizes: JvmSizes, version: str | None, t0: float) -> int:
+    group = RealControllerGroup(workdir, sizes=sizes, version=version)
 
     async def up() -> int:
         await group.start()
