@@ -70,7 +70,7 @@ def test_bench_produce_quick_json(tmp_path: Path) -> None:
     for impl in ("rmq_ha", "rocketmq"):
         side = consume[impl]
         assert side["msgs_per_s"] > 0 and side["errors"] == 0, side
-        assert 0 < side["msgs"] < 5000, side  # the first received batch is not counted
+        assert side["msgs"] >= 5000, side  # every message stored is drained
         assert side["broker_cpu_us_per_msg"] is not None, side
     assert consume["ratio"] == pytest.approx(
         consume["rmq_ha"]["msgs_per_s"] / consume["rocketmq"]["msgs_per_s"], rel=1e-2

@@ -34,9 +34,10 @@ window; the CPU used in that window over the messages acknowledged (or consumed)
 microseconds, per case and broker, and the ratio rmq_ha / RocketMQ (goal <= 0.8x).
 
 The consume case (--consume-msgs N, 0 = off): BenchConsumer (same jar) stores N messages of
---consume-size bytes in batches (unmeasured), then one DefaultLitePullConsumer drains the topic
-from its first offset; msgs/s and broker CPU per message from its first received batch to the
-last, per broker in the same rounds, and the ratio rmq_ha / RocketMQ (goal >= 1.0x).
+--consume-size bytes in batches (unmeasured), then one DefaultLitePullConsumer assigned every
+queue (no rebalance) drains the topic from offset 0; msgs/s and broker CPU per message from the
+assignment to the last message, per broker in the same rounds, and the ratio rmq_ha / RocketMQ
+(goal >= 1.0x).
 
 Needs a SOURCE CHECKOUT of rmq_ha (tests/interop/: the Java harness and the real RocketMQ pom;
 found from an editable install, the current directory or $RMQ_HA_SOURCE), a JDK (java 17+) and

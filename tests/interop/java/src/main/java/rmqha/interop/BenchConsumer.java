@@ -2,6 +2,7 @@ package rmqha.interop;
 
 import java.io.PrintStream;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -14,7 +15,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
-import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * Consume load generator on the real Apache RocketMQ Java client (used by `rmq-ha bench produce`
@@ -24,11 +25,10 @@ import org.apache.rocketmq.common.message.MessageExt;
  *   <li>fill: creates the topic (--queues queues) and stores --count messages of --body-size
  *       bytes with one DefaultMQProducer, --fill-threads threads sending batches of --batch
  *       synchronously (not measured);
- *   <li>drain: one DefaultLitePullConsumer (a fresh group, CONSUME_FROM_FIRST_OFFSET, pull batch
- *       --pull-batch, auto commit) polls until it has received --count messages or --timeout
- *       seconds passed. The clock (and the brokers' CPU, --cpu-pids) starts when the first
- *       non-empty poll returns, so the rebalance at start-up is not counted; the messages of
- *       that first poll are not counted either.
+ *   <li>drain: one started DefaultLitePullConsumer (a fresh group, pull batch --pull-batch,
+ *       auto commit) fetches the topic's queues; then the clock (and the brokers' CPU,
+ *       --cpu-pids) starts, it assigns itself every queue (no rebalance), seeks each to offset
+ *       0 and polls until it has received --count messages or --timeout seconds passed.
  * </ol>
  *
  * <pre>
@@ -130,28 +130,24 @@ public final class BenchConsumer {
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setPullBatchSize(pullBatch);
         c.setAutoCommit(true);
-        c.subscribe(topic, "*");
         c.start();
         long received = 0;
-        long counted = 0;
-        long t0 = 0;
-        long t1 = 0;
-        long cpu0 = 0;
+        long t0;
+        long t1;
+        long cpu0;
         long cpu1 = 0;
-        long deadline = System.nanoTime() + (long) (timeout * 1e9);
         try {
+            // Assigned queues, no rebalance: nothing is pulled before the clock starts.
+            Collection<MessageQueue> mqs = c.fetchMessageQueues(topic);
+            t0 = System.nanoTime();
+            cpu0 = BenchProducer.cpuTicks(cpuPids);
+            c.assign(mqs);
+            for (MessageQueue mq : mqs) {
+                c.seek(mq, 0);
+            }
+            long deadline = t0 + (long) (timeout * 1e9);
             while (received < count && System.nanoTime() < deadline) {
-                List<MessageExt> got = c.poll(1000);
-                if (got.isEmpty()) {
-                    continue;
-                }
-                received += got.size();
-                if (t0 == 0) {
-                    t0 = System.nanoTime();
-                    cpu0 = BenchProducer.cpuTicks(cpuPids);
-                } else {
-                    counted += got.size();
-                }
+                received += c.poll(1000).size();
             }
             t1 = System.nanoTime();
             cpu1 = BenchProducer.cpuTicks(cpuPids);
@@ -173,11 +169,11 @@ public final class BenchConsumer {
         r.put("pullBatch", pullBatch);
         r.put("filled", count);
         r.put("received", received);
-        r.put("msgs", counted);
+        r.put("msgs", received);
         r.put("seconds", Math.round(seconds * 1000) / 1000.0);
         r.put("fillSeconds", Math.round(fillSeconds * 1000) / 1000.0);
-        r.put("msgsPerSec", seconds > 0 ? Math.round(counted / seconds) : 0);
-        r.put("bytesPerSec", seconds > 0 ? Math.round(counted * (double) bodySize / seconds) : 0);
+        r.put("msgsPerSec", seconds > 0 ? Math.round(received / seconds) : 0);
+        r.put("bytesPerSec", seconds > 0 ? Math.round(received * (double) bodySize / seconds) : 0);
         r.put("errors", errors.get());
         if (cpuPids.length > 0) {
             r.put("brokerCpuTicks", cpu0 < 0 || cpu1 < 0 ? null : cpu1 - cpu0);
