@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from rmq_jepsen.bench import realrmq
+from rmq_jepsen.launch import LogMatch, Proc, ProcessExited, write_properties
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -153,3 +154,55 @@ def test_every_key_is_a_setter_of_rocketmqs_config_classes(tmp_path, role):
     realrmq.check_keys(conf, known, role)
     with pytest.raises(ValueError, match="allAckInSyncStateSeet not a RocketMQ config key"):
         realrmq.check_keys({"allAckInSyncStateSeet": "true"}, known, role)
+
+
+async def test_a_broker_that_lost_its_port_block_gets_a_new_one_and_starts_again(tmp_path):
+    """Ports are picked free before the JVMs start; one taken meanwhile (the controllers' own
+    connections use ephemeral ports) makes the broker exit with BindException. It gets a new
+    block, its config is rewritten, and it starts again. A real process stands in for the
+    JVM's start-up: it fails with RocketMQ's message the first time, then says it is up."""
+    g = realrmq.RealControllerGroup(tmp_path, replicas=1, namesrv_count=1)
+    conf = write_properties(tmp_path / "broker-0.conf", g.broker_confs[0])
+    count = tmp_path / "starts"
+    script = (
+        f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}; "
+        'if [ "$n" = 0 ]; then echo "java.net.BindException: Address already in use"; exit 1; fi; '
+        "echo 'The broker[broker-a, 127.0.0.1:1] boot success. serializeType=JSON'; sleep 60"
+    )
+    p = Proc(
+        "fake broker-0",
+        ["sh", "-c", script],
+        tmp_path / "broker-0.out",
+        LogMatch(realrmq._BROKER_BOOT),
+        stdout="log",
+        append_log=False,
+    )
+    g.brokers.append(p)
+    before = g.broker_ports[0]
+    try:
+        p.start()
+        await g._broker_ready(0, 30)
+        assert p.alive and count.read_text().strip() == "2"
+        new = g.broker_ports[0]
+        assert new != before
+        text = conf.read_text()
+        assert f"listenPort = {new}\n" in text and f"haListenPort = {new + 1}\n" in text
+    finally:
+        p.kill()
+
+
+async def test_a_broker_that_fails_for_another_reason_is_not_restarted(tmp_path):
+    g = realrmq.RealControllerGroup(tmp_path, replicas=1, namesrv_count=1)
+    p = Proc(
+        "fake broker-0",
+        ["sh", "-c", "echo 'java.lang.OutOfMemoryError'; exit 1"],
+        tmp_path / "broker-0.out",
+        LogMatch(realrmq._BROKER_BOOT),
+        stdout="log",
+        append_log=False,
+    )
+    g.brokers.append(p)
+    p.start()
+    with pytest.raises(ProcessExited):
+        await g._broker_ready(0, 30)
+    assert g.broker_ports[0] == g.broker_confs[0]["listenPort"]
