@@ -500,9 +500,9 @@ class RealControllerGroup:
         once a master is elected and its SyncStateSet holds every replica. On failure,
         everything started is stopped before the error propagates."""
         try:
+            if not self.namesrvs:  # the first Maven fetch may take minutes: not in the timeout
+                await trio.to_thread.run_sync(self.prepare)
             with trio.fail_after(timeout_s):
-                if not self.namesrvs:
-                    await trio.to_thread.run_sync(self.prepare)
                 for p in self.namesrvs:
                     p.start()
                 for p in self.namesrvs:
