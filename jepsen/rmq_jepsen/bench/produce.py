@@ -590,7 +590,8 @@ def _run(args: argparse.Namespace) -> int:
         "(fresh brokers each round, alternating). broker_cores: CPU used by the namesrv + "
         "broker processes during a case's load generator run (incl. its start-up and warm-up); "
         "broker_cpu_us_per_msg: their CPU in the measured window per acknowledged (consumed) "
-        "message",
+        "message; RocketMQ's JIT still compiles during the first cases after a short "
+        "--broker-warmup, which inflates its CPU per message (use 20 s or more for CPU figures)",
         "cases": cases,
         "consume": consume,
         "headline": "1 KiB single sends",
