@@ -81,6 +81,12 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     r.add_argument("--test", help="test name (default: topology-workload)")
     r.add_argument("--no-check", action="store_true")
     r.add_argument(
+        "--secure",
+        action="store_true",
+        help="ACL and TLS on every role; the bench's clients sign and verify certificates "
+        "(docs/security.md; needs openssl)",
+    )
+    r.add_argument(
         "--check-master",
         help="Spark master for the check, e.g. spark://127.0.0.1:7077 (make spark-cluster); "
         "default: the checker's local[2]",
@@ -264,6 +270,7 @@ def _campaign_run(args: argparse.Namespace) -> int:
         wheel=args.wheel,
         check_master=args.check_master,
         check_conf=args.check_conf,
+        secure=args.secure,
     )
     out = trio.run(run_campaign, opts)
     _print_outcome(out, args.json)

@@ -23,6 +23,7 @@ import trio
 
 from rmq_jepsen import checkout
 from rmq_jepsen.control import Control, Host, Remote
+from rmq_jepsen.secure import Security
 from rmq_jepsen.state import StateDir
 
 log = logging.getLogger("rmq_jepsen.db")
@@ -291,6 +292,26 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
     return roles
 
 
+#: Files of a --secure role that are never collected into the run directory.
+SECRET_FILES = ("*/plain_acl.yml", "*/*.key")
+#: role.conf keys whose values are secrets (redacted in collected copies).
+SECRET_KEYS = ("innerClientAuthenticationCredentials",)
+
+
+def redact_secrets(properties: str) -> str:
+    """A role.conf with the values of `SECRET_KEYS` replaced by ***."""
+    out = []
+    for line in properties.splitlines():
+        key = line.split("=", 1)[0].strip()
+        out.append(f"{key}=***" if key in SECRET_KEYS and "=" in line else line)
+    return "\n".join(out) + ("\n" if properties.endswith("\n") else "")
+
+
+def _writer(path: str, text: str) -> Any:
+    """A Remote call that writes `text` to `path` on the node."""
+    return lambda r: r.put_text(path, text)
+
+
 def _metrics(address: str, port: int) -> dict[str, Any]:
     return {
         "metricsExporterType": "PROM",
@@ -361,8 +382,11 @@ class DB:
         timing: Timing | None = None,
         clock_faults: bool = False,
         install: Install | None = None,
+        security: Security | None = None,
     ) -> None:
         self.control = control
+        #: --secure: ACL and TLS on every role, the bench's clients signing (rmq_jepsen.secure).
+        self.security = security
         self.topology = topology
         self.timing = timing or Timing()
         self.state = state
@@ -467,11 +491,18 @@ class DB:
                 v["storePathRootDir"] = f"{d}/store"
             elif "controllerDLegerPeers" in v:
                 v["controllerStorePath"] = f"{d}/controller"
+            sec = self.security
+            if sec is not None:
+                v.update(sec.role_values(d))
             q = shlex.quote(d)
             await self.control.run(role.node, f"rm -rf {q} && mkdir -p {q}")
             await self.control.call(
                 role.node, lambda r: r.put_text(f"{d}/role.conf", render_properties(v))
             )
+            if sec is not None:
+                for name, text in sec.files.items():
+                    await self.control.call(role.node, _writer(f"{d}/{name}", text))
+                await self.control.run(role.node, f"chmod 600 {q}/*.key {q}/plain_acl.yml")
             if self.clock_faults:
                 await self.control.call(
                     role.node, lambda r: r.put_text(f"{h.workdir}/faketime", "+0\n")
@@ -618,7 +649,9 @@ class DB:
         """Copies each node's role directories (logs, configs, and with `data` the stores)
         into run_dir/nodes/<node>/."""
         out: dict[str, int] = {}
-        exclude = () if data else ("*/store", "*/controller")
+        exclude: tuple[str, ...] = () if data else ("*/store", "*/controller")
+        if self.security is not None:
+            exclude += SECRET_FILES  # --secure: keys and the ACL file stay on the nodes
 
         async def one(node: str) -> None:
             h = self.control.host(node)
@@ -627,6 +660,9 @@ class DB:
             )
 
         await self.control.on_all(self.control.nodes, one)
+        if self.security is not None:
+            for conf in (run_dir / "nodes").glob("*/*/role.conf"):
+                conf.write_text(redact_secrets(conf.read_text()))
         return out
 
 
@@ -646,17 +682,24 @@ class ClusterView:
     client_ip: str = "127.0.0.1"
     last_error: str | None = field(default=None)
 
+    def _remoting(self) -> Any:
+        from rmq_ha.net.client import RemotingClient
+
+        sec = self.db.security
+        return RemotingClient() if sec is None else sec.remoting_client()
+
     async def masters(self) -> dict[str, Role | None]:
         """group -> the role registered as brokerId 0 at a name server (None if no master)."""
         from rmq_ha.client import Admin, ClientConfig
         from rmq_ha.errors import RmqHaError
 
         out: dict[str, Role | None] = {g: None for g in self.db.groups()}
+        cfg = ClientConfig(client_ip=self.client_ip)
+        if self.db.security is not None:
+            cfg = self.db.security.client_config(cfg)
         try:
             with trio.fail_after(self.timeout_s):
-                async with Admin(
-                    self.db.namesrv_addr(), config=ClientConfig(client_ip=self.client_ip)
-                ) as admin:
+                async with Admin(self.db.namesrv_addr(), config=cfg) as admin:
                     info = await admin.cluster_info()
         except (RmqHaError, trio.TooSlowError, OSError) as e:
             self.last_error = f"cluster info: {e!r}"
@@ -680,11 +723,10 @@ class ClusterView:
             return None
         from rmq_ha.controller.client import ControllerClient
         from rmq_ha.errors import RemotingError
-        from rmq_ha.net.client import RemotingClient
 
         try:
             with trio.fail_after(self.timeout_s * 2):
-                async with RemotingClient() as client:
+                async with self._remoting() as client:
                     addr = await ControllerClient(client, addrs, self.timeout_s).find_leader()
         except (RemotingError, trio.TooSlowError, OSError) as e:
             self.last_error = f"controller leader: {e!r}"
@@ -699,10 +741,9 @@ class ClusterView:
         from rmq_ha.controller import messages as m
         from rmq_ha.controller.client import ControllerClient
         from rmq_ha.errors import RemotingError
-        from rmq_ha.net.client import RemotingClient
 
         with trio.fail_after(self.timeout_s * 2):
-            async with RemotingClient() as client:
+            async with self._remoting() as client:
                 cc = ControllerClient(client, addrs, self.timeout_s)
                 try:
                     resp = await cc.request(m.GetSyncStateDataRequest(tuple(self.db.groups())))

@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from rmq_jepsen import checkout
+from rmq_jepsen import checkout, secure
 from rmq_jepsen import generator as gen
 from rmq_jepsen import hosts as hostmod
 from rmq_jepsen.control import ActionLog, Control, Host
@@ -79,6 +79,8 @@ class CampaignOptions:
     #: any Spark settings (KEY=VALUE), passed to `rmq-ha check` as --master / --conf.
     check_master: str | None = None
     check_conf: list[str] = field(default_factory=list)
+    #: ACL and TLS on every role, the bench's clients signing over TLS (rmq_jepsen.secure).
+    secure: bool = False
 
 
 @dataclass
@@ -270,6 +272,11 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     )
 
     control = Control(hosts, ActionLog(run_dir / "control.log"))
+    security = None
+    if opts.secure:
+        # Keys and secrets live in the state directory, never in the run directory.
+        security = secure.make(state.root / "secure" / run_id, [h.address for h in hosts])
+        out.notes.append("secure: ACL and TLS on every role (docs/security.md)")
     db = DB(
         control,
         topo,
@@ -277,6 +284,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         timing=Timing(),
         clock_faults=clock_faults,
         install=Install(wheel=opts.wheel),
+        security=security,
     )
     source = checkout.find()
     client_ip = "127.0.0.1" if provider == "loopback" else _control_ip(state, hosts)

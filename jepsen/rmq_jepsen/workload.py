@@ -261,12 +261,14 @@ class Workloads:
         self._background_stop = trio.Event()
 
     def client(self) -> ClientConfig:
-        return ClientConfig(
+        cfg = ClientConfig(
             client_ip=self.opts.client_ip,
             mq_client_api_timeout_s=3.0,
             poll_name_server_interval_s=2.0,
             heartbeat_broker_interval_s=2.0,
         )
+        sec = self.db.security
+        return cfg if sec is None else sec.client_config(cfg)
 
     # ---- setup -------------------------------------------------------------------------------
 

@@ -124,6 +124,7 @@ def draw(results: dict[str, Any], out: Path) -> list[Path]:
     return files
 
 
+NAN = float("nan")
 ROLE_COLOURS = {"MASTER": "#1f77b4", "SLAVE": "#aec7e8", "NONE": "#d9d9d9"}
 
 
@@ -179,14 +180,14 @@ def draw_cluster(results: dict[str, Any], out: Path) -> list[Path]:
         _bands(ax, faults)
         for node in brokers:
             s = cm["nodes"][node]
-            pts = [
-                (t, v)
-                for t, v, u in zip(s["t_s"], s[key], s["up"], strict=True)
-                if u and v is not None and (key != "sync_state_set_size" or v > 0)
+            # NaN where a broker did not answer or had no value: the line breaks there
+            # instead of joining two points across the gap.
+            ys = [
+                v if u and v is not None and (key != "sync_state_set_size" or v > 0) else NAN
+                for v, u in zip(s[key], s["up"], strict=True)
             ]
-            if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.step(xs, ys, where="post", label=node, lw=1)
+            if any(y == y for y in ys):
+                ax.step(s["t_s"], ys, where="post", label=node, lw=1)
         ax.set_title(title)
         if brokers:
             ax.legend(loc="upper left", fontsize=7, ncol=3)
@@ -195,10 +196,9 @@ def draw_cluster(results: dict[str, Any], out: Path) -> list[Path]:
     for node in brokers:
         s = cm["nodes"][node]
         for rid, col in sorted(s["lag"].items()):
-            pts = [(t, v) for t, v in zip(s["t_s"], col, strict=True) if v is not None]
-            if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, lw=1, label=f"{node} -> replica {rid}")
+            ys = [NAN if v is None else v for v in col]
+            if any(y == y for y in ys):
+                ax.plot(s["t_s"], ys, lw=1, label=f"{node} -> replica {rid}")
     ax.set_yscale("symlog", linthresh=1024)
     ax.set_ylabel("bytes")
     ax.set_xlabel("time (s)")
