@@ -469,3 +469,35 @@ def test_runtime_config_updates_are_checked() -> None:
     )
     with pytest.raises(NotRuntimeKey):
         config_admin.check_update(ccfg, {"controllerDLegerSelfId": "n1"})
+
+
+async def test_a_group_with_consume_enable_false_is_refused_pulls_and_pops(
+    tmp_path: Path,
+) -> None:
+    """updateSubGroup -s false: the broker refuses the group's pulls and pops with
+    NO_PERMISSION (RocketMQ's answer); -s true lets it consume again. Other groups are not
+    affected, and a group without a config consumes (autoCreateSubscriptionGroup)."""
+    from rmq_ha.client import PopConsumer, PullConsumer
+
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("CE", cluster="DefaultCluster", queue_nums=1, wait_for_route_s=5)
+        async with Producer("pg", ns, config=FAST_PRODUCER) as p:
+            await p.send("CE", "m0")
+        q = MessageQueue("CE", "broker-a", 0)
+        await mq("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "off", "-s", "false")
+        async with PullConsumer("off", ns, config=FAST_CLIENT) as pc:
+            with pytest.raises(BrokerResponseError) as e:
+                await pc.pull(q, "*", 0, 8)
+            assert e.value.code == Resp.NO_PERMISSION
+            assert "subscription group no permission, off" in str(e.value)
+        async with PopConsumer("off", ns, ["CE"], config=FAST_CONSUMER) as c:
+            with pytest.raises(BrokerResponseError) as e:
+                await c.pop("CE", invisible_time_s=30.0, poll_time_s=0.1)
+            assert e.value.code == Resp.NO_PERMISSION
+        async with PullConsumer("other", ns, config=FAST_CLIENT) as pc:
+            assert [m.body for m in (await pc.pull(q, "*", 0, 8)).messages] == [b"m0"]
+        await mq("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "off", "-s", "true")
+        async with PullConsumer("off", ns, config=FAST_CLIENT) as pc:
+            assert [m.body for m in (await pc.pull(q, "*", 0, 8)).messages] == [b"m0"]

@@ -150,6 +150,7 @@ class Broker:
             replication=self.ha,
             outbound=self.outbound,
             storage=self.storage,
+            subgroups=self.subgroups,
         )
         # Delayed/transaction/pop services and their request processors (special/).
         self.special = SpecialServices(self.ports)

@@ -128,6 +128,14 @@ class Storage(Protocol):
         ...
 
 
+class SubscriptionGroups(Protocol):
+    """The operator's subscription-group configs, as the consume paths check them."""
+
+    def consume_refusal(self, group: str) -> str | None:
+        """Why the group may not consume (consumeEnable=false), or None."""
+        ...
+
+
 @dataclass
 class Ports:
     """Everything a handler or special service may use, wired once by broker.py. Not frozen
@@ -149,5 +157,6 @@ class Ports:
     #: The client this broker uses towards other brokers and name servers.
     outbound: RemotingClient
     storage: Storage
+    subgroups: SubscriptionGroups
     #: Messages and bytes in and out (rocketmq_messages_in_total ...; broker/metrics.py).
     traffic: Traffic = field(default_factory=Traffic)

@@ -5,9 +5,10 @@ DELETE_SUBSCRIPTIONGROUP, listed by GET_ALL_SUBSCRIPTIONGROUP_CONFIG; persisted 
 dataVersion).
 
 rmq_ha's broker does not require a group to exist before it consumes (RocketMQ's
-autoCreateSubscriptionGroup=true behaviour), so these configs are what an operator set, kept,
-persisted and shown. They do not yet change how the broker serves a group: consumeEnable,
-retryMaxTimes, retryQueueNums and the rest are not enforced (docs/operations.md).
+autoCreateSubscriptionGroup=true behaviour). A group whose config says consumeEnable=false is
+refused pulls and pops with NO_PERMISSION, as RocketMQ answers (`consume_refusal`); the other
+settings (retryMaxTimes, retryQueueNums, ...) are kept, persisted and shown but not enforced
+(docs/operations.md).
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ class SubscriptionGroupManager:
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self.table.get(group)
+
+    def consume_refusal(self, group: str) -> str | None:
+        """Why `group` may not consume here (RocketMQ's remark), or None."""
+        cfg = self.table.get(group)
+        if cfg is not None and not cfg.consume_enable:
+            return f"subscription group no permission, {group}"
+        return None
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
         self.table[cfg.group_name] = cfg

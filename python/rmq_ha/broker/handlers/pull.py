@@ -80,6 +80,9 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
             f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
             f"[{tc.read_queue_nums}]",
         )
+    refusal = p.subgroups.consume_refusal(h.consumer_group)
+    if refusal is not None:
+        return cmd.response(Resp.NO_PERMISSION, refusal)
     tag_codes, err = _tag_codes(p, h)
     if err is not None:
         return cmd.response(Resp.SUBSCRIPTION_PARSE_FAILED, err)

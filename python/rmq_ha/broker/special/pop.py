@@ -378,6 +378,9 @@ class PopService(SpecialService):
         refused = self._not_serving(cmd)
         if refused is not None:
             return refused
+        refusal = ports.subgroups.consume_refusal(h.consumer_group)
+        if refusal is not None:
+            return cmd.response(Resp.NO_PERMISSION, refusal)
         if h.order:
             return cmd.response(Resp.SYSTEM_ERROR, "orderly pop is not supported by rmq_ha")
         if not 0 < h.max_msg_nums <= MAX_POP_NUMS:
