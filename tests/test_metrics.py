@@ -493,7 +493,7 @@ async def test_pops_count_out_and_a_dead_letter_counts_by_original_topic(tmp_pat
 
 
 @pytest.mark.timeout(60)
-async def test_consumer_lag_latency_is_the_age_of_the_oldest_uncommitted_message(
+async def test_consumer_lag_inflight_ready_and_latencies(
     tmp_path: Path,
 ) -> None:
     """rocketmq_consumer_lag_latency: scrape time minus the store time of the message at the
@@ -501,13 +501,13 @@ async def test_consumer_lag_latency_is_the_age_of_the_oldest_uncommitted_message
     no elapsed time is assumed); 0 once the group has committed everything."""
     import time
 
-    from rmq_ha.client import Producer
+    from rmq_ha.client import Producer, PullConsumer
     from rmq_ha.client.api import BrokerApi
     from rmq_ha.config import MetricsExporterType as M
     from rmq_ha.net.client import RemotingClient
     from rmq_ha.protocol.models import MessageQueue
     from specialutil import special_cluster
-    from test_client_cluster import FAST_PRODUCER, create_topic
+    from test_client_cluster import FAST_CLIENT, FAST_PRODUCER, create_topic
 
     on = {
         "metrics_exporter_type": M.PROM,
@@ -535,6 +535,25 @@ async def test_consumer_lag_latency_is_the_age_of_the_oldest_uncommitted_message
             age = value(s, "rocketmq_consumer_lag_latency", topic="LagT", consumer_group="lg")
             assert age is not None
             assert before_scrape - after_send <= age <= after_scrape - before_send, age
+            # Before any pull: everything not committed is ready, nothing in flight.
+            assert value(s, "rocketmq_consumer_inflight_messages", topic="LagT") == 0
+            assert value(s, "rocketmq_consumer_ready_messages", topic="LagT") == 2
+            # The group pulls one message at offset 1: one in flight, one ready, and the
+            # queueing latency is the age of the message at offset 2.
+            async with PullConsumer("lg", env.namesrv, config=FAST_CLIENT) as pc:
+                got = await pc.pull(mq, "*", 1, 1)
+            assert [m.queue_offset for m in got.messages] == [1]
+            before_scrape = time.time_ns() // 1_000_000
+            s = await scrape(addr)
+            after_scrape = time.time_ns() // 1_000_000
+            assert value(s, "rocketmq_consumer_inflight_messages", topic="LagT") == 1
+            assert value(s, "rocketmq_consumer_ready_messages", topic="LagT") == 1
+            wait = value(s, "rocketmq_consumer_queueing_latency", topic="LagT", consumer_group="lg")
+            assert wait is not None
+            assert before_scrape - after_send <= wait <= after_scrape - before_send, wait
             await BrokerApi(rc).update_consumer_offset(env.addr, "lg", mq, 3, oneway=False)
             s = await scrape(addr)
             assert value(s, "rocketmq_consumer_lag_latency", topic="LagT", consumer_group="lg") == 0
+            assert value(s, "rocketmq_consumer_inflight_messages", topic="LagT") == 0
+            assert value(s, "rocketmq_consumer_ready_messages", topic="LagT") == 0
+            assert value(s, "rocketmq_consumer_queueing_latency", topic="LagT") == 0

@@ -414,21 +414,29 @@ class Broker:
         counters = self.storage
         lag: dict[tuple[str, str], int] = {}
         latency: dict[tuple[str, str], int] = {}
+        inflight: dict[tuple[str, str], int] = {}
+        ready: dict[tuple[str, str], int] = {}
+        queueing: dict[tuple[str, str], int] = {}
         groups: set[str] = set(self.clients.consumers)
         wall_ms = time.time_ns() // 1_000_000
+        pulled = self.ports.traffic.pulled
         for key, queues in self.offsets.table.items():
             topic, _, group = key.partition("@")
             groups.add(group)
-            total = 0
+            tg = (topic, group)
+            lag[tg] = inflight[tg] = ready[tg] = 0
             for qid, off in queues.items():
-                behind = max(0, native.queue_max_offset(topic, qid) - off)
-                total += behind
-                if behind:
-                    stored = self._stored_ms(topic, qid, off)
-                    if stored is not None:
-                        age = max(0, wall_ms - stored)
-                        latency[(topic, group)] = max(latency.get((topic, group), 0), age)
-            lag[(topic, group)] = total
+                top = native.queue_max_offset(topic, qid)
+                # Where the group pulls next; never below what it committed.
+                at = max(off, pulled.get((topic, group, qid), off))
+                lag[tg] += max(0, top - off)
+                inflight[tg] += max(0, min(at, top) - off)
+                ready[tg] += max(0, top - at)
+                for offset, out in ((off, latency), (at, queueing)):
+                    if offset < top:
+                        stored = self._stored_ms(topic, qid, offset)
+                        if stored is not None:
+                            out[tg] = max(out.get(tg, 0), max(0, wall_ms - stored))
         ctl = self.controller
         return BrokerSnapshot(
             role=s.role.value,
@@ -477,6 +485,9 @@ class Broker:
             consumer_connections=sum(len(g.clients) for g in self.clients.consumers.values()),
             consumer_lag=lag,
             consumer_lag_latency=latency,
+            consumer_inflight=inflight,
+            consumer_ready=ready,
+            consumer_queueing_latency=queueing,
         )
 
     def _stored_ms(self, topic: str, queue_id: int, offset: int) -> int | None:

@@ -38,6 +38,9 @@ class Traffic:
         self.sizes: dict[tuple[str, str], Histogram] = {}
         #: (request code, response code) -> handling time (ms) of the requests
         self.rpc: dict[tuple[int, int], Histogram] = {}
+        #: (topic, consumer_group, queue id) -> the next offset a pull of the group asked for
+        #: last (RocketMQ's pull offset): in flight = pulled - committed, ready = max - pulled
+        self.pulled: dict[tuple[str, str, int], int] = {}
 
     def sized(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
         h = self.sizes.get((topic, message_type))
@@ -63,7 +66,18 @@ class Traffic:
     def dead_letter(self, topic: str, group: str) -> None:
         self.dlq[(topic, group)] = self.dlq.get((topic, group), 0) + 1
 
-    def got(self, topic: str, group: str, messages: int, nbytes: int) -> None:
+    def got(
+        self,
+        topic: str,
+        group: str,
+        messages: int,
+        nbytes: int,
+        queue_id: int | None = None,
+        next_offset: int | None = None,
+    ) -> None:
+        """Messages served to a group; a pull also says where the group will pull next."""
+        if queue_id is not None and next_offset is not None:
+            self.pulled[(topic, group, queue_id)] = next_offset
         c = self.outbound.get((topic, group))
         if c is None:
             self.outbound[(topic, group)] = [messages, nbytes]
@@ -116,6 +130,11 @@ class BrokerSnapshot:
     #: (topic, group) -> ms since the oldest message the group has not committed was stored
     #: (only groups with a lag).
     consumer_lag_latency: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (topic, group) -> messages pulled but not committed / not pulled yet, and ms since the
+    #: oldest message not pulled yet was stored (0 when none)
+    consumer_inflight: dict[tuple[str, str], int] = field(default_factory=dict)
+    consumer_ready: dict[tuple[str, str], int] = field(default_factory=dict)
+    consumer_queueing_latency: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 #: The HA slave's connection states (broker/ha/slave.py).
@@ -206,6 +225,27 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
         "(RocketMQ's name)",
         labels=("topic", "consumer_group"),
         samples=((k, s.consumer_lag_latency.get(k, 0)) for k in s.consumer_lag),
+    )
+    f.gauge(
+        "rocketmq_consumer_inflight_messages",
+        "Messages pulled by the group and not committed yet (pull offset - committed offset; "
+        "RocketMQ's name)",
+        labels=("topic", "consumer_group"),
+        samples=((k, s.consumer_inflight.get(k, 0)) for k in s.consumer_lag),
+    )
+    f.gauge(
+        "rocketmq_consumer_ready_messages",
+        "Messages stored and not pulled by the group yet (max offset - pull offset; "
+        "RocketMQ's name)",
+        labels=("topic", "consumer_group"),
+        samples=((k, s.consumer_ready.get(k, 0)) for k in s.consumer_lag),
+    )
+    f.gauge(
+        "rocketmq_consumer_queueing_latency",
+        "ms since the oldest message the group has not pulled yet was stored; 0 when none "
+        "(RocketMQ's name)",
+        labels=("topic", "consumer_group"),
+        samples=((k, s.consumer_queueing_latency.get(k, 0)) for k in s.consumer_lag),
     )
     f.gauge(
         "rocketmq_producer_connections",

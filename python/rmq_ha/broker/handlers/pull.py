@@ -127,7 +127,7 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
                     body, n = _records_below(body, verdict.serve_below)
                     nxt, wait_until = verdict.serve_below, verdict.wait_until_ms
             if n:
-                p.traffic.got(h.topic, h.consumer_group, n, len(body))
+                p.traffic.got(h.topic, h.consumer_group, n, len(body), h.queue_id, nxt)
                 return _respond(cmd, Resp.SUCCESS, nxt, qmin, qmax, body)
             if wait_until is None:
                 # Filtered out, or only skipped damaged records: move past them.
