@@ -557,3 +557,40 @@ async def test_consumer_lag_inflight_ready_and_latencies(
             assert value(s, "rocketmq_consumer_inflight_messages", topic="LagT") == 0
             assert value(s, "rocketmq_consumer_ready_messages", topic="LagT") == 0
             assert value(s, "rocketmq_consumer_queueing_latency", topic="LagT") == 0
+
+
+@pytest.mark.timeout(60)
+async def test_transactions_count_commits_and_rollbacks_by_real_topic(tmp_path: Path) -> None:
+    from rmq_ha.client import LocalTransactionState, TransactionProducer
+    from rmq_ha.config import MetricsExporterType as M
+    from specialutil import special_cluster
+    from test_client_cluster import FAST_PRODUCER, create_topic
+
+    on = {
+        "metrics_exporter_type": M.PROM,
+        "metrics_prom_exporter_host": "127.0.0.1",
+        "metrics_prom_exporter_port": 0,
+    }
+
+    def never_asked(msg: object) -> LocalTransactionState:
+        raise AssertionError("no check expected")
+
+    def execute(msg: object, arg: object) -> LocalTransactionState:
+        assert isinstance(arg, LocalTransactionState)
+        return arg
+
+    async with special_cluster(tmp_path, **on) as env:
+        addr = env.broker.metrics_address
+        assert addr is not None
+        await create_topic(env.namesrv, "TxM", queues=1)
+        async with TransactionProducer("tpg", env.namesrv, never_asked, config=FAST_PRODUCER) as p:
+            for state in (
+                LocalTransactionState.COMMIT_MESSAGE,
+                LocalTransactionState.COMMIT_MESSAGE,
+                LocalTransactionState.ROLLBACK_MESSAGE,
+            ):
+                r = await p.send_message_in_transaction("TxM", b"x", execute, state)
+                assert r.end_error is None
+        s = await scrape(addr)
+        assert value(s, "rocketmq_commit_messages_total", topic="TxM") == 2
+        assert value(s, "rocketmq_rollback_messages_total", topic="TxM") == 1

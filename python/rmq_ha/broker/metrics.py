@@ -38,6 +38,8 @@ class Traffic:
         self.sizes: dict[tuple[str, str], Histogram] = {}
         #: (request code, response code) -> handling time (ms) of the requests
         self.rpc: dict[tuple[int, int], Histogram] = {}
+        #: (topic, "commit" | "rollback") -> transactions ended so (by END_TRANSACTION)
+        self.transactions: dict[tuple[str, str], int] = {}
         #: (topic, consumer_group, queue id) -> the next offset a pull of the group asked for
         #: last (RocketMQ's pull offset): in flight = pulled - committed, ready = max - pulled
         self.pulled: dict[tuple[str, str, int], int] = {}
@@ -62,6 +64,11 @@ class Traffic:
         else:
             c[0] += messages
             c[1] += nbytes
+
+    def ended(self, topic: str, committed: bool) -> None:
+        """A transaction's half message was committed or rolled back (its real topic)."""
+        k = (topic, "commit" if committed else "rollback")
+        self.transactions[k] = self.transactions.get(k, 0) + 1
 
     def dead_letter(self, topic: str, group: str) -> None:
         self.dlq[(topic, group)] = self.dlq.get((topic, group), 0) + 1
@@ -192,6 +199,14 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
         labels=("topic", "consumer_group"),
         samples=((k, v) for k, v in traffic.dlq.items()),
     )
+    for kind, done in (("commit", "committed"), ("rollback", "rolled back")):
+        f.counter(
+            f"rocketmq_{kind}_messages_total",
+            f"Transactional half messages {done} by END_TRANSACTION (RocketMQ's name; "
+            "topic: the real topic)",
+            labels=("topic",),
+            samples=(((t,), v) for (t, k), v in traffic.transactions.items() if k == kind),
+        )
     f.gauge(
         "rocketmq_storage_size",
         "Commitlog bytes held: max offset - min offset (RocketMQ's name)",

@@ -198,6 +198,8 @@ class TransactionService(SpecialService):
             if newest is not None and newest != half_off:
                 offs.append(newest)
             await self._write_op(offs, key)
+            real_topic = decode_properties(_bytes(rec["properties"])).get(PROPERTY_REAL_TOPIC, "")
+            ports.traffic.ended(real_topic, ttype == TRANSACTION_COMMIT_TYPE)
         log.debug(
             "transaction %s %s (half %d)",
             key,
