@@ -80,7 +80,38 @@ class BrokerRole(enum.Enum):
 
 
 @dataclass(frozen=True)
-class NamesrvConfig:
+class SecurityKeys:
+    """The security keys every role takes (docs/security.md): ACL 1.0, the role's own
+    credentials for cluster traffic, TLS on its ports and its own connections."""
+
+    acl_enable: bool = rmq("aclEnable", False, "check every request against plainAclFile")
+    plain_acl_file: str = rmq(
+        "plainAclFile", "", "RocketMQ ACL 1.0 plain_acl.yml (reloaded when it changes)"
+    )
+    acl_watch_interval_ms: int = rmq("aclWatchIntervalMs", 5000, "how often the file is checked")
+    inner_client_authentication_credentials: str = secret(
+        "innerClientAuthenticationCredentials",
+        'signs this role\'s own requests: {"accessKey": "...", "secretKey": "..."}',
+    )
+    tls_server_mode: TlsMode = rmq("tls.server.mode", TlsMode.DISABLED, "TLS on this role's ports")
+    tls_server_cert_path: str = rmq("tls.server.certPath", "", "PEM certificate chain")
+    tls_server_key_path: str = rmq("tls.server.keyPath", "", "PEM private key")
+    tls_server_trust_cert_path: str = rmq(
+        "tls.server.trustCertPath", "", "CA bundle for client certificates"
+    )
+    tls_server_need_client_auth: TlsClientAuth = rmq(
+        "tls.server.need.client.auth", TlsClientAuth.NONE, "none, optional or require"
+    )
+    tls_enable: bool = rmq("tlsEnable", False, "this role's own outgoing connections use TLS")
+    tls_client_trust_cert_path: str = rmq(
+        "tls.client.trustCertPath", "", "CA bundle that signs the servers' certificates"
+    )
+    tls_client_cert_path: str = rmq("tls.client.certPath", "", "client certificate (PEM)")
+    tls_client_key_path: str = rmq("tls.client.keyPath", "", "client private key (PEM)")
+
+
+@dataclass(frozen=True)
+class NamesrvConfig(SecurityKeys):
     listen_host: str = rmq("listenHost", "127.0.0.1", "address to bind")
     listen_port: int = rmq("listenPort", 9876, "0 picks a free port")
     scan_not_active_broker_interval_ms: int = rmq(
@@ -114,35 +145,10 @@ class NamesrvConfig:
     metrics_prom_exporter_port: int = rmq(
         "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
     )
-    # -- security (docs/security.md) ----------------------------------------------------------
-    acl_enable: bool = rmq("aclEnable", False, "check every request against plainAclFile")
-    plain_acl_file: str = rmq(
-        "plainAclFile", "", "RocketMQ ACL 1.0 plain_acl.yml (reloaded when it changes)"
-    )
-    acl_watch_interval_ms: int = rmq("aclWatchIntervalMs", 5000, "how often the file is checked")
-    inner_client_authentication_credentials: str = secret(
-        "innerClientAuthenticationCredentials",
-        'signs this role\'s own requests: {"accessKey": "...", "secretKey": "..."}',
-    )
-    tls_server_mode: TlsMode = rmq("tls.server.mode", TlsMode.DISABLED, "TLS on this role's ports")
-    tls_server_cert_path: str = rmq("tls.server.certPath", "", "PEM certificate chain")
-    tls_server_key_path: str = rmq("tls.server.keyPath", "", "PEM private key")
-    tls_server_trust_cert_path: str = rmq(
-        "tls.server.trustCertPath", "", "CA bundle for client certificates"
-    )
-    tls_server_need_client_auth: TlsClientAuth = rmq(
-        "tls.server.need.client.auth", TlsClientAuth.NONE, "none, optional or require"
-    )
-    tls_enable: bool = rmq("tlsEnable", False, "this role's own outgoing connections use TLS")
-    tls_client_trust_cert_path: str = rmq(
-        "tls.client.trustCertPath", "", "CA bundle that signs the servers' certificates"
-    )
-    tls_client_cert_path: str = rmq("tls.client.certPath", "", "client certificate (PEM)")
-    tls_client_key_path: str = rmq("tls.client.keyPath", "", "client private key (PEM)")
 
 
 @dataclass(frozen=True)
-class ControllerConfig:
+class ControllerConfig(SecurityKeys):
     """The DLedger controller (`rmq-ha controller`, or embedded in a name server).
 
     RocketMQ keys (`common/.../ControllerConfig.java`), plus DLedger's Raft timing keys
@@ -187,31 +193,6 @@ class ControllerConfig:
     metrics_prom_exporter_port: int = rmq(
         "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
     )
-    # -- security (docs/security.md) ----------------------------------------------------------
-    acl_enable: bool = rmq("aclEnable", False, "check every request against plainAclFile")
-    plain_acl_file: str = rmq(
-        "plainAclFile", "", "RocketMQ ACL 1.0 plain_acl.yml (reloaded when it changes)"
-    )
-    acl_watch_interval_ms: int = rmq("aclWatchIntervalMs", 5000, "how often the file is checked")
-    inner_client_authentication_credentials: str = secret(
-        "innerClientAuthenticationCredentials",
-        'signs this role\'s own requests: {"accessKey": "...", "secretKey": "..."}',
-    )
-    tls_server_mode: TlsMode = rmq("tls.server.mode", TlsMode.DISABLED, "TLS on this role's ports")
-    tls_server_cert_path: str = rmq("tls.server.certPath", "", "PEM certificate chain")
-    tls_server_key_path: str = rmq("tls.server.keyPath", "", "PEM private key")
-    tls_server_trust_cert_path: str = rmq(
-        "tls.server.trustCertPath", "", "CA bundle for client certificates"
-    )
-    tls_server_need_client_auth: TlsClientAuth = rmq(
-        "tls.server.need.client.auth", TlsClientAuth.NONE, "none, optional or require"
-    )
-    tls_enable: bool = rmq("tlsEnable", False, "this role's own outgoing connections use TLS")
-    tls_client_trust_cert_path: str = rmq(
-        "tls.client.trustCertPath", "", "CA bundle that signs the servers' certificates"
-    )
-    tls_client_cert_path: str = rmq("tls.client.certPath", "", "client certificate (PEM)")
-    tls_client_key_path: str = rmq("tls.client.keyPath", "", "client private key (PEM)")
 
     @property
     def peers(self) -> dict[str, str]:
@@ -231,7 +212,7 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(SecurityKeys):
     cluster_name: str = rmq("brokerClusterName", "DefaultCluster")
     broker_name: str = rmq("brokerName", "broker-a")
     broker_id: int = rmq("brokerId", 0, "0 is the master in classic mode")
@@ -403,31 +384,6 @@ class BrokerConfig:
     metrics_prom_exporter_port: int = rmq(
         "metricsPromExporterPort", 5557, "the metrics endpoint's port; 0 picks a free one"
     )
-    # -- security (docs/security.md) ----------------------------------------------------------
-    acl_enable: bool = rmq("aclEnable", False, "check every request against plainAclFile")
-    plain_acl_file: str = rmq(
-        "plainAclFile", "", "RocketMQ ACL 1.0 plain_acl.yml (reloaded when it changes)"
-    )
-    acl_watch_interval_ms: int = rmq("aclWatchIntervalMs", 5000, "how often the file is checked")
-    inner_client_authentication_credentials: str = secret(
-        "innerClientAuthenticationCredentials",
-        'signs this role\'s own requests: {"accessKey": "...", "secretKey": "..."}',
-    )
-    tls_server_mode: TlsMode = rmq("tls.server.mode", TlsMode.DISABLED, "TLS on this role's ports")
-    tls_server_cert_path: str = rmq("tls.server.certPath", "", "PEM certificate chain")
-    tls_server_key_path: str = rmq("tls.server.keyPath", "", "PEM private key")
-    tls_server_trust_cert_path: str = rmq(
-        "tls.server.trustCertPath", "", "CA bundle for client certificates"
-    )
-    tls_server_need_client_auth: TlsClientAuth = rmq(
-        "tls.server.need.client.auth", TlsClientAuth.NONE, "none, optional or require"
-    )
-    tls_enable: bool = rmq("tlsEnable", False, "this role's own outgoing connections use TLS")
-    tls_client_trust_cert_path: str = rmq(
-        "tls.client.trustCertPath", "", "CA bundle that signs the servers' certificates"
-    )
-    tls_client_cert_path: str = rmq("tls.client.certPath", "", "client certificate (PEM)")
-    tls_client_key_path: str = rmq("tls.client.keyPath", "", "client private key (PEM)")
 
     @property
     def namesrv_addrs(self) -> list[str]:
