@@ -221,7 +221,11 @@ class RoleCore:
         s = self.state
         if s.role is not Role.SLAVE or s.acting or not s.master_addr:
             return False
-        return not self.cfg.acting_master or s.handed_back_by == s.master_addr
+        if not self.cfg.acting_master:
+            return True
+        # After its 906, and once the name servers list it (a master registers after its
+        # pre-online pulls, so its table holds ours by then).
+        return s.handed_back_by == s.master_addr and s.hand_back_until_ms is None
 
     @property
     def group_members(self) -> dict[int, str]:
