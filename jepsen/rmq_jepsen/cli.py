@@ -16,7 +16,8 @@ DEMO_TIME_S = 60.0
 
 def add_parsers(sub: Any, bench_sub: Any) -> None:
     from rmq_jepsen import generator as gen
-    from rmq_jepsen.db import TOPOLOGIES
+    from rmq_jepsen.bench.realrmq import add_jvm_flags
+    from rmq_jepsen.db import DBS, ROCKETMQ_TOPOLOGIES, TOPOLOGIES
     from rmq_jepsen.hosts import DEFAULT_PREFIX, DEFAULT_SUBNET
 
     h = sub.add_parser("hosts", help="local bench hosts: network namespaces + sshd (root)")
@@ -111,6 +112,14 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     r.add_argument("--first-fault", type=float, default=5.0, help="seconds before the first fault")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    r.add_argument(
+        "--db",
+        default="rmq_ha",
+        choices=DBS,
+        help="the database the roles run: rmq_ha, or real Apache RocketMQ (rocketmq: local "
+        f"hosts, topologies {', '.join(ROCKETMQ_TOPOLOGIES)}; needs java and mvn)",
+    )
+    add_jvm_flags(r)
     r.set_defaults(func=_campaign_run)
     ls = cs.add_parser("list", help="runs in the store")
     ls.add_argument("--store", default="store")
@@ -239,10 +248,14 @@ def _print_outcome(out: Any, as_json: bool) -> None:
 def _campaign_run(args: argparse.Namespace) -> int:
     import trio
 
-    from rmq_jepsen.runner import CampaignOptions, run_campaign
+    from rmq_jepsen.bench.realrmq import jvm_sizes, rocketmq_version
+    from rmq_jepsen.runner import CampaignError, CampaignOptions, check_options, run_campaign
 
     _logging()
     opts = CampaignOptions(
+        db=args.db,
+        rocketmq_version=rocketmq_version(args),
+        jvm=jvm_sizes(args),
         hosts=args.hosts,
         n=args.n,
         topology=args.topology,
@@ -272,6 +285,11 @@ def _campaign_run(args: argparse.Namespace) -> int:
         check_conf=args.check_conf,
         secure=args.secure,
     )
+    try:
+        check_options(opts)
+    except CampaignError as e:
+        print(f"rmq-ha campaign run: {e}", file=sys.stderr)
+        return 2
     out = trio.run(run_campaign, opts)
     _print_outcome(out, args.json)
     return 1 if out.check_rc not in (None, 0) else 0

@@ -23,6 +23,7 @@ import trio
 
 from rmq_jepsen import checkout
 from rmq_jepsen.control import Control, Host, Remote
+from rmq_jepsen.launch import java_argv
 from rmq_jepsen.secure import Security
 from rmq_jepsen.state import StateDir
 
@@ -38,6 +39,14 @@ NS_METRICS_PORT = 5557
 BROKER_METRICS_PORT = 5558
 #: Second and later brokers on one node move up by this much.
 SLOT_STRIDE = 20
+#: --db rocketmq: a real RocketMQ name server's embedded controller listens on its own (DLedger
+#: peer) port, where brokers and the bench send controller requests; next to the name server's.
+ROCKETMQ_CONTROLLER_PORT = 9878
+
+#: The databases a campaign can deploy (--db).
+DBS = ("rmq_ha", "rocketmq")
+#: The topologies --db rocketmq can deploy.
+ROCKETMQ_TOPOLOGIES = ("controller",)
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,8 @@ class Role:
     replica: int = 0
     ha_port: int | None = None
     pid: int | None = None
+    #: --db rocketmq name servers: the embedded controller's port (None: the name server's own).
+    ctl_port: int | None = None
 
     def dir(self, host: Host) -> str:
         return f"{host.workdir}/{self.name}"
@@ -171,6 +182,52 @@ class Role:
         if str(self.values.get("metricsExporterType", "")).upper() != "PROM":
             return None
         return f"{self.values['metricsPromExporterHost']}:{self.values['metricsPromExporterPort']}"
+
+
+#: --db rocketmq: each role's main class, and the line its log shows once it is up.
+ROCKETMQ_MAIN = {
+    "namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
+    "broker": "org.apache.rocketmq.broker.BrokerStartup",
+}
+ROCKETMQ_READY = {
+    "namesrv": r"The Name Server boot success[^\n]*",
+    "broker": r"The broker\[[^]]*\] boot success",
+}
+#: How long a JVM may take to say it is up on a loaded 2-core machine (s).
+JVM_READY_S = 180.0
+
+
+@dataclass(frozen=True)
+class JvmSizes:
+    """Heap and direct-memory sizes (MiB) and GC threads of --db rocketmq's JVMs; the same class
+    as the real-RocketMQ launcher's (bench.realrmq re-exports it)."""
+
+    namesrv_heap_mb: int = 256
+    broker_heap_mb: int = 512
+    broker_direct_mb: int = 1024
+    gc_threads: int = 2
+
+    def __post_init__(self) -> None:
+        for key in ("namesrv_heap_mb", "broker_heap_mb", "broker_direct_mb", "gc_threads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, not {getattr(self, key)}")
+
+    def _gc(self) -> list[str]:
+        return [f"-XX:ParallelGCThreads={self.gc_threads}", "-XX:CICompilerCount=2"]
+
+    def namesrv(self) -> list[str]:
+        h = self.namesrv_heap_mb
+        return [f"-Xms{min(h, 128)}m", f"-Xmx{h}m", "-XX:+UseSerialGC", "-XX:CICompilerCount=2"]
+
+    def broker(self) -> list[str]:
+        h = self.broker_heap_mb
+        return [
+            f"-Xms{h}m",
+            f"-Xmx{h}m",
+            f"-XX:MaxDirectMemorySize={self.broker_direct_mb}m",
+            "-XX:+UseG1GC",
+            *self._gc(),
+        ]
 
 
 @dataclass
@@ -292,6 +349,72 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
     return roles
 
 
+def plan_rocketmq_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
+    """The roles of `topo` as real Apache RocketMQ runs them (--db rocketmq): the same nodes,
+    names and ports as `plan_roles` (a name server's controller on ROCKETMQ_CONTROLLER_PORT, a
+    broker's fast server on its port - 2 and HA server on port + 1), their configs from the code
+    `bench.realrmq.RealControllerGroup` uses (RocketMQ's own keys), with the campaign's timings
+    under RocketMQ's names. Stores are under each role's directory (<workdir>/<role>/)."""
+    if topo.name not in ROCKETMQ_TOPOLOGIES:
+        raise ValueError(
+            f"--db rocketmq: topology {topo.name} is not supported "
+            f"(supported: {', '.join(ROCKETMQ_TOPOLOGIES)})"
+        )
+    from rmq_jepsen.bench import realrmq
+
+    by = {h.name: h for h in hosts}
+    roles = plan_roles(topo, hosts, timing)
+    ns = [r for r in roles if r.kind == "namesrv"]
+    for r in ns:
+        r.ctl_port = r.port - NAMESRV_PORT + ROCKETMQ_CONTROLLER_PORT
+    ctl_ports = [r.ctl_port for r in ns if r.ctl_port is not None]
+    peer_hosts = [by[r.node].address for r in ns]
+    ns_addrs = [f"{by[r.node].address}:{r.port}" for r in ns]
+    ctl_addrs = [f"{by[r.node].address}:{r.ctl_port}" for r in ns]
+    for i, r in enumerate(ns):
+        d = Path(r.dir(by[r.node]))
+        r.values = realrmq.controller_namesrv_conf(
+            i,
+            r.port,
+            ctl_ports,
+            d,
+            address=by[r.node].address,
+            peer_hosts=peer_hosts,
+            store_path=d / "controller",
+        )
+    for r in roles:
+        if r.kind != "broker":
+            continue
+        d = Path(r.dir(by[r.node]))
+        r.values = realrmq.controller_broker_conf(
+            r.replica,
+            r.port,
+            ns_addrs,
+            ctl_addrs,
+            d,
+            {
+                "brokerClusterName": CLUSTER,
+                "brokerName": r.group,
+                "allAckInSyncStateSet": str(topo.all_ack).lower(),
+                "minInSyncReplicas": topo.min_in_sync,
+                "inSyncReplicas": topo.replicas if topo.all_ack else 1,
+                "controllerHeartBeatTimeoutMills": timing.controller_heartbeat_timeout_ms,
+                "haMaxTimeSlaveNotCatchup": timing.ha_not_catchup_ms,
+                "mappedFileSizeCommitLog": timing.commitlog_bytes,
+                "messageDelayLevel": timing.delay_levels,
+                "transactionTimeOut": timing.transaction_timeout_ms,
+                "transactionCheckInterval": timing.transaction_check_ms,
+                "reviveInterval": timing.revive_ms,
+            },
+            address=by[r.node].address,
+            root=d / "store",
+        )
+        r.ha_port = r.port + 1
+    for r in roles:  # paths as text: role configs go into config.json
+        r.values = {k: str(v) if isinstance(v, Path) else v for k, v in r.values.items()}
+    return roles
+
+
 #: Files of a --secure role that are never collected into the run directory.
 SECRET_FILES = ("*/plain_acl.yml", "*/*.key")
 #: role.conf keys whose values are secrets (redacted in collected copies).
@@ -383,8 +506,25 @@ class DB:
         clock_faults: bool = False,
         install: Install | None = None,
         security: Security | None = None,
+        kind: str = "rmq_ha",
+        jvm: JvmSizes | None = None,
+        rocketmq_version: str | None = None,
     ) -> None:
+        if kind not in DBS:
+            raise ValueError(f"--db {kind}: unknown database (known: {', '.join(DBS)})")
+        if kind == "rocketmq" and security is not None:
+            raise ValueError("--db rocketmq with --secure is not supported")
         self.control = control
+        #: Which database the roles run: rmq_ha, or real Apache RocketMQ (JVMs, --db rocketmq).
+        self.kind = kind
+        self.jvm = jvm or JvmSizes()
+        self.rocketmq_version = rocketmq_version
+        #: --db rocketmq: the directory of RocketMQ's jars (set by `install`).
+        self.rocketmq_lib: str | None = None
+        #: How long a role may take to say it is up (a JVM takes longer on a loaded machine).
+        self.ready_timeout_s = 30.0 if kind == "rmq_ha" else JVM_READY_S
+        #: role -> the size of its role.log when it was last started (readiness by log line).
+        self._log_offset: dict[str, int] = {}
         #: --secure: ACL and TLS on every role, the bench's clients signing (rmq_jepsen.secure).
         self.security = security
         self.topology = topology
@@ -392,7 +532,8 @@ class DB:
         self.state = state
         self.clock_faults = clock_faults
         self.install_spec = install or Install()
-        self.roles = plan_roles(topology, control.hosts, self.timing)
+        plan = plan_rocketmq_roles if kind == "rocketmq" else plan_roles
+        self.roles = plan(topology, control.hosts, self.timing)
         self.by_name = {r.name: r for r in self.roles}
         #: Roles that are supposed to be down right now (killed by a nemesis, not restarted).
         self.down: set[str] = set()
@@ -417,11 +558,13 @@ class DB:
     def controller_addrs(self) -> list[str]:
         if self.topology.mode != "controller":
             return []
-        return [f"{self.host(r).address}:{r.port}" for r in self.namesrvs()]
+        return [f"{self.host(r).address}:{r.ctl_port or r.port}" for r in self.namesrvs()]
 
     def role_at(self, addr: str) -> Role | None:
+        """The role listening at host:port (a name server also at its controller's port)."""
         for r in self.roles:
-            if f"{self.host(r).address}:{r.port}" == addr:
+            ports = (r.port,) if r.ctl_port is None else (r.port, r.ctl_port)
+            if any(f"{self.host(r).address}:{p}" == addr for p in ports):
                 return r
         return None
 
@@ -438,6 +581,8 @@ class DB:
         bench's own environment. Other hosts get the rmq-ha wheel (`Install.wheel`, else one
         built from the checkout `source`)."""
         spec = self.install_spec
+        if self.kind == "rocketmq":
+            await self._install_rocketmq()
         if not spec.rmq_ha_bin:
             spec.rmq_ha_bin = local_rmq_ha_bin()
             spec.python = sys.executable
@@ -480,6 +625,59 @@ class DB:
             if not spec.faketime_lib:
                 raise RuntimeError("clock faults need libfaketime on the nodes (apt: faketime)")
 
+    async def _install_rocketmq(self) -> None:
+        """--db rocketmq: RocketMQ's jars (fetched once by Maven into the interop cache, on this
+        machine: the nodes must share its filesystem, i.e. local namespaces or loopback) and a
+        check of every config key against its config classes; then `java` on every node."""
+        remote = [h.name for h in self.control.hosts if not (h.netns or h.ssh_host is None)]
+        if remote:
+            raise InstallError(
+                f"--db rocketmq runs on local hosts only (namespaces or loopback); "
+                f"{', '.join(remote)} are remote (copying RocketMQ's jars to them is not "
+                "supported yet)"
+            )
+        from rmq_jepsen.bench import realrmq
+
+        def fetch() -> str:
+            h = realrmq.interop_harness()
+            realrmq.require_tools("java", "mvn", "javap")
+            v = self.rocketmq_version
+            lib = Path(h.real_rocketmq_lib(v) if v else h.real_rocketmq_lib())
+            for kind in ("namesrv", "broker"):
+                known = realrmq.config_keys(lib, kind)
+                for r in self.roles:
+                    if r.kind == kind:
+                        realrmq.check_keys(r.values, known, f"{r.name} config")
+            return str(lib)
+
+        self.rocketmq_lib = await trio.to_thread.run_sync(fetch)
+
+        async def check(node: str) -> None:
+            await self.control.run(node, "command -v java >/dev/null")
+
+        await self.control.on_all(self.control.nodes, check)
+
+    def _command(self, role: Role) -> str:
+        """The command line that runs `role` on its node."""
+        d = role.dir(self.host(role))
+        if self.kind == "rocketmq":
+            if self.rocketmq_lib is None:
+                raise InstallError("--db rocketmq: start before install (no RocketMQ jars)")
+            ns = role.kind == "namesrv"
+            argv = java_argv(
+                ROCKETMQ_MAIN[role.kind],
+                classpath=f"{self.rocketmq_lib}/*",
+                conf=f"{d}/role.conf",
+                jvm=self.jvm.namesrv() if ns else self.jvm.broker(),
+                home=d,
+            )
+            return shlex.join(argv)
+        sub = "namesrv" if role.kind == "namesrv" else "broker"
+        return (
+            f"{shlex.quote(self.install_spec.rmq_ha_bin)} {sub} -c {d}/role.conf "
+            f"--ready-file {d}/ready"
+        )
+
     async def setup(self) -> None:
         """Wipes each role's directory and writes its config (and the fake-clock file)."""
 
@@ -487,7 +685,9 @@ class DB:
             h = self.host(role)
             d = role.dir(h)
             v = dict(role.values)
-            if role.kind == "broker":
+            if self.kind == "rocketmq":
+                pass  # plan_rocketmq_roles put the stores under the role's directory
+            elif role.kind == "broker":
                 v["storePathRootDir"] = f"{d}/store"
             elif "controllerDLegerPeers" in v:
                 v["controllerStorePath"] = f"{d}/controller"
@@ -533,12 +733,13 @@ class DB:
     async def start(self, role: Role) -> int:
         h = self.host(role)
         d = role.dir(h)
-        sub = "namesrv" if role.kind == "namesrv" else "broker"
-        cmd = (
-            f"{shlex.quote(self.install_spec.rmq_ha_bin)} {sub} -c {d}/role.conf "
-            f"--ready-file {d}/ready"
-        )
+        cmd = self._command(role)
         await self.control.run(role.node, f"rm -f {d}/ready")
+        if self.kind == "rocketmq":  # readiness: a line logged after this start
+            r = await self.control.run(
+                role.node, f"stat -c %s {d}/role.log 2>/dev/null || echo 0", check=False
+            )
+            self._log_offset[role.name] = int(r.out.strip() or 0)
         # Bookkeeping before the start: `hosts down` finds the pidfile even if we crash now.
         self.state.set_proc(
             self.proc_key(role), {"host": h.to_json(), "role": role.name, "pidfile": f"{d}/pid"}
@@ -557,11 +758,21 @@ class DB:
         self.down.discard(role.name)
         return pid
 
-    async def wait_ready(self, role: Role, timeout_s: float = 30.0) -> str:
+    def _ready_probe(self, role: Role) -> str:
+        """A shell command that prints the role's address once it is up (else nothing)."""
         d = role.dir(self.host(role))
+        if self.kind == "rocketmq":
+            off = self._log_offset.get(role.name, 0) + 1
+            pat = shlex.quote(ROCKETMQ_READY[role.kind])
+            return f"tail -c +{off} {d}/role.log 2>/dev/null | grep -m1 -oE {pat}"
+        return f"cat {d}/ready 2>/dev/null"
+
+    async def wait_ready(self, role: Role, timeout_s: float | None = None) -> str:
+        d = role.dir(self.host(role))
+        timeout_s = self.ready_timeout_s if timeout_s is None else timeout_s
         deadline = trio.current_time() + timeout_s
         while True:
-            r = await self.control.run(role.node, f"cat {d}/ready 2>/dev/null", check=False)
+            r = await self.control.run(role.node, self._ready_probe(role), check=False)
             if r.rc == 0 and r.out.strip():
                 return r.out.strip()
             if role.pid is not None and not await self.alive(role):
@@ -578,8 +789,10 @@ class DB:
         st = await self.control.call(role.node, lambda r: r.proc_state(pid))
         return st is not None and st != "Z"
 
-    async def start_all(self, timeout_s: float = 60.0) -> float:
-        """Name servers first, then brokers; returns the seconds it took."""
+    async def start_all(self, timeout_s: float | None = None) -> float:
+        """Name servers first, then brokers; returns the seconds it took. Real RocketMQ's
+        brokers start once its controllers have elected a leader (as RealControllerGroup)."""
+        timeout_s = max(60.0, self.ready_timeout_s) if timeout_s is None else timeout_s
         t0 = time.monotonic()
         for kind in ("namesrv", "broker"):
             rs = [r for r in self.roles if r.kind == kind]
@@ -589,7 +802,17 @@ class DB:
             async with trio.open_nursery() as nursery:
                 for r in rs:
                     nursery.start_soon(self.wait_ready, r, timeout_s)
+            if kind == "namesrv" and self.kind == "rocketmq" and self.controller_addrs():
+                await self._wait_controller_leader(t0 + timeout_s - time.monotonic())
         return time.monotonic() - t0
+
+    async def _wait_controller_leader(self, timeout_s: float) -> None:
+        view = ClusterView(self)
+        with trio.move_on_after(max(timeout_s, 1.0)):
+            while await view.controller_leader() is None:
+                await trio.sleep(0.25)
+            return
+        raise RuntimeError(f"no controller leader in {timeout_s:.0f} s ({view.last_error})")
 
     async def signal(self, role: Role, sig: str) -> bool:
         if role.pid is None:
@@ -626,7 +849,7 @@ class DB:
             for r in self.roles:
                 nursery.start_soon(self.stop, r)
 
-    async def restart(self, role: Role, ready_timeout_s: float = 30.0) -> None:
+    async def restart(self, role: Role, ready_timeout_s: float | None = None) -> None:
         if await self.alive(role):
             return
         await self.start(role)
@@ -724,14 +947,18 @@ class ClusterView:
         from rmq_ha.controller.client import ControllerClient
         from rmq_ha.errors import RemotingError
 
+        addr: str | None = None
         try:
             with trio.fail_after(self.timeout_s * 2):
                 async with self._remoting() as client:
-                    addr = await ControllerClient(client, addrs, self.timeout_s).find_leader()
+                    # Caught inside: out of the client's nursery it would be an ExceptionGroup.
+                    try:
+                        addr = await ControllerClient(client, addrs, self.timeout_s).find_leader()
+                    except RemotingError as e:
+                        self.last_error = f"controller leader: {e!r}"
         except (RemotingError, trio.TooSlowError, OSError) as e:
             self.last_error = f"controller leader: {e!r}"
-            return None
-        return self.db.role_at(addr)
+        return None if addr is None else self.db.role_at(addr)
 
     async def replica_info(self) -> dict[str, tuple[str | None, int | None]]:
         """group -> (master address, master epoch) from the controller (controller mode)."""

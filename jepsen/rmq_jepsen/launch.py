@@ -402,6 +402,30 @@ def role_proc(
     )
 
 
+def java_argv(
+    main: str,
+    *,
+    classpath: str,
+    conf: Path | str,
+    jvm: Iterable[str] = (),
+    home: Path | str | None = None,
+) -> list[str]:
+    """`java [jvm] [-Drocketmq.home.dir=home -Duser.home=home] -cp classpath main -c conf`: how
+    a real RocketMQ role runs (here through `java_proc`, on bench nodes through rmq_jepsen.db)."""
+    props = [] if home is None else [f"-Drocketmq.home.dir={home}", f"-Duser.home={home}"]
+    return [
+        "java",
+        *jvm,
+        *props,
+        "-Djava.net.preferIPv4Stack=true",
+        "-cp",
+        classpath,
+        main,
+        "-c",
+        str(conf),
+    ]
+
+
 def java_proc(
     name: str,
     main: str,
@@ -417,18 +441,7 @@ def java_proc(
     """A JVM running `main -c conf` (real RocketMQ's NamesrvStartup / BrokerStartup), its
     stdout and stderr in `log` (truncated at every start), ready once `ready` matches a line
     of it. `home` sandboxes rocketmq.home.dir and user.home (RocketMQ logs and stores there)."""
-    props = [] if home is None else [f"-Drocketmq.home.dir={home}", f"-Duser.home={home}"]
-    argv = [
-        "java",
-        *jvm,
-        *props,
-        "-Djava.net.preferIPv4Stack=true",
-        "-cp",
-        classpath,
-        main,
-        "-c",
-        str(conf),
-    ]
+    argv = java_argv(main, classpath=classpath, conf=conf, jvm=jvm, home=home)
     return Proc(
         name,
         argv,

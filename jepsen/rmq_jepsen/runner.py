@@ -32,7 +32,16 @@ from rmq_jepsen import checkout, secure
 from rmq_jepsen import generator as gen
 from rmq_jepsen import hosts as hostmod
 from rmq_jepsen.control import ActionLog, Control, Host
-from rmq_jepsen.db import DB, TOPOLOGIES, ClusterView, Install, Timing
+from rmq_jepsen.db import (
+    DB,
+    DBS,
+    ROCKETMQ_TOPOLOGIES,
+    TOPOLOGIES,
+    ClusterView,
+    Install,
+    JvmSizes,
+    Timing,
+)
 from rmq_jepsen.nemesis import Nemesis, Timeline, heal_journal
 from rmq_jepsen.progress import Progress
 from rmq_jepsen.recorder import Recorder, export_parquet
@@ -81,6 +90,12 @@ class CampaignOptions:
     check_conf: list[str] = field(default_factory=list)
     #: ACL and TLS on every role, the bench's clients signing over TLS (rmq_jepsen.secure).
     secure: bool = False
+    #: The database the roles run: rmq_ha, or real Apache RocketMQ (`rocketmq`: its JVMs from
+    #: the jars the interop harness caches; local hosts and the controller topology only).
+    db: str = "rmq_ha"
+    #: --db rocketmq: a released RocketMQ 5.x (None: the pinned one) and the JVMs' sizes.
+    rocketmq_version: str | None = None
+    jvm: JvmSizes = field(default_factory=JvmSizes)
 
 
 @dataclass
@@ -161,6 +176,32 @@ def resolve_hosts(opts: CampaignOptions, state: StateDir, say: Any) -> tuple[str
     return "file", hostmod.file_hosts(kind)
 
 
+class CampaignError(ValueError):
+    """The options ask for something the campaign cannot do (the message says what and why)."""
+
+
+def check_options(opts: CampaignOptions) -> None:
+    """CampaignError for option combinations that are not supported."""
+    if opts.topology not in TOPOLOGIES:
+        raise CampaignError(f"--topology {opts.topology}: unknown topology")
+    if opts.db not in DBS:
+        raise CampaignError(f"--db {opts.db}: unknown database (known: {', '.join(DBS)})")
+    if opts.db != "rocketmq":
+        return
+    if opts.topology not in ROCKETMQ_TOPOLOGIES:
+        raise CampaignError(
+            f"--db rocketmq: topology {opts.topology} is not supported yet "
+            f"(supported: {', '.join(ROCKETMQ_TOPOLOGIES)})"
+        )
+    if opts.secure:
+        raise CampaignError("--db rocketmq with --secure is not supported")
+    if opts.hosts not in ("local", "loopback"):
+        raise CampaignError(
+            f"--db rocketmq --hosts {opts.hosts}: only local hosts (namespaces or loopback) are "
+            "supported; remote hosts would need RocketMQ's jars copied to them"
+        )
+
+
 def plan_variants(
     opts: CampaignOptions, provider: str, n: int, controller: bool, notes: list[str]
 ) -> list[str]:
@@ -169,7 +210,9 @@ def plan_variants(
     skipped: dict[str, str] = {}
     for v in variants:
         fam = gen.VARIANT_FAMILY[v]
-        if provider == "loopback" and fam in NETWORK_FAMILIES:
+        if opts.db == "rocketmq" and fam == "clock":
+            skipped[v] = "--db rocketmq: libfaketime under the JVMs is not supported"
+        elif provider == "loopback" and fam in NETWORK_FAMILIES:
             skipped[v] = "needs root and network namespaces (loopback hosts)"
         elif v == "partition-ring" and n < 4:
             skipped[v] = "needs at least 4 nodes"
@@ -215,6 +258,7 @@ def _versions() -> dict[str, str | None]:
 
 
 async def run_campaign(opts: CampaignOptions) -> Outcome:
+    check_options(opts)
     state = StateDir(Path(opts.state_dir) if opts.state_dir else None)
     with state.lock():
         return await _run_locked(opts, state)
@@ -225,7 +269,8 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     topo = TOPOLOGIES[opts.topology]
     kinds = parse_workloads(opts.workload)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    test = opts.test or f"{opts.topology}-{'-'.join(kinds)}"
+    db_prefix = "rocketmq-" if opts.db == "rocketmq" else ""
+    test = opts.test or f"{db_prefix}{opts.topology}-{'-'.join(kinds)}"
     run_dir = Path(opts.store) / test / stamp
     n = 1
     while run_dir.exists():
@@ -285,6 +330,9 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         clock_faults=clock_faults,
         install=Install(wheel=opts.wheel),
         security=security,
+        kind=opts.db,
+        jvm=opts.jvm,
+        rocketmq_version=opts.rocketmq_version,
     )
     source = checkout.find()
     client_ip = "127.0.0.1" if provider == "loopback" else _control_ip(state, hosts)
@@ -303,6 +351,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         "run_id": run_id,
         "seed": seed,
         "provider": provider,
+        "db": opts.db,
         "options": dataclasses.asdict(opts),
         "topology": dataclasses.asdict(topo),
         "timing": dataclasses.asdict(db.timing),
@@ -332,7 +381,8 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         timings["install_s"] = time.monotonic() - t
         progress.set_phase("start")
         timings["start_s"] = await db.start_all()
-        masters = await view.wait_masters(30)
+        masters_timeout_s = 30.0 if opts.db == "rmq_ha" else db.ready_timeout_s
+        masters = await view.wait_masters(masters_timeout_s)
         timings["masters_s"] = time.monotonic() - t - timings["install_s"]
         say("masters: " + ", ".join(f"{g}={r.name if r else None}" for g, r in masters.items()))
         recorder = Recorder(run_dir / "history.jsonl")
@@ -404,7 +454,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
             progress.set_phase("recovery", opts.recovery_s)
             t = time.monotonic()
             await trio.sleep(opts.recovery_s)
-            await view.wait_masters(30)
+            await view.wait_masters(masters_timeout_s)
             timings["recovery_s"] = time.monotonic() - t
             if any(k in kinds for k in ("delay", "transaction")):
                 progress.set_phase("settle")

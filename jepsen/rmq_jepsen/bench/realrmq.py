@@ -47,6 +47,8 @@ from rmq_ha.controller.messages import GetReplicaInfoRequest
 from rmq_ha.errors import RemotingError
 from rmq_ha.net.client import RemotingClient
 from rmq_jepsen import checkout
+from rmq_jepsen.db import JVM_READY_S as JVM_READY_S  # re-exported: bench.controller uses it
+from rmq_jepsen.db import JvmSizes
 from rmq_jepsen.launch import (
     LOOPBACK,
     Proc,
@@ -62,43 +64,6 @@ from rmq_jepsen.launch import (
 
 BROKER_NAME = "broker-a"
 CLUSTER_NAME = "DefaultCluster"
-#: How long a JVM may take to say it is up on a loaded 2-core machine (s).
-JVM_READY_S = 180.0
-
-
-@dataclass(frozen=True)
-class JvmSizes:
-    """Heap and direct-memory sizes of the JVMs (MiB) and their GC threads. The defaults suit a
-    2-core / 24 GiB machine running a whole group (3 name servers with controllers, 3 brokers:
-    under 6 GiB of heap and direct memory together) beside the load generator; the bench
-    commands take them as flags (`add_jvm_flags`)."""
-
-    namesrv_heap_mb: int = 256
-    broker_heap_mb: int = 512
-    broker_direct_mb: int = 1024
-    gc_threads: int = 2
-
-    def __post_init__(self) -> None:
-        for key in ("namesrv_heap_mb", "broker_heap_mb", "broker_direct_mb", "gc_threads"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, not {getattr(self, key)}")
-
-    def _gc(self) -> list[str]:
-        return [f"-XX:ParallelGCThreads={self.gc_threads}", "-XX:CICompilerCount=2"]
-
-    def namesrv(self) -> list[str]:
-        h = self.namesrv_heap_mb
-        return [f"-Xms{min(h, 128)}m", f"-Xmx{h}m", "-XX:+UseSerialGC", "-XX:CICompilerCount=2"]
-
-    def broker(self) -> list[str]:
-        h = self.broker_heap_mb
-        return [
-            f"-Xms{h}m",
-            f"-Xmx{h}m",
-            f"-XX:MaxDirectMemorySize={self.broker_direct_mb}m",
-            "-XX:+UseG1GC",
-            *self._gc(),
-        ]
 
 
 def add_jvm_flags(p: argparse.ArgumentParser) -> None:
@@ -173,11 +138,12 @@ def start_real(
     workdir: Path,
     timeout: float = 90.0,
     extra_broker_conf: Mapping[str, Any] | None = None,
-    sizes: JvmSizes = JvmSizes(),
+    sizes: JvmSizes | None = None,
     version: str | None = None,
 ) -> Any:
     """Starts namesrv then broker; returns a harness.Cluster once the namesrv lists the broker's
     master. On any failure, whatever was started is stopped (by pid) before the error propagates."""
+    sizes = sizes or JvmSizes()
     h = interop_harness()
     require_tools("java", "mvn")
     lib = h.real_rocketmq_lib(version) if version else h.real_rocketmq_lib()
@@ -287,20 +253,30 @@ def controller_namesrv_conf(
     controller_ports: list[int],
     store: Path,
     overrides: Mapping[str, Any] | None = None,
+    *,
+    address: str = LOOPBACK,
+    peer_hosts: list[str] | None = None,
+    store_path: Path | str | None = None,
 ) -> dict[str, Any]:
-    """namesrv-<i>.conf: a name server on `namesrv_port` with an embedded DLedger controller
-    n<i> serving brokers on controller_ports[i] (the DLedger peer address is also the address
-    brokers send controller requests to)."""
-    peers = ";".join(f"n{j}-{LOOPBACK}:{p}" for j, p in enumerate(controller_ports))
+    """namesrv-<i>.conf: a name server on `address:namesrv_port` with an embedded DLedger
+    controller n<i> serving brokers on controller_ports[i] (the DLedger peer address is also the
+    address brokers send controller requests to). Peer j listens on peer_hosts[j] (default:
+    all on `address`); its store is `store_path` (default: <store>/controller-n<i>)."""
+    hosts = peer_hosts or [address] * len(controller_ports)
+    if len(hosts) != len(controller_ports):
+        raise ValueError(f"{len(hosts)} peer hosts for {len(controller_ports)} controller ports")
+    peers = ";".join(
+        f"n{j}-{h}:{p}" for j, (h, p) in enumerate(zip(hosts, controller_ports, strict=True))
+    )
     return {
         "listenPort": namesrv_port,
-        "bindAddress": LOOPBACK,
+        "bindAddress": address,
         "enableControllerInNamesrv": "true",
         "controllerType": "DLedger",
         "controllerDLegerGroup": CONTROLLER_GROUP,
         "controllerDLegerPeers": peers,
         "controllerDLegerSelfId": f"n{i}",
-        "controllerStorePath": store / f"controller-n{i}",
+        "controllerStorePath": store_path if store_path is not None else store / f"controller-n{i}",
         "mappedFileSize": 64 * 1024 * 1024,
         "enableElectUncleanMaster": "false",
         "notifyBrokerRoleChanged": "true",
@@ -316,11 +292,15 @@ def controller_broker_conf(
     controller_addrs: list[str],
     store: Path,
     overrides: Mapping[str, Any] | None = None,
+    *,
+    address: str = LOOPBACK,
+    root: Path | None = None,
 ) -> dict[str, Any]:
     """broker-<i>.conf: replica i of the group, controller mode (its id and role come from the
-    controller), every write acknowledged by the whole SyncStateSet. It listens on `port`, its
-    fast server on port-2 and its HA server on port+1."""
-    root = store / f"broker-{i}"
+    controller), every write acknowledged by the whole SyncStateSet. It listens on
+    `address:port`, its fast server on port-2 and its HA server on port+1; its store is `root`
+    (default: <store>/broker-<i>)."""
+    root = root if root is not None else store / f"broker-{i}"
     return {
         "brokerClusterName": CLUSTER_NAME,
         "brokerName": BROKER_NAME,
@@ -331,9 +311,9 @@ def controller_broker_conf(
         "fetchControllerAddrByDnsLookup": "false",
         "allAckInSyncStateSet": "true",
         "namesrvAddr": ";".join(namesrv_addrs),
-        "brokerIP1": LOOPBACK,
-        "brokerIP2": LOOPBACK,
-        "bindAddress": LOOPBACK,
+        "brokerIP1": address,
+        "brokerIP2": address,
+        "bindAddress": address,
         "listenPort": port,
         "haListenPort": port + 1,
         "storePathRootDir": root,
