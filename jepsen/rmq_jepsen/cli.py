@@ -15,9 +15,7 @@ DEMO_TIME_S = 60.0
 
 
 def add_parsers(sub: Any, bench_sub: Any) -> None:
-    from rmq_jepsen import generator as gen
-    from rmq_jepsen.bench.realrmq import add_jvm_flags
-    from rmq_jepsen.db import DBS, ROCKETMQ_TOPOLOGIES, TOPOLOGIES
+    from rmq_jepsen.db import DBS, ROCKETMQ_TOPOLOGIES
     from rmq_jepsen.hosts import DEFAULT_PREFIX, DEFAULT_SUBNET
 
     h = sub.add_parser("hosts", help="local bench hosts: network namespaces + sshd (root)")
@@ -39,6 +37,61 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     c = sub.add_parser("campaign", help="Jepsen-style campaigns: run, list, show, demo")
     cs = c.add_subparsers(dest="campaign_cmd", required=True)
     r = cs.add_parser("run", help="one campaign: workload + faults, heal, drain, check")
+    _add_campaign_args(r)
+    r.add_argument(
+        "--db",
+        default="rmq_ha",
+        choices=DBS,
+        help="the database the roles run: rmq_ha, or real Apache RocketMQ (rocketmq: local "
+        f"hosts, topologies {', '.join(ROCKETMQ_TOPOLOGIES)}; needs java and mvn)",
+    )
+    r.set_defaults(func=_campaign_run)
+    cmp_ = cs.add_parser(
+        "compare",
+        help="one schedule (same seed) against rmq_ha, then real RocketMQ (--db rocketmq's "
+        "limits apply); writes compare.html linking both reports",
+    )
+    _add_campaign_args(cmp_)
+    cmp_.set_defaults(func=_campaign_compare)
+    ls = cs.add_parser("list", help="runs in the store")
+    ls.add_argument("--store", default="store")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_campaign_list)
+    sh = cs.add_parser("show", help="summary of one run (a run dir, or TEST[/RUN])")
+    sh.add_argument("run")
+    sh.add_argument("--store", default="store")
+    sh.set_defaults(func=_campaign_show)
+    dm = cs.add_parser(
+        "demo",
+        help="make demo: 5 local hosts, 60 s controller-mode campaign "
+        "with partitions and kills, check, verdict, tear down",
+    )
+    dm.add_argument("--time", type=float, default=DEMO_TIME_S)
+    dm.add_argument("--store", default="store")
+    dm.set_defaults(func=_campaign_demo)
+
+    from rmq_jepsen import bench as benchmarks
+    from rmq_jepsen import demo
+
+    benchmarks.add_parsers(bench_sub)
+    d = sub.add_parser("demo", help="demonstrations a newcomer can watch")
+    demo.add_parser(d.add_subparsers(dest="demo", required=True))
+
+    b = bench_sub.add_parser("history", help="recorder ops/s vs raw json writes; 5-host bring-up")
+    b.add_argument("--ops", type=int, default=300_000)
+    b.add_argument("--hosts", type=int, default=5)
+    b.add_argument("--no-hosts", action="store_true", help="skip the bring-up measurement")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=_bench_history)
+
+
+def _add_campaign_args(r: Any) -> None:
+    """The options of `campaign run` (and `campaign compare`, which runs it per database)."""
+    from rmq_jepsen import generator as gen
+    from rmq_jepsen.bench.realrmq import add_jvm_flags
+    from rmq_jepsen.db import TOPOLOGIES
+    from rmq_jepsen.hosts import DEFAULT_PREFIX, DEFAULT_SUBNET
+
     r.add_argument(
         "--hosts",
         default="local",
@@ -112,45 +165,7 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     r.add_argument("--first-fault", type=float, default=5.0, help="seconds before the first fault")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    r.add_argument(
-        "--db",
-        default="rmq_ha",
-        choices=DBS,
-        help="the database the roles run: rmq_ha, or real Apache RocketMQ (rocketmq: local "
-        f"hosts, topologies {', '.join(ROCKETMQ_TOPOLOGIES)}; needs java and mvn)",
-    )
     add_jvm_flags(r)
-    r.set_defaults(func=_campaign_run)
-    ls = cs.add_parser("list", help="runs in the store")
-    ls.add_argument("--store", default="store")
-    ls.add_argument("--json", action="store_true")
-    ls.set_defaults(func=_campaign_list)
-    sh = cs.add_parser("show", help="summary of one run (a run dir, or TEST[/RUN])")
-    sh.add_argument("run")
-    sh.add_argument("--store", default="store")
-    sh.set_defaults(func=_campaign_show)
-    dm = cs.add_parser(
-        "demo",
-        help="make demo: 5 local hosts, 60 s controller-mode campaign "
-        "with partitions and kills, check, verdict, tear down",
-    )
-    dm.add_argument("--time", type=float, default=DEMO_TIME_S)
-    dm.add_argument("--store", default="store")
-    dm.set_defaults(func=_campaign_demo)
-
-    from rmq_jepsen import bench as benchmarks
-    from rmq_jepsen import demo
-
-    benchmarks.add_parsers(bench_sub)
-    d = sub.add_parser("demo", help="demonstrations a newcomer can watch")
-    demo.add_parser(d.add_subparsers(dest="demo", required=True))
-
-    b = bench_sub.add_parser("history", help="recorder ops/s vs raw json writes; 5-host bring-up")
-    b.add_argument("--ops", type=int, default=300_000)
-    b.add_argument("--hosts", type=int, default=5)
-    b.add_argument("--no-hosts", action="store_true", help="skip the bring-up measurement")
-    b.add_argument("--json", action="store_true")
-    b.set_defaults(func=_bench_history)
 
 
 def _logging() -> None:
@@ -245,15 +260,12 @@ def _print_outcome(out: Any, as_json: bool) -> None:
         print(f"report: {out.report}")
 
 
-def _campaign_run(args: argparse.Namespace) -> int:
-    import trio
-
+def _campaign_options(args: argparse.Namespace) -> Any:
     from rmq_jepsen.bench.realrmq import jvm_sizes, rocketmq_version
-    from rmq_jepsen.runner import CampaignError, CampaignOptions, check_options, run_campaign
+    from rmq_jepsen.runner import CampaignOptions
 
-    _logging()
-    opts = CampaignOptions(
-        db=args.db,
+    return CampaignOptions(
+        db=getattr(args, "db", "rmq_ha"),
         rocketmq_version=rocketmq_version(args),
         jvm=jvm_sizes(args),
         hosts=args.hosts,
@@ -285,6 +297,36 @@ def _campaign_run(args: argparse.Namespace) -> int:
         check_conf=args.check_conf,
         secure=args.secure,
     )
+
+
+def _campaign_compare(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import trio
+
+    from rmq_jepsen.compare import run_compare
+    from rmq_jepsen.runner import CampaignError, check_options
+
+    _logging()
+    opts = _campaign_options(args)
+    try:
+        for db in ("rmq_ha", "rocketmq"):
+            check_options(dataclasses.replace(opts, db=db))
+    except CampaignError as e:
+        print(f"rmq-ha campaign compare: {e}", file=sys.stderr)
+        return 2
+    page = trio.run(run_compare, opts)
+    print(f"comparison: {page}")
+    return 0
+
+
+def _campaign_run(args: argparse.Namespace) -> int:
+    import trio
+
+    from rmq_jepsen.runner import CampaignError, check_options, run_campaign
+
+    _logging()
+    opts = _campaign_options(args)
     try:
         check_options(opts)
     except CampaignError as e:
