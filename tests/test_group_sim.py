@@ -459,11 +459,12 @@ FOUND = [
     ("fence-on-name-server-silence", (32, 35), "split brain"),
     ("merge-keeps-max", (37, 61), "lost offset"),
     ("sync-keeps-own-commits", (198, 253), "lost offset"),
-    ("repush-before-pull", (236, 791), "pre-online"),
+    ("repush-before-pull", (236, 966), "pre-online"),
     ("remember-transfer", (157, 167), "liveness: b"),
     ("repush-on-connect", (2155,), "pre-online"),
     ("pre-online-follows-pusher", (2277,), "pre-online"),
     ("fence-without-slave", (1030,), "split brain"),
+    ("unfence-when-listed", (9901,), "split brain"),
 ]
 
 
@@ -669,3 +670,16 @@ def test_with_acting_master_a_master_without_slaves_yet_fences() -> None:
 
     assert fenced_after_silence(total_replicas=2), "a slave may act for it"
     assert not fenced_after_silence(total_replicas=1), "nobody can act for a lone master"
+
+
+#: Seeds of 5,000-14,999 that still fail (found by the last sweep, not analysed or fixed yet):
+#: a lost offset after a master killed twice in a row (8385) and a split brain (11070). Pinned
+#: so a fix (or a change that hides them) shows up. (9901 of the same sweep, a master that
+#: served again on its unfencing before the name servers listed it again, is fixed.)
+ACTING_OPEN = (8385, 11070)
+
+
+@pytest.mark.xfail(strict=True, reason="open acting-master simulator findings (see ACTING_OPEN)")
+def test_open_acting_master_findings() -> None:
+    results = [run_acting_seed(s) for s in ACTING_OPEN]
+    assert all(r.ok for r in results), [f"{r.seed}: {r.error}" for r in results]

@@ -516,6 +516,22 @@ def _revert_fence_without_slave() -> Any:
     return mock.patch.object(RoleCore, "_fmq_check", check)
 
 
+def _revert_unfence_when_listed() -> Any:
+    """Before: a fenced master served again on the first name-server answer, before the name
+    servers listed it again (a slave could still act on their view)."""
+    orig = RoleCore._fmq_check
+
+    def check(self: RoleCore, now_ms: int, out: list[a.Action]) -> None:
+        s = self.state
+        if s.isolated_fence and now_ms - self._namesrv_ms <= self.cfg.fence_after_ms:
+            s.isolated_fence = False
+            s.pulled = set()
+            return
+        orig(self, now_ms, out)
+
+    return mock.patch.object(RoleCore, "_fmq_check", check)
+
+
 FIX_REVERTS: dict[str, tuple[Callable[[], Any], str]] = {
     "stop-acting-on-906": (_revert_stop_acting_on_906, "pre-online"),
     "hand-back-while-online": (_revert_hand_back_while_online, "lost offset"),
@@ -530,6 +546,7 @@ FIX_REVERTS: dict[str, tuple[Callable[[], Any], str]] = {
     "repush-on-connect": (_revert_repush_on_connect, "pre-online"),
     "pre-online-follows-pusher": (_revert_pre_online_follows_pusher, "pre-online"),
     "fence-without-slave": (_revert_fence_without_slave, "split brain"),
+    "unfence-when-listed": (_revert_unfence_when_listed, "split brain"),
 }
 
 
