@@ -338,7 +338,15 @@ class SSHRemote(Remote):
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(1 << 16)
                 got = True
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            # The exit status is not flow-controlled and may arrive while output is still held
+            # back by the channel window (a tar of more than 128 KiB came back cut short): done
+            # only once the server's EOF is in as well.
+            if (
+                chan.exit_status_ready()
+                and chan.eof_received
+                and not chan.recv_ready()
+                and not chan.recv_stderr_ready()
+            ):
                 break
             if time.monotonic() > deadline:
                 chan.close()
