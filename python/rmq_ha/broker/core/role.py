@@ -316,6 +316,8 @@ class RoleCore:
             case e.NamesrvAnswered():
                 self._namesrv_answered(event, now_ms, out)
             case e.MinBrokerChanged():
+                if event.offline_addr and event.offline_addr == self.state.master_addr:
+                    self.state.hand_back_until_ms = None  # 905: the master was online, died
                 self._min_broker_changed(event, now_ms, out)
             case e.MemberGroup():
                 self._member_group(event, now_ms, out)
@@ -698,7 +700,8 @@ class RoleCore:
             # The name servers may not list the master yet (its pre-online): until a view
             # lists it, one without it does not make us act (a slave that had not noticed the
             # master's death acted on the first such view, after the master pulled it; found
-            # by the acting-master simulator, seed 605).
+            # by the acting-master simulator, seed 605). A name server's 905 saying the master
+            # went offline ends it: only a registered master goes offline.
             s.hand_back_until_ms = now_ms + HAND_BACK_HOLD_MS
             if s.acting:
                 s.min_broker = (MASTER_ID, ev.master_addr)
