@@ -228,40 +228,41 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
         "Consumer groups with committed offsets or online consumers (RocketMQ's name)",
         s.consumer_groups,
     )
-    f.gauge(
-        "rocketmq_consumer_lag_messages",
-        "Messages of the topic the group has not committed yet (RocketMQ's name)",
-        labels=("topic", "consumer_group"),
-        samples=((k, v) for k, v in s.consumer_lag.items()),
+    # Per topic and consumer group (RocketMQ's names), for every group with committed offsets.
+    per_group: tuple[tuple[str, str, dict[tuple[str, str], int]], ...] = (
+        (
+            "rocketmq_consumer_lag_messages",
+            "Messages of the topic the group has not committed yet",
+            s.consumer_lag,
+        ),
+        (
+            "rocketmq_consumer_lag_latency",
+            "ms since the oldest message the group has not committed was stored; 0 without lag",
+            s.consumer_lag_latency,
+        ),
+        (
+            "rocketmq_consumer_inflight_messages",
+            "Messages pulled by the group and not committed yet (pull offset - committed offset)",
+            s.consumer_inflight,
+        ),
+        (
+            "rocketmq_consumer_ready_messages",
+            "Messages stored and not pulled by the group yet (max offset - pull offset)",
+            s.consumer_ready,
+        ),
+        (
+            "rocketmq_consumer_queueing_latency",
+            "ms since the oldest message the group has not pulled yet was stored; 0 when none",
+            s.consumer_queueing_latency,
+        ),
     )
-    f.gauge(
-        "rocketmq_consumer_lag_latency",
-        "ms since the oldest message the group has not committed was stored; 0 without lag "
-        "(RocketMQ's name)",
-        labels=("topic", "consumer_group"),
-        samples=((k, s.consumer_lag_latency.get(k, 0)) for k in s.consumer_lag),
-    )
-    f.gauge(
-        "rocketmq_consumer_inflight_messages",
-        "Messages pulled by the group and not committed yet (pull offset - committed offset; "
-        "RocketMQ's name)",
-        labels=("topic", "consumer_group"),
-        samples=((k, s.consumer_inflight.get(k, 0)) for k in s.consumer_lag),
-    )
-    f.gauge(
-        "rocketmq_consumer_ready_messages",
-        "Messages stored and not pulled by the group yet (max offset - pull offset; "
-        "RocketMQ's name)",
-        labels=("topic", "consumer_group"),
-        samples=((k, s.consumer_ready.get(k, 0)) for k in s.consumer_lag),
-    )
-    f.gauge(
-        "rocketmq_consumer_queueing_latency",
-        "ms since the oldest message the group has not pulled yet was stored; 0 when none "
-        "(RocketMQ's name)",
-        labels=("topic", "consumer_group"),
-        samples=((k, s.consumer_queueing_latency.get(k, 0)) for k in s.consumer_lag),
-    )
+    for name, doc, values in per_group:
+        f.gauge(
+            name,
+            f"{doc} (RocketMQ's name)",
+            labels=("topic", "consumer_group"),
+            samples=((k, values.get(k, 0)) for k in s.consumer_lag),
+        )
     f.gauge(
         "rocketmq_producer_connections",
         "Producer connections (RocketMQ's name)",
