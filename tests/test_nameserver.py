@@ -18,7 +18,7 @@ from rmq_ha.protocol.register_body import RegisterBrokerBody, encode_register_bo
 
 
 def register_cmd(
-    addr: str, broker_id: int, topics: list[str], timeout_ms: int = 30_000
+    addr: str, broker_id: int, topics: list[str], timeout_ms: int = 30_000, state_version: int = 0
 ) -> RemotingCommand:
     h = RegisterBrokerRequestHeader(
         broker_name="broker-a",
@@ -33,7 +33,7 @@ def register_cmd(
             topic_config_table={
                 t: TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4) for t in topics
             },
-            data_version=DataVersion(counter=1, timestamp=1),
+            data_version=DataVersion(state_version=state_version, counter=1, timestamp=1),
         )
     )
     return RemotingCommand.request(RC.REGISTER_BROKER, h.to_ext(), encode_register_body(body))
@@ -114,4 +114,26 @@ async def test_bad_input_gets_clear_answers_and_breaks_only_its_connection() -> 
             await raw.aclose()
             r = await c.invoke(ns.address, RemotingCommand.request(RC.GET_BROKER_CLUSTER_INFO))
             assert r.code == Resp.SUCCESS
+        n.cancel_scope.cancel()
+
+
+async def test_a_refused_registration_tells_the_broker_it_is_stale() -> None:
+    """#6316: a broker registering id 0 from an older epoch (stateVersion) than the live holder
+    is refused; the answer says so (registerRefused, ours), so the stale master can ask its
+    controller at once instead of at its next poll. Accepted answers do not carry it."""
+    async with trio.open_nursery() as n:
+        ns = await start(n)
+        async with RemotingClient() as c:
+            r = await c.invoke(
+                ns.address, register_cmd("127.0.0.1:10911", 0, ["T"], state_version=3)
+            )
+            assert r.code == Resp.SUCCESS and "registerRefused" not in r.ext_fields
+            r = await c.invoke(
+                ns.address, register_cmd("127.0.0.2:10911", 0, ["T"], state_version=2)
+            )
+            assert r.code == Resp.SUCCESS and r.ext_fields.get("registerRefused") == "true"
+            r = await c.invoke(
+                ns.address, register_cmd("127.0.0.2:10911", 0, ["T"], state_version=4)
+            )
+            assert r.code == Resp.SUCCESS and "registerRefused" not in r.ext_fields
         n.cancel_scope.cancel()

@@ -201,6 +201,7 @@ class Broker:
                 self.address,
                 lambda: self.ha.last_epoch()[0] or 0,
             )
+            self.namesrv.on_refused = self.controller.poll_now
             peers.elect = self.controller.elect
             peers.report = self.controller.report
             peers.refresh_replicas = self.controller.refresh_replica_addrs

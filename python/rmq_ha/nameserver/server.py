@@ -245,7 +245,9 @@ class Nameserver:
                 h.broker_id,
             )
         resp_header = RegisterBrokerResponseHeader(
-            ha_server_addr=res.ha_server_addr, master_addr=res.master_addr
+            ha_server_addr=res.ha_server_addr,
+            master_addr=res.master_addr,
+            register_refused=True if res.refused else None,
         )
         order_conf = KVTable(table=dict(self.kv.get("ORDER_TOPIC_CONFIG", {})))
         return cmd.response(Resp.SUCCESS, None, resp_header.to_ext(), order_conf.to_json())

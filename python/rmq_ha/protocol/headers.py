@@ -638,6 +638,9 @@ class RegisterBrokerResponseHeader(CommandHeader):
 
     ha_server_addr: str | None = None
     master_addr: str | None = None
+    #: Ours (RocketMQ's brokers ignore unknown fields): the name server kept another broker's
+    #: claim to this id, registered in a later epoch (#6316) - this broker is stale.
+    register_refused: bool | None = None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -63,6 +63,7 @@ class ControllerShell:
         self.cc = ControllerClient(outbound, cfg.controller_addrs, timeout_s=3.0)
         self.broker_id: int | None = None
         self.running = trio.Event()
+        self._poll_soon = trio.Event()
         self.replica_addrs: dict[int, str] = {}
         #: monotonic ms of the controller's last answer and of the last heartbeat written to
         #: a controller's socket (heartbeats are oneway: they have no answer); for metrics.
@@ -232,9 +233,15 @@ class ControllerShell:
             await trio.sleep(self.cfg.broker_heartbeat_interval_ms / 1000)
             await self.heartbeat_once()
 
+    def poll_now(self) -> None:
+        """Poll GET_REPLICA_INFO at once (a name server refused our registration)."""
+        self._poll_soon.set()
+
     async def _poll_loop(self) -> None:
         while True:
-            await trio.sleep(self.cfg.sync_broker_metadata_period_ms / 1000)
+            with trio.move_on_after(self.cfg.sync_broker_metadata_period_ms / 1000):
+                await self._poll_soon.wait()
+            self._poll_soon = trio.Event()
             try:
                 await self.poll_once()
             except (RemotingError, trio.TooSlowError) as e:

@@ -87,6 +87,8 @@ class NamesrvShell:
         self.adopt_topics = adopt_topics
         self.acting_enabled = acting_enabled
         self._topics_changed = trio.Event()
+        #: A name server refused our registration (a later epoch holds our id).
+        self.on_refused: Callable[[], None] = lambda: None
 
     def topics_changed(self) -> None:
         self._topics_changed.set()
@@ -146,6 +148,12 @@ class NamesrvShell:
                 log.warning("register with %s failed: %s %s", addr, r.code, r.remark)
                 return
             a = RegisterBrokerResponseHeader.from_ext(r.ext_fields)
+            if a.register_refused:
+                # Another broker holds our id from a later epoch: we are a stale master (say,
+                # back from a partition while the controller elected another). Ask the
+                # controller now rather than at the next poll.
+                log.warning("register with %s refused: a later epoch holds this id", addr)
+                self.on_refused()
             self.feed(ev.NamesrvAnswered(a.master_addr or None, a.ha_server_addr or None))
 
         async with trio.open_nursery() as n:
