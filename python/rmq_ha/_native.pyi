@@ -189,12 +189,11 @@ def find_consistent_point(
 def decode_stored_record(data: bytes) -> dict[str, object]: ...
 def decode_pull_body(
     body: bytes,
-) -> list[
-    tuple[str, bytes, dict[str, str], int, int, int, str, str, int, int, int, int, int]
-]:
+) -> list[tuple[str, bytes, dict[str, str], int, int, int, str, str, int, int, int, int, int]]:
     """Every message of a pull body in one call: (topic, body, properties, queue_id,
     queue_offset, physical_offset, store_host, born_host, born_timestamp, store_timestamp,
     reconsume_times, sys_flag, flag); RemotingDecodeError on a bad size or record."""
+
 def baseline_sequential_write(
     path: str | PathLike[str],
     batch_bytes: int,
