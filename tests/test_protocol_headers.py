@@ -191,9 +191,11 @@ def required_only(cls: type[CommandHeader]) -> dict[str, str]:
 
 
 #: Optional fields of ours beyond RocketMQ's (RocketMQ's peers never send them and ignore
-#: them): the catch-up position of a replica that lost data (issue 13, docs/ha.md).
+#: them): the catch-up position of a replica that lost data (issue 13, docs/ha.md); a name
+#: server's refusal of a registration from an older epoch (docs/ha.md, role changes).
 OUR_FIELDS: dict[str, set[str]] = {
     "BrokerHeartbeatRequestHeader": {"catchUpOffset", "catchUpEpoch"},
+    "RegisterBrokerResponseHeader": {"registerRefused"},
 }
 
 
