@@ -286,16 +286,20 @@ class Broker:
             ids = set(self.core.ha.effective_set()) - {me}
             if not ids:
                 return []
-            addrs = await self._group_addrs()
+            addrs = await self._group_addrs(ids)
             return [addrs[i] for i in sorted(ids) if i in addrs and addrs[i] != self.address]
         if s.master_addr:
             return [s.master_addr]
         addrs = await self._group_addrs()
         return [addrs[0]] if 0 in addrs and addrs[0] != self.address else []
 
-    async def _group_addrs(self) -> dict[int, str]:
+    async def _group_addrs(self, need: set[int] | None = None) -> dict[int, str]:
+        """The group's replica addresses by broker id; in controller mode refreshed from the
+        controller when it lacks one of `need` (the addresses learnt when this broker became
+        master may predate replicas that registered later: a repair then found no source)."""
         if self.controller is not None:
-            if not self.controller.replica_addrs:
+            known = self.controller.replica_addrs
+            if not known or (need is not None and not need <= set(known)):
                 await self.controller.refresh_replica_addrs()
             return dict(self.controller.replica_addrs)
         return await self.namesrv.group_addrs()
