@@ -67,10 +67,18 @@ async def test_a_flipped_bit_loses_no_other_record_and_is_skipped_after_the_wait
         assert h["broker"]["skippedDamaged"] == 1
         st = await env.broker_status()
         assert st["store"]["quarantinedRecords"] == 1
+        # A repair round (run here rather than waiting for the loop's next one): a lone
+        # broker has nobody to ask, and says so once, not silently and not every round.
+        env.broker.storage._next_try_ms.clear()
+        assert await env.broker.storage.repair_once() == 0
+        env.broker.storage._next_try_ms.clear()
+        assert await env.broker.storage.repair_once() == 0
     assert any(
         r.levelno == logging.ERROR and f"at {phys}" in r.getMessage() for r in caplog.records
     ), "the quarantined record is logged at ERROR with its offset"
     assert any("skipping damaged record" in r.getMessage() for r in caplog.records)
+    sourceless = [r for r in caplog.records if "no replica to repair it from" in r.getMessage()]
+    assert len(sourceless) == 1 and f"[{phys}," in sourceless[0].getMessage()
 
 
 async def test_a_damaged_record_is_held_while_a_repair_may_come(tmp_path: Path) -> None:

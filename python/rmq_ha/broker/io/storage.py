@@ -93,6 +93,7 @@ class StorageService:
         self.repair_refused = 0
         self._known: set[tuple[int, int]] = set()
         self._next_try_ms: dict[int, int] = {}
+        self._sourceless: set[int] = set()
         self._wake = trio.Event()
         self._repaired_event = trio.Event()
         self._manual = trio.Event()
@@ -324,6 +325,7 @@ class StorageService:
                 continue
             self.repaired += 1
             self._next_try_ms.pop(off, None)
+            self._sourceless.discard(off)
             self._known.discard((off, size))
             self.damage.repaired([off])
             log.warning(
@@ -338,12 +340,24 @@ class StorageService:
             ev_.set()
             return True
         if sources:
+            self._sourceless.discard(off)
             log.warning(
                 "quarantined commitlog [%d, %d): no replica of %s has it intact; it stays "
                 "quarantined",
                 off,
                 off + size,
                 sources,
+            )
+        elif off not in self._sourceless:
+            # Said once per range (asked again every few intervals): a lone broker, or a
+            # master whose SyncStateSet has shrunk to itself, has nobody to ask.
+            self._sourceless.add(off)
+            log.warning(
+                "quarantined commitlog [%d, %d): no replica to repair it from (no master or "
+                "in-sync replica known); it stays quarantined and is skipped after "
+                "damagedRecordWaitMs",
+                off,
+                off + size,
             )
         return False
 
