@@ -306,3 +306,18 @@ class ActingCluster(ProcessCluster):
             except (RemotingError, OSError):
                 return None
         return json.loads(r.body) if r.body else None
+
+    async def serving(self, group: str, broker_id: int) -> bool:
+        """Up and past its pre-online (not isolated)."""
+        st = await self.status(group, broker_id)
+        return st is not None and not st["isolated"]
+
+    async def acting(self, group: str, broker_id: int) -> bool | None:
+        """The slave acts as its group's master (None: no answer)."""
+        st = await self.status(group, broker_id)
+        return None if st is None else bool(st["actingMaster"])
+
+    async def replicating(self, group: str, broker_id: int) -> bool:
+        """The slave copies its master's log (its HA client is in TRANSFER)."""
+        st = await self.status(group, broker_id)
+        return st is not None and st["slaveState"] == "TRANSFER"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import re
 import shutil
 import signal
@@ -46,7 +47,11 @@ from rmq_ha.controller.client import ControllerClient
 from rmq_ha.controller.messages import GetReplicaInfoRequest
 from rmq_ha.errors import RemotingError
 from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode as RC
+from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.models import KVTable
 from rmq_jepsen import checkout
+from rmq_jepsen.bench.cluster import FAST_ACTING
 from rmq_jepsen.db import JVM_READY_S as JVM_READY_S  # re-exported: bench.controller uses it
 from rmq_jepsen.db import JvmSizes
 from rmq_jepsen.launch import (
@@ -388,8 +393,97 @@ def check_keys(values: Mapping[str, Any], known: set[str], what: str) -> None:
         )
 
 
+class _RealJvms:
+    """What the real-RocketMQ groups share: their config files checked against the jars, one
+    JVM per name server and broker from the one launcher (`java_proc`), a broker restarted on
+    a new port block if it lost its own, stop and logs. A group sets these attributes."""
+
+    tmp: Path
+    sizes: JvmSizes
+    version: str | None
+    home: Path
+    namesrvs: list[Proc]
+    brokers: list[Proc]
+    ns_confs: list[dict[str, Any]]
+    broker_confs: list[dict[str, Any]]
+    broker_ports: list[int]
+    #: File and process names: <name>.conf, <name>.out, "real <name>".
+    ns_names: list[str]
+    broker_names: list[str]
+
+    def prepare(self) -> None:
+        """Builds the jars (once), checks every config key, creates the processes."""
+        h = interop_harness()
+        require_tools("java", "mvn", "javap")
+        lib = h.real_rocketmq_lib(self.version) if self.version else h.real_rocketmq_lib()
+        check_keys(
+            {k: v for c in self.ns_confs for k, v in c.items()},
+            config_keys(lib, "namesrv"),
+            "name server config",
+        )
+        check_keys(
+            {k: v for c in self.broker_confs for k, v in c.items()},
+            config_keys(lib, "broker"),
+            "broker config",
+        )
+        self.home.mkdir(parents=True, exist_ok=True)
+        for name, conf in zip(self.ns_names, self.ns_confs, strict=True):
+            self.namesrvs.append(
+                java_proc(
+                    f"real {name}",
+                    "org.apache.rocketmq.namesrv.NamesrvStartup",
+                    classpath=f"{lib}/*",
+                    conf=write_properties(self.tmp / f"{name}.conf", conf),
+                    log=self.tmp / f"{name}.out",
+                    ready=_NS_BOOT,
+                    jvm=self.sizes.namesrv(),
+                    home=self.home,
+                    cwd=self.tmp,
+                )
+            )
+        for name, conf in zip(self.broker_names, self.broker_confs, strict=True):
+            self.brokers.append(
+                java_proc(
+                    f"real {name}",
+                    "org.apache.rocketmq.broker.BrokerStartup",
+                    classpath=f"{lib}/*",
+                    conf=write_properties(self.tmp / f"{name}.conf", conf),
+                    log=self.tmp / f"{name}.out",
+                    ready=_BROKER_BOOT,
+                    jvm=self.sizes.broker(),
+                    home=self.home,
+                    cwd=self.tmp,
+                )
+            )
+
+    async def _broker_ready(self, i: int, timeout_s: float, tries: int = 3) -> None:
+        """Waits for broker i; if it exited because a port of its block was taken meanwhile
+        (ports are picked free before the JVMs start, and the controllers' own connections
+        take ephemeral ports), it gets a new block and starts again, up to `tries` times."""
+        p = self.brokers[i]
+        for attempt in range(tries):
+            try:
+                await p.wait_ready(timeout_s)
+                return
+            except ProcessExited:
+                if "Address already in use" not in p.tail(200) or attempt == tries - 1:
+                    raise
+            port = free_port((-2, 0, 1))
+            self.broker_ports[i] = port
+            self.broker_confs[i] |= {"listenPort": port, "haListenPort": port + 1}
+            write_properties(self.tmp / f"{self.broker_names[i]}.conf", self.broker_confs[i])
+            p.start()
+
+    def stop(self) -> None:
+        """SIGKILL, brokers first (each by its pid, with its process group)."""
+        kill_all([*self.brokers, *self.namesrvs])
+
+    def logs(self) -> str:
+        return logs([*self.brokers, *self.namesrvs])
+
+
 @dataclass
-class RealControllerGroup:
+class RealControllerGroup(_RealJvms):
     """Real RocketMQ in controller mode on loopback: `namesrvs` name servers with embedded
     DLedger controllers and one broker group of `replicas` brokers (allAckInSyncStateSet).
     The same shape as `bench.cluster.HaCluster` (ns_addrs, brokers, start/stop, master,
@@ -416,6 +510,8 @@ class RealControllerGroup:
         self.ns_addrs = [f"{LOOPBACK}:{p}" for p in ns_ports]
         self.controller_addrs = [f"{LOOPBACK}:{p}" for p in ctl_ports]
         self.home = self.tmp / "home"
+        self.ns_names = [f"namesrv-{i}" for i in range(n)]
+        self.broker_names = [f"broker-{i}" for i in range(r)]
         self.ns_confs = [
             controller_namesrv_conf(i, p, ctl_ports, self.tmp, self.namesrv)
             for i, p in enumerate(ns_ports)
@@ -429,51 +525,6 @@ class RealControllerGroup:
 
     def broker_addr(self, i: int) -> str:
         return f"{LOOPBACK}:{self.broker_ports[i]}"
-
-    def prepare(self) -> None:
-        """Builds the jars (once), checks every config key, creates the processes."""
-        h = interop_harness()
-        require_tools("java", "mvn", "javap")
-        lib = h.real_rocketmq_lib(self.version) if self.version else h.real_rocketmq_lib()
-        check_keys(
-            {k: v for c in self.ns_confs for k, v in c.items()},
-            config_keys(lib, "namesrv"),
-            "name server config",
-        )
-        check_keys(
-            {k: v for c in self.broker_confs for k, v in c.items()},
-            config_keys(lib, "broker"),
-            "broker config",
-        )
-        self.home.mkdir(parents=True, exist_ok=True)
-        for i, conf in enumerate(self.ns_confs):
-            self.namesrvs.append(
-                java_proc(
-                    f"real namesrv-{i}",
-                    "org.apache.rocketmq.namesrv.NamesrvStartup",
-                    classpath=f"{lib}/*",
-                    conf=write_properties(self.tmp / f"namesrv-{i}.conf", conf),
-                    log=self.tmp / f"namesrv-{i}.out",
-                    ready=_NS_BOOT,
-                    jvm=self.sizes.namesrv(),
-                    home=self.home,
-                    cwd=self.tmp,
-                )
-            )
-        for i, conf in enumerate(self.broker_confs):
-            self.brokers.append(
-                java_proc(
-                    f"real broker-{i}",
-                    "org.apache.rocketmq.broker.BrokerStartup",
-                    classpath=f"{lib}/*",
-                    conf=write_properties(self.tmp / f"broker-{i}.conf", conf),
-                    log=self.tmp / f"broker-{i}.out",
-                    ready=_BROKER_BOOT,
-                    jvm=self.sizes.broker(),
-                    home=self.home,
-                    cwd=self.tmp,
-                )
-            )
 
     async def start(self, timeout_s: float = 180.0) -> None:
         """Name servers (controllers) first, a controller leader, then the brokers; returns
@@ -497,31 +548,6 @@ class RealControllerGroup:
         except BaseException:
             self.stop()
             raise
-
-    async def _broker_ready(self, i: int, timeout_s: float, tries: int = 3) -> None:
-        """Waits for broker i; if it exited because a port of its block was taken meanwhile
-        (ports are picked free before the JVMs start, and the controllers' own connections
-        take ephemeral ports), it gets a new block and starts again, up to `tries` times."""
-        p = self.brokers[i]
-        for attempt in range(tries):
-            try:
-                await p.wait_ready(timeout_s)
-                return
-            except ProcessExited:
-                if "Address already in use" not in p.tail(200) or attempt == tries - 1:
-                    raise
-            port = free_port((-2, 0, 1))
-            self.broker_ports[i] = port
-            self.broker_confs[i] |= {"listenPort": port, "haListenPort": port + 1}
-            write_properties(self.tmp / f"broker-{i}.conf", self.broker_confs[i])
-            p.start()
-
-    def stop(self) -> None:
-        """SIGKILL, brokers first (each by its pid, with its process group)."""
-        kill_all([*self.brokers, *self.namesrvs])
-
-    def logs(self) -> str:
-        return logs([*self.brokers, *self.namesrvs])
 
     # ---- asking the cluster -------------------------------------------------------------------
 
@@ -590,6 +616,199 @@ class RealControllerGroup:
                 await trio.sleep(0.1)
             return
         raise AssertionError(f"SyncStateSet of broker {i} never reached {size}\n{self.logs()}")
+
+
+# ---- classic groups with slave acting master ----------------------------------------------------
+
+ACTING_CLUSTER = "ActingCluster"
+
+#: The name server of rmq_ha's ActingCluster (bench/cluster.py), under RocketMQ's NamesrvConfig
+#: keys: acting-master routes, min-broker-id notices, a 200 ms scan for silent brokers.
+ACTING_REAL_NAMESRV: dict[str, Any] = {
+    "supportActingMaster": "true",
+    "notifyMinBrokerIdChanged": "true",
+    "scanNotActiveBrokerInterval": 200,
+}
+
+
+def acting_namesrv_conf(
+    port: int, overrides: Mapping[str, Any] | None = None, *, address: str = LOOPBACK
+) -> dict[str, Any]:
+    """namesrv-<i>.conf of a classic (no controller) name server that routes an acting
+    master when a group's id 0 is gone."""
+    return {"listenPort": port, "bindAddress": address, **ACTING_REAL_NAMESRV, **(overrides or {})}
+
+
+def acting_broker_conf(
+    group: str,
+    broker_id: int,
+    slaves: int,
+    port: int,
+    namesrv_addrs: list[str],
+    store: Path,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    address: str = LOOPBACK,
+    cluster: str = ACTING_CLUSTER,
+) -> dict[str, Any]:
+    """<group>-<id>.conf: a classic broker (id 0 SYNC_MASTER, others SLAVE) of a group of
+    1 + `slaves` with slave acting master (RIP-32) and remote escape, the timings of rmq_ha's
+    FAST_ACTING (the same keys: RocketMQ spells them so). Listens on `address:port`, its fast
+    server on port-2 and its HA server on port+1; its store is <store>/<group>-<id>."""
+    root = store / f"{group}-{broker_id}"
+    return {
+        "brokerClusterName": cluster,
+        "brokerName": group,
+        "brokerId": broker_id,
+        "brokerRole": "SYNC_MASTER" if broker_id == 0 else "SLAVE",
+        "totalReplicas": slaves + 1,
+        "namesrvAddr": ";".join(namesrv_addrs),
+        "brokerIP1": address,
+        "brokerIP2": address,
+        "bindAddress": address,
+        "listenPort": port,
+        "haListenPort": port + 1,
+        "storePathRootDir": root,
+        "storePathCommitLog": root / "commitlog",
+        "flushDiskType": "ASYNC_FLUSH",
+        "autoCreateTopicEnable": "true",
+        "autoCreateSubscriptionGroup": "true",
+        "mappedFileSizeCommitLog": 64 * 1024 * 1024,
+        "diskMaxUsedSpaceRatio": 95,
+        **FAST_ACTING,
+        **(overrides or {}),
+    }
+
+
+@dataclass
+class RealActingGroup(_RealJvms):
+    """Real RocketMQ classic groups with slave acting master on loopback: `namesrv_count`
+    name servers (supportActingMaster, notifyMinBrokerIdChanged) and per group a SYNC_MASTER
+    (id 0) plus `groups[name]` SLAVEs. The same shape as `bench.cluster.ActingCluster`
+    (ns_addrs, members, addr, proc, start/stop, serving/acting/replicating), so
+    `rmq-ha bench acting-master` drives either. Its state is asked of RocketMQ itself: the name
+    server's cluster info, GET_BROKER_RUNTIME_INFO's brokerActive (the special services: the
+    delay and transaction-check services, running on the master and on an acting slave) and
+    the master's GET_BROKER_HA_STATUS."""
+
+    tmp: Path
+    groups: dict[str, int] = field(default_factory=lambda: {"broker-a": 1, "broker-b": 0})
+    broker: dict[str, Any] = field(default_factory=dict)
+    namesrv: dict[str, Any] = field(default_factory=dict)
+    namesrv_count: int = 1
+    sizes: JvmSizes = field(default_factory=JvmSizes)
+    version: str | None = None
+    cluster_name: str = ACTING_CLUSTER
+    namesrvs: list[Proc] = field(default_factory=list)
+    brokers: list[Proc] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.members = [(g, i) for g, n in self.groups.items() for i in range(n + 1)]
+        n = self.namesrv_count
+        ports = free_ports(n + len(self.members), span=(-2, 0, 1))
+        ns_ports, self.broker_ports = ports[:n], ports[n:]
+        self.ns_addrs = [f"{LOOPBACK}:{p}" for p in ns_ports]
+        self.home = self.tmp / "home"
+        self.ns_names = [f"namesrv-{i}" for i in range(n)]
+        self.broker_names = [f"{g}-{i}" for g, i in self.members]
+        self.ns_confs = [acting_namesrv_conf(p, self.namesrv) for p in ns_ports]
+        self.broker_confs = [
+            acting_broker_conf(
+                g,
+                i,
+                self.groups[g],
+                p,
+                self.ns_addrs,
+                self.tmp,
+                self.broker,
+                cluster=self.cluster_name,
+            )
+            for (g, i), p in zip(self.members, self.broker_ports, strict=True)
+        ]
+
+    def index(self, group: str, broker_id: int) -> int:
+        return self.members.index((group, broker_id))
+
+    def addr(self, group: str, broker_id: int) -> str:
+        return f"{LOOPBACK}:{self.broker_ports[self.index(group, broker_id)]}"
+
+    def proc(self, group: str, broker_id: int) -> Proc:
+        return self.brokers[self.index(group, broker_id)]
+
+    async def start(self, timeout_s: float = 180.0) -> None:
+        """Name servers, then the brokers; returns once each broker's JVM says it booted.
+        On failure, everything started is stopped before the error propagates."""
+        try:
+            if not self.namesrvs:  # the first Maven fetch may take minutes: not in the timeout
+                await trio.to_thread.run_sync(self.prepare)
+            with trio.fail_after(timeout_s):
+                for p in self.namesrvs:
+                    p.start()
+                for p in self.namesrvs:
+                    await p.wait_ready(timeout_s)
+                for p in self.brokers:
+                    p.start()
+                for i in range(len(self.brokers)):
+                    await self._broker_ready(i, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    # ---- asking the cluster -------------------------------------------------------------------
+
+    async def _call(self, addr: str, code: int) -> bytes | None:
+        async with RemotingClient() as c:
+            try:
+                r = await c.invoke(addr, RemotingCommand.request(code), 2.0)
+            except (RemotingError, OSError):
+                return None
+        return r.body if r.code == 0 and r.body else None
+
+    async def runtime_info(self, group: str, broker_id: int) -> dict[str, str] | None:
+        """GET_BROKER_RUNTIME_INFO of one broker (None: no answer)."""
+        body = await self._call(self.addr(group, broker_id), RC.GET_BROKER_RUNTIME_INFO)
+        return None if body is None else KVTable.from_json(body).table
+
+    async def listed(self, group: str, broker_id: int) -> bool:
+        """A running name server lists the broker under its own id (a broker in RocketMQ's
+        pre-online is isolated: it neither registers nor heartbeats until that is done)."""
+        h = interop_harness()
+        want = self.addr(group, broker_id)
+
+        def ask() -> bool:
+            return any(
+                h.cluster_brokers(a).get(group, {}).get(str(broker_id)) == want
+                for a, p in zip(self.ns_addrs, self.namesrvs, strict=True)
+                if p.alive
+            )
+
+        return await trio.to_thread.run_sync(ask)
+
+    async def serving(self, group: str, broker_id: int) -> bool:
+        """Registered (pre-online done); a master also runs its special services."""
+        if not await self.listed(group, broker_id):
+            return False
+        if broker_id != 0:
+            return True
+        return await self.acting(group, broker_id) is True
+
+    async def acting(self, group: str, broker_id: int) -> bool | None:
+        """The broker runs the special services (brokerActive): for a slave, it acts as
+        master. None: no answer."""
+        info = await self.runtime_info(group, broker_id)
+        return None if info is None else info.get("brokerActive") == "true"
+
+    async def replicating(self, group: str, broker_id: int) -> bool:
+        """The group's master has an HA connection from a slave in sync (GET_BROKER_HA_STATUS:
+        one slave per group here, so the connection is this one's)."""
+        body = await self._call(self.addr(group, 0), RC.GET_BROKER_HA_STATUS)
+        if body is None:
+            return False
+        try:
+            info = json.loads(body)
+        except ValueError:
+            return False
+        return any(c.get("inSync") for c in info.get("haConnectionInfo") or [])
 
 
 def main(argv: list[str] | None = None) -> int:
