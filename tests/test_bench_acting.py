@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import pytest
-from rmq_jepsen.bench.acting import _print, summary
+from rmq_jepsen.bench.acting import _print, ratios, summary
 
 FIGURES = ("route_read_only", "master_only_op", "delay_lateness", "hand_back")
 SUMMARY_KEYS = {"n", "p50_s", "p99_s", "max_s", "p50_x_timeout", "p99_x_timeout"}
@@ -145,5 +145,79 @@ def test_bench_acting_is_a_cli_subcommand() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--kills", "--mode", "--json", "--timeout-ms"):
+    for flag in ("--kills", "--mode", "--json", "--timeout-ms", "--impl", "--broker-heap-mb"):
         assert flag in proc.stdout
+
+
+def _mode(route: list[float], late: list[float], not_delivered: int = 0) -> dict[str, Any]:
+    fig = summary(route, 2.0)
+    return {
+        "fault": "SIGSTOP the master (no FIN)",
+        "kills": 2,
+        "route_read_only": fig,
+        "master_only_op": fig,
+        "delay_lateness": summary(late, 2.0),
+        "delay_lateness_by_level": {},
+        "hand_back": summary([1.0, 1.0], 2.0),
+        "not_seen": {
+            "route_read_only": 2 - len(route),
+            "master_only_op": 2 - len(route),
+            "delayed_not_delivered": not_delivered,
+            "probe_deadline_s": 40.0,
+            "delivery_deadline_s": 19.0,
+        },
+        "lateness_goal_met": not_delivered == 0,
+    }
+
+
+def _impl(mode: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "broker_not_active_timeout_ms": 2000,
+        "goal_lateness_x_timeout": 1.0,
+        "modes": {"stop": mode},
+        "delayed": {"sent": 6, "delivered_once": 6, "duplicates": 0, "missing": 0},
+        "consumer_offsets": {
+            "rounds": 2,
+            "queues_checked": 8,
+            "queues_went_back": 0,
+            "rounds_went_back": 0,
+        },
+        "slave_pull_errors": 0,
+    }
+
+
+@pytest.mark.timeout(10)
+def test_ratios_are_rocketmq_over_rmq_ha_and_none_without_samples() -> None:
+    ours = _impl(_mode([2.0, 2.0], [0.5, 1.0]))
+    theirs = _impl(_mode([], [1.0, 3.0], not_delivered=1))
+    r = ratios(ours, theirs)
+    assert r["stop_delay_lateness_p50_s"] == pytest.approx(2.0 / 0.75)
+    assert r["stop_delay_lateness_max_s"] == pytest.approx(3.0)
+    assert r["stop_hand_back_p50_s"] == pytest.approx(1.0)
+    # RocketMQ never showed the route: no figure, so no ratio (not a made-up one)
+    assert r["stop_route_read_only_p50_s"] is None
+    assert r["stop_master_only_op_max_s"] is None
+
+
+@pytest.mark.timeout(10)
+def test_text_output_of_both_says_what_was_not_seen(capsys: pytest.CaptureFixture[str]) -> None:
+    ours = _impl(_mode([2.0, 2.0], [0.5, 1.0]))
+    theirs = _impl(_mode([], [1.0], not_delivered=5))
+    _print(
+        {
+            "impls": ["rmq_ha", "rocketmq"],
+            "rmq_ha": ours,
+            "rocketmq": theirs,
+            "ratios": ratios(ours, theirs),
+        }
+    )
+    out = capsys.readouterr().out
+    assert "== rmq_ha" in out and "== rocketmq" in out
+    assert [ln.split() for ln in out.splitlines() if "read-only id 0" in ln][1][-2:] == [
+        "never",
+        "seen",
+    ]
+    assert "not seen within 40 s of the fault: route in 2 rounds" in out
+    assert "delayed messages not delivered via broker-b within 19 s: 5" in out
+    assert "goal: lateness max <= 1.0x the timeout: NOT met" in out
+    assert "stop_route_read_only_p50_s" in out and "      -" in out
