@@ -5,6 +5,7 @@ timeout is only done when asked, and then the result says `possible_duplicate`."
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,11 @@ import trio
 
 from rmq_ha.client import Producer, SendError, SendTimeoutError
 from rmq_ha.client.errors import BrokerResponseError, RouteNotFoundError
+from rmq_ha.errors import RemotingTimeoutError
+from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import RequestCode
 from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
 from test_client_cluster import (
     FAST_PRODUCER,
     client_cluster,
@@ -108,3 +113,45 @@ async def test_broker_refusal_is_definite_and_not_retried(tmp_path: Path) -> Non
         assert e.value.definite and e.value.code == Resp.MESSAGE_ILLEGAL
         assert len(e.value.attempts) == 1
         assert isinstance(e.value.__cause__, BrokerResponseError)
+
+
+async def test_a_timed_out_request_closes_its_connection_as_rocketmqs_client_does() -> None:
+    """RocketMQ's clientCloseSocketIfTimeout (default true): after a timeout the next request
+    goes over a fresh connection, not behind one that may be stuck in TCP retransmission
+    back-off after a partition. With close_on_timeout=False the connection is kept."""
+    conns: list[trio.Event] = []  # one per accepted connection, set when the client closed it
+
+    async def server(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        task_status.started(f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+
+        async def handle(stream: trio.SocketStream) -> None:
+            gone = trio.Event()
+            conns.append(gone)
+            async with stream:
+                with contextlib.suppress(trio.BrokenResourceError):
+                    while await stream.receive_some(65536):
+                        pass  # reads, never answers
+            gone.set()
+
+        await trio.serve_listeners(handle, listeners)
+
+    def cmd() -> RemotingCommand:
+        return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+
+    async with trio.open_nursery() as n:
+        addr = await n.start(server)
+        async with RemotingClient() as c:
+            with pytest.raises(RemotingTimeoutError):
+                await c.invoke(addr, cmd(), 0.05)
+            await conns[0].wait()  # closed by the client
+            with pytest.raises(RemotingTimeoutError):
+                await c.invoke(addr, cmd(), 0.05)
+            assert len(conns) == 2
+        await conns[1].wait()
+        async with RemotingClient(close_on_timeout=False) as c:
+            for _ in range(2):
+                with pytest.raises(RemotingTimeoutError):
+                    await c.invoke(addr, cmd(), 0.05)
+            assert len(conns) == 3 and not conns[2].is_set()
+        n.cancel_scope.cancel()

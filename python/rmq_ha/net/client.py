@@ -8,7 +8,7 @@ from types import TracebackType
 
 import trio
 
-from rmq_ha.errors import RemotingConnectError
+from rmq_ha.errors import RemotingConnectError, RemotingTimeoutError
 from rmq_ha.net.connection import Connection, Handler, Signer
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.security.tls import connect as tls_connect
@@ -38,9 +38,17 @@ class RemotingClient:
         handler: Handler | None = None,
         signer: Signer | None = None,
         tls: ssl.SSLContext | None = None,
+        *,
+        close_on_timeout: bool = True,
     ) -> None:
         self._handler = handler
         self.signer = signer
+        #: RocketMQ's clientCloseSocketIfTimeout (default true): a request that times out
+        #: closes its connection, so the next one opens a fresh connection rather than queueing
+        #: behind a TCP connection that may be in retransmission back-off after a partition
+        #: (seen in a partition-master campaign: requests on the old connections kept timing
+        #: out for seconds after the heal, and the old master learnt its demotion late).
+        self.close_on_timeout = close_on_timeout
         #: A client SSLContext: every connection is TLS (RocketMQ's useTLS).
         self.tls = tls
         self._conns: dict[str, Connection] = {}
@@ -103,7 +111,15 @@ class RemotingClient:
         self, addr: str, cmd: RemotingCommand, timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> RemotingCommand:
         conn = await self.connection(addr)
-        return await conn.request(cmd, timeout_s)
+        try:
+            return await conn.request(cmd, timeout_s)
+        except RemotingTimeoutError:
+            if self.close_on_timeout and self._conns.get(addr) is conn:
+                log.info(
+                    "closing the connection to %s: a request (code %d) timed out", addr, cmd.code
+                )
+                self.close_connection(addr)
+            raise
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
