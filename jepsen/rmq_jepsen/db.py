@@ -962,6 +962,14 @@ class ClusterView:
 
     async def replica_info(self) -> dict[str, tuple[str | None, int | None]]:
         """group -> (master address, master epoch) from the controller (controller mode)."""
+        return {
+            name: (info.master_address or None, info.master_epoch)
+            for name, info in (await self.replicas()).items()
+        }
+
+    async def replicas(self) -> dict[str, Any]:
+        """group -> the controller's ReplicasInfo (master, epoch, in-sync and not-in-sync
+        replicas) in controller mode; {} without controllers or an answer (`last_error`)."""
         addrs = self.db.controller_addrs()
         if not addrs:
             return {}
@@ -977,10 +985,7 @@ class ClusterView:
                 except RemotingError as e:
                     self.last_error = f"replica info: {e!r}"
                     return {}
-        out: dict[str, tuple[str | None, int | None]] = {}
-        for name, info in getattr(resp, "replicas_info", {}).items():
-            out[name] = (info.master_address or None, info.master_epoch)
-        return out
+        return dict(getattr(resp, "replicas_info", {}))
 
     async def wait_masters(self, timeout_s: float) -> dict[str, Role | None]:
         """Waits until every group has a registered master (or the timeout)."""

@@ -7,6 +7,8 @@ wait, drain, collect, export, check. The run directory `store/<test>/<timestamp>
     control.log      every control action, with its host
     nodes/<node>/    each node's role directories: role.conf, role.log, store/, controller/
     metrics.jsonl    the roles' own metrics, scraped once a second (rmq_jepsen.scrape)
+    syncstate.jsonl  the controller's master, epoch and SyncStateSet per group, twice a
+                     second (controller topologies, either database; rmq_jepsen.syncstate)
     summary.json     what the bench saw: op counts, faults, healed-or-not, timings, drain
     results.json, report.html   written by the checker (`rmq-ha check RUN_DIR`), when present
 """
@@ -45,8 +47,9 @@ from rmq_jepsen.db import (
 from rmq_jepsen.nemesis import Nemesis, Timeline, heal_journal
 from rmq_jepsen.progress import Progress
 from rmq_jepsen.recorder import Recorder, export_parquet
-from rmq_jepsen.scrape import Scraper, scraping
+from rmq_jepsen.scrape import Scraper, in_background, scraping
 from rmq_jepsen.state import StateDir, write_json_atomic
+from rmq_jepsen.syncstate import SyncStateSampler
 from rmq_jepsen.workload import WorkloadOptions, Workloads, delay_levels_ms, parse_workloads
 
 log = logging.getLogger("rmq_jepsen.runner")
@@ -420,8 +423,21 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         # The cluster's own metrics, from the run phase to the end of the drain (issue 20).
         targets = {r.name: a for r in db.roles if (a := r.metrics_addr()) is not None}
         scraper = Scraper(targets, run_dir / "metrics.jsonl", recorder.now_ns)
+        # The controller's SyncStateSets (controller mode, either database): heal -> full set.
+        sampler = None
+        if db.controller_addrs():
+            sampler = SyncStateSampler(
+                view.replicas,
+                run_dir / "syncstate.jsonl",
+                recorder.now_ns,
+                last_error=lambda: view.last_error,
+            )
 
-        async with wl.lifetime(), scraping(scraper):
+        async with (
+            wl.lifetime(),
+            scraping(scraper),
+            in_background(sampler.run if sampler is not None else None),
+        ):
             progress.set_phase("run", opts.time_s)
             timeline.t0 = time.monotonic()  # nemesis.jsonl times count from the run phase
             timeline.write(event="run-start", wall_ns=time.time_ns())
@@ -466,6 +482,8 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
             summary["drain"] = await wl.drain(opts.drain_timeout_s)
             timings["drain_s"] = time.monotonic() - t
         summary["metrics_scrapes"] = scraper.summary()
+        if sampler is not None:
+            summary["syncstate_samples"] = sampler.summary()
         summary["client_errors"] = wl.stats.errors[:20]
         summary["healed"] = await nemesis.verify_healed()
         if not summary["healed"]["healed"]:

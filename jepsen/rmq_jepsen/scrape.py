@@ -13,8 +13,8 @@ replica id), or for the role the name of the role whose series is 1. Only the fa
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -130,14 +130,19 @@ class Scraper:
 
 
 @asynccontextmanager
-async def scraping(scraper: Scraper | None) -> AsyncIterator[None]:
-    """Runs `scraper` (if any) in the background for the body of the `async with`."""
-    if scraper is None or not scraper.targets:
+async def in_background(run: Callable[[], Awaitable[None]] | None) -> AsyncIterator[None]:
+    """Runs `run` (if any) in the background for the body of the `async with`, then cancels it."""
+    if run is None:
         yield
         return
     async with trio.open_nursery() as n:
-        n.start_soon(scraper.run)
+        n.start_soon(run)
         try:
             yield
         finally:
             n.cancel_scope.cancel()
+
+
+def scraping(scraper: Scraper | None) -> AbstractAsyncContextManager[None]:
+    """Runs `scraper` (if any, with targets) in the background for the body of the `async with`."""
+    return in_background(scraper.run if scraper is not None and scraper.targets else None)

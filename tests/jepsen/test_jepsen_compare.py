@@ -5,9 +5,23 @@ counts, and the page linking both runs' reports."""
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
-from rmq_jepsen.compare import SendOp, anomalies, fault_windows, write_report
+import trio
+from rmq_jepsen import syncstate
+from rmq_jepsen.compare import (
+    SendOp,
+    anomalies,
+    fault_windows,
+    latency_summary,
+    sends,
+    svg_chart,
+    write_report,
+)
+from rmq_jepsen.syncstate import SyncStateSampler
+
+from rmq_ha.controller.messages import ReplicaIdentity, ReplicasInfo
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -113,3 +127,102 @@ def test_the_report_links_both_runs_and_tabulates_them(tmp_path):
     assert ra["faults"][0]["first_ok_s"] == 0.1
     assert rb["faults"][0]["first_ok_s"] == 1.0
     assert rb["faults"][0]["ok_fraction"] == 0.5
+    # latency from each send's invoke (1 ns before its completion here)
+    assert ra["latency_ms"] == {"count": 2, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0}
+    assert ra["ok_per_s"] == [[1, 1], [2, 1]]
+    assert text.count("<svg") == 1, "the send-rate chart; no SyncStateSet samples in these runs"
+    assert "No SyncStateSet samples" in text
+
+
+def _op(t, proc, typ):
+    return types.SimpleNamespace(time_ns=t, process=proc, type=typ, f="send")
+
+
+def test_send_latency_pairs_each_completion_with_its_processs_invoke():
+    ops = [
+        _op(0, 1, "invoke"),
+        _op(5 * S // 1000, 2, "invoke"),
+        _op(10 * S // 1000, 1, "ok"),  # 10 ms
+        _op(15 * S // 1000, 1, "invoke"),
+        _op(40 * S // 1000, 2, "info"),  # 35 ms, not acknowledged: not in the percentiles
+        _op(45 * S // 1000, 1, "ok"),  # 30 ms
+        _op(50 * S // 1000, 3, "ok"),  # no invoke seen: no latency
+    ]
+    done = sends(ops)
+    assert [d.latency_ns for d in done] == [10 * S // 1000, 35 * S // 1000, 30 * S // 1000, None]
+    assert latency_summary(done) == {"count": 2, "p50": 10.0, "p95": 30.0, "p99": 30.0, "max": 30.0}
+    assert latency_summary([]) == {"count": 0}
+
+
+def _info(master, in_sync, out):
+    def ident(i):
+        return ReplicaIdentity(broker_name="g", broker_id=i, broker_address=f"a:{i}", alive=True)
+
+    return ReplicasInfo(
+        master_broker_id=None if master is None else 0,
+        master_address=master,
+        master_epoch=3,
+        sync_state_set_epoch=5,
+        in_sync_replicas=tuple(ident(i) for i in in_sync),
+        not_in_sync_replicas=tuple(ident(i) for i in out),
+    )
+
+
+def test_time_from_a_heal_until_the_sync_state_set_is_full_again(tmp_path):
+    """The controller's samples (syncstate.jsonl, written by the sampler the runner starts):
+    the first sample at or after the heal with a master and nobody out of sync, per group."""
+    answers = iter(
+        [
+            {"g": _info("a:0", [0, 1, 2], [])},
+            {"g": _info("a:0", [0], [1, 2])},  # the fault
+            {},  # nobody answered
+            {"g": _info("a:1", [1, 2], [0])},  # healed at 3 s, old master not back yet
+            {"g": _info("a:1", [0, 1, 2], [])},  # full again at 4 s
+        ]
+    )
+    clock = iter(range(0, 10 * S, S))
+
+    async def replicas():
+        return next(answers)
+
+    out = tmp_path / "syncstate.jsonl"
+    sampler = SyncStateSampler(replicas, out, lambda: next(clock), last_error=lambda: "refused")
+
+    async def main():
+        with open(out, "a") as f:
+            for _ in range(5):
+                f.write(json.dumps(await sampler.one()) + "\n")
+            f.write('{"time_ns": 9')  # a torn last line (a killed run) is dropped
+
+    trio.run(main)
+    samples = syncstate.read(out)
+    assert len(samples) == 5 and samples[2] == {"time_ns": 2 * S, "error": "refused"}
+    assert samples[1]["groups"]["g"] == {
+        "master": "a:0",
+        "epoch": 3,
+        "in_sync": [0],
+        "out_of_sync": [1, 2],
+    }
+    assert sampler.summary()["failed"] == 1
+    assert syncstate.full_again_s(samples, 3 * S, ["g"]) == 1.0
+    assert syncstate.full_again_s(samples, 0, ["g"]) == 0.0
+    assert syncstate.full_again_s(samples, 0, ["g", "other"]) is None, "every group must be full"
+    assert syncstate.full_again_s(samples, 5 * S, ["g"]) is None
+    faults = [{"fault_id": 1, "variant": "pause-master", "applied_ns": S, "stop_ns": 3 * S}]
+    (w,) = fault_windows(faults, [], samples, ["g"])
+    assert w["full_sss_s"] == 1.0
+
+
+def test_the_chart_draws_every_series_on_one_pair_of_axes_with_the_fault_bands():
+    svg = svg_chart(
+        {"rmq_ha": [(0, 10), (1, 20)], "rocketmq": [(0, 5), (2, 40)]},
+        [(0.5, 1.5)],
+        "t",
+        "y",
+        step=True,
+    )
+    assert svg.count("<polyline") == 3  # the axes and one line per database
+    assert svg.count("<rect") == 1 and ">rmq_ha<" in svg and ">rocketmq<" in svg
+    # a step line holds the previous value until the next point: 2 points -> 3 vertices
+    lines = [p for p in svg.split("<polyline")[2:]]
+    assert all(line.split('points="')[1].split('"')[0].count(",") == 3 for line in lines)

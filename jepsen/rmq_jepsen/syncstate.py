@@ -1,0 +1,120 @@
+"""The controller's view of each broker group over a campaign (issue 17): master, epoch and
+SyncStateSet, asked of the controllers every `interval_s` and written to `syncstate.jsonl` in
+the run directory on the history's clock. It asks the controller (GET_SYNC_STATE_DATA), not the
+brokers, so it reads rmq_ha and Apache RocketMQ alike; `campaign compare` uses it for the time
+from each heal until every group's SyncStateSet is full again.
+
+A line: {"time_ns": T, "groups": {GROUP: {"master": ADDR|null, "epoch": E, "in_sync": [IDS],
+"out_of_sync": [IDS]}}}, or {"time_ns": T, "error": "..."} when no controller answered. T is the
+recorder's time (ns since the history opened) when the request started.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+
+def group_line(info: Any) -> dict[str, Any]:
+    """One group of a GET_SYNC_STATE_DATA answer (a ReplicasInfo) as a syncstate.jsonl entry."""
+    return {
+        "master": info.master_address or None,
+        "epoch": info.master_epoch,
+        "in_sync": sorted(r.broker_id for r in info.in_sync_replicas),
+        "out_of_sync": sorted(r.broker_id for r in info.not_in_sync_replicas),
+    }
+
+
+def is_full(groups: Mapping[str, Mapping[str, Any]], expect: Iterable[str]) -> bool:
+    """Every expected group has a master and no replica the controller knows is out of sync."""
+    for g in expect:
+        info = groups.get(g)
+        if not info or not info.get("master") or info.get("out_of_sync"):
+            return False
+        if not info.get("in_sync"):
+            return False
+    return True
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """The samples of a syncstate.jsonl (a torn last line, from a killed run, is dropped)."""
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and isinstance(d.get("time_ns"), int):
+            out.append(d)
+    return out
+
+
+def full_again_s(
+    samples: list[dict[str, Any]], heal_ns: int, expect: Iterable[str]
+) -> float | None:
+    """Seconds from `heal_ns` to the first sample at or after it in which every expected group's
+    SyncStateSet is full (`is_full`); None if no such sample."""
+    want = list(expect)
+    for s in samples:
+        t = s["time_ns"]
+        if t >= heal_ns and "groups" in s and is_full(s["groups"], want):
+            return round((int(t) - heal_ns) / 1e9, 3)
+    return None
+
+
+class SyncStateSampler:
+    """Asks `replicas()` (group -> ReplicasInfo, {} when nobody answered) every `interval_s`
+    until cancelled and appends a line per answer to `out`."""
+
+    def __init__(
+        self,
+        replicas: Callable[[], Awaitable[Mapping[str, Any]]],
+        out: Path,
+        clock_ns: Callable[[], int],
+        *,
+        last_error: Callable[[], str | None] = lambda: None,
+        interval_s: float = 0.5,
+    ) -> None:
+        self.replicas = replicas
+        self.out = out
+        self.clock_ns = clock_ns
+        self.last_error = last_error
+        self.interval_s = interval_s
+        self.samples = 0
+        self.failed = 0
+
+    async def one(self) -> dict[str, Any]:
+        t = self.clock_ns()
+        line: dict[str, Any] = {"time_ns": t}
+        try:
+            with trio.fail_after(max(self.interval_s * 4, 2.0)):
+                got = await self.replicas()
+        except (OSError, trio.TooSlowError) as e:
+            got = {}
+            line["error"] = type(e).__name__ if isinstance(e, trio.TooSlowError) else str(e)
+        if got:
+            line["groups"] = {g: group_line(info) for g, info in sorted(got.items())}
+        else:
+            line.setdefault("error", self.last_error() or "no answer")
+            self.failed += 1
+        self.samples += 1
+        return line
+
+    async def run(self) -> None:
+        with open(self.out, "a", encoding="utf-8") as f:
+            while True:
+                deadline = trio.current_time() + self.interval_s
+                f.write(json.dumps(await self.one(), separators=(",", ":")) + "\n")
+                f.flush()
+                await trio.sleep_until(deadline)
+
+    def summary(self) -> dict[str, Any]:
+        return {"samples": self.samples, "failed": self.failed, "interval_s": self.interval_s}
