@@ -215,6 +215,38 @@ def encode_frames(frames: Iterable[_WireTuple]) -> bytes: ...
 def decode_batch_body(data: _Buffer) -> list[tuple[int, bytes, bytes]]: ...
 def encode_batch_body(messages: Iterable[tuple[int, _Buffer, _Buffer]]) -> bytes: ...
 
+# The native send path (crates/rmq-py/src/send.rs; rules in crates/rmq-wire/src/send.rs).
+class SendPath:
+    """Answers ordinary SEND_MESSAGE / V2 / SEND_BATCH_MESSAGE requests of a received buffer
+    natively (one store append); hands every other frame back."""
+
+    def __init__(
+        self,
+        store: Store,
+        store_host: str,
+        *,
+        max_message_size: int,
+        size_buckets: list[int],
+    ) -> None: ...
+    def set_topics(self, topics: list[tuple[str, int, int]]) -> None: ...
+    def set_max_message_size(self, max_message_size: int) -> None: ...
+    def counters(self) -> tuple[int, int, int]:
+        """(messages stored, requests answered, send requests handed back) so far."""
+    def process(
+        self, buf: _Buffer, peer: str, enabled: bool, max_frame_len: int = 16777216
+    ) -> tuple[
+        list[_WireTuple],
+        int,
+        bytes | None,
+        list[tuple[str, int]],
+        list[tuple[str, int, int, list[int]]],
+        list[tuple[int, int, int]],
+        int,
+    ]:
+        """(frames handed back, bytes used, encoded responses, touched (topic, queue),
+        per topic (topic, messages, body bytes, size-bucket counts), answered
+        (request code, response code, n), end offset of the append or 0)."""
+
 # HA replication records (crates/rmq-py/src/ha.rs; formats in crates/rmq-wire/src/ha.rs).
 # Offsets are non-negative (ValueError otherwise); epochs are i32, broker ids i64.
 

@@ -14,6 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 mod ha;
 mod remoting;
+mod send;
 
 use rmq_store::baseline::{sequential_write, SyncCadence};
 use rmq_store::commitlog::{Placement, RecordBuf};
@@ -1069,6 +1070,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_pull_body, m)?)?;
     m.add_function(wrap_pyfunction!(baseline_sequential_write, m)?)?;
     remoting::register(m)?;
+    send::register(m)?;
     ha::register(m)?;
     m.add("TRANSACTION_PREPARED_TYPE", 0x4)?;
     m.add("TRANSACTION_COMMIT_TYPE", 0x8)?;

@@ -19,20 +19,20 @@ const DETACH_COPY_BYTES: usize = 1 << 20;
 /// Bytes borrowed from a `bytes` object, or copied out of any other buffer (a `bytearray` or
 /// `memoryview` may change under us while we hold the GIL only intermittently, so those are
 /// copied once).
-enum Data<'py> {
+pub(crate) enum Data<'py> {
     Bytes(Bound<'py, PyBytes>),
     Owned(Vec<u8>),
 }
 
 impl<'py> Data<'py> {
-    fn from_py(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+    pub(crate) fn from_py(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
         if let Ok(b) = obj.cast::<PyBytes>() {
             return Ok(Data::Bytes(b.clone()));
         }
         let buf = PyBuffer::<u8>::get(obj)?;
         Ok(Data::Owned(buf.to_vec(obj.py())?))
     }
-    fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             Data::Bytes(b) => b.as_bytes(),
             Data::Owned(v) => v,
@@ -40,7 +40,7 @@ impl<'py> Data<'py> {
     }
 }
 
-fn decode_err(msg: String, offset: usize) -> PyErr {
+pub(crate) fn decode_err(msg: String, offset: usize) -> PyErr {
     RemotingDecodeError::new_err((msg, offset))
 }
 
@@ -56,6 +56,14 @@ fn decode_frames<'py>(
     let data = Data::from_py(buf)?;
     let (frames, consumed) = decode_frames_with_limit(data.as_slice(), max_frame_len)
         .map_err(|e| decode_err(e.to_string(), e.offset))?;
+    Ok((frame_list(py, frames)?, consumed))
+}
+
+/// Decoded frames as a list of wire tuples.
+pub(crate) fn frame_list<'py>(
+    py: Python<'py>,
+    frames: Vec<Frame<'_>>,
+) -> PyResult<Bound<'py, PyList>> {
     let mut items = Vec::with_capacity(frames.len());
     for f in frames {
         let ext = match f.ext_fields {
@@ -75,7 +83,7 @@ fn decode_frames<'py>(
             .into_pyobject(py)?;
         items.push(t);
     }
-    Ok((PyList::new(py, items)?, consumed))
+    PyList::new(py, items)
 }
 
 type WireIn<'py> = (

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod ha;
 pub mod message;
 pub mod remoting;
+pub mod send;
 
 pub use message::{
     body_crc, decode_record, decode_record_checked, decode_record_structure, encode_record,

@@ -48,7 +48,7 @@ from rmq_ha.broker.subgroups import FILE_NAME as SUBGROUPS_FILE
 from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.clock import monotonic_ms
-from rmq_ha.config import BrokerConfig, BrokerRole
+from rmq_ha.config import BrokerConfig, BrokerRole, FlushDiskType
 from rmq_ha.config import rocketmq_items as config_items
 from rmq_ha.errors import StoreError
 from rmq_ha.metrics import SnapshotCollector, endpoint, registry_of, serve_metrics
@@ -219,6 +219,21 @@ class Broker:
         self.ha.slave.on_visible = self._wake_pulls
         server.handler = self._on_request
         self.dispatcher = self._dispatcher()
+        # The native send path (issue 16): ordinary sends of a plain writable master that waits
+        # for neither a flush nor a replica are answered in Rust, one call per received buffer.
+        self.native_sends: send.NativeSends | None = None
+        if send.native_send_wanted():
+            self.native_sends = send.NativeSends(
+                self.ports,
+                self.special,
+                config_allows=(
+                    self.dispatcher.guard is None
+                    and cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+                    and not self.ha.sync_master()
+                ),
+                on_request=self._watch_connection,
+            )
+            server.fast = self.native_sends
         #: "host:port" of the Prometheus endpoint once it listens (metricsExporterType=PROM).
         self.metrics_address: str | None = None
 
@@ -314,10 +329,14 @@ class Broker:
         self.offsets.arm_version_bump()
         self.special.delay.offsets.arm_version_bump()
 
-    async def _on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    def _watch_connection(self, conn: Connection) -> None:
+        """A connection's first request: its clients are dropped when it closes."""
         if "closed_hook" not in conn.attrs:
             conn.attrs["closed_hook"] = True
             self._nursery.start_soon(clients.watch_connection, self.ports, conn)
+
+    async def _on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        self._watch_connection(conn)
         if self.core.data_plane_fenced and cmd.code in FENCED_CODES:
             if cmd.is_oneway:
                 return None

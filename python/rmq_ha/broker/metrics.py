@@ -9,6 +9,7 @@ and `BrokerSnapshot`, a plain record broker.py fills at scrape time from its com
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -50,6 +51,26 @@ class Traffic:
             h = self.sizes[(topic, message_type)] = Histogram(MESSAGE_SIZE_BUCKETS)
         for n in sizes:
             h.observe(n)
+
+    def sized_counts(
+        self, topic: str, message_type: str, counts: Sequence[int], total: int
+    ) -> None:
+        """`sized` for sizes already counted into MESSAGE_SIZE_BUCKETS (the native send path
+        hands over one count per bucket and the sum)."""
+        h = self.sizes.get((topic, message_type))
+        if h is None:
+            h = self.sizes[(topic, message_type)] = Histogram(MESSAGE_SIZE_BUCKETS)
+        for i, n in enumerate(counts):
+            h.counts[i] += n
+        h.total += total
+
+    def answered_many(self, request: int, response: int, ms: float, n: int) -> None:
+        """`answered` for `n` requests that each took `ms`."""
+        h = self.rpc.get((request, response))
+        if h is None:
+            h = self.rpc[(request, response)] = Histogram(RPC_LATENCY_BUCKETS_MS)
+        h.counts[bisect.bisect_left(h.bounds, ms)] += n
+        h.total += ms * n
 
     def answered(self, request: int, response: int, ms: float) -> None:
         h = self.rpc.get((request, response))

@@ -7,6 +7,9 @@
   parked long-poll does not hold up the connection; a limiter bounds them.
 * Writing: frames go through a bounded channel (backpressure on the sender); one task drains
   whatever is queued and encodes it into one buffer for one `send_all` (coalesced writes).
+* A `FrameFilter` (the broker's native send path, broker/handlers/send.NativeSends) may take
+  the place of `decode_frames`: it answers what it can natively (already encoded responses,
+  queued for the writer as they are) and returns the other frames for the handler.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ WRITE_QUEUE_FRAMES = 4096
 MAX_INFLIGHT_REQUESTS = 1024
 MAX_WRITE_BATCH_BYTES = 4 << 20
 RECEIVE_BYTES = 256 << 10
+#: Stands in for `decode_frames` on a received buffer: (frames for the handler, bytes used,
+#: encoded responses to write as they are, or None). Raises RemotingDecodeError as it does.
+FrameFilter = Callable[["Connection", bytes | bytearray], tuple[list[WireTuple], int, bytes | None]]
+#: What the writer sends: a frame to encode, or bytes already encoded.
+Outgoing = WireTuple | bytes
 #: After the peer closes, how long requests it already sent may still run (a parked long-poll
 #: is cut short then; a oneway offset commit finishes in microseconds).
 CLOSE_GRACE_S = 2.0
@@ -54,14 +62,16 @@ class Connection:
         handler: Handler | None,
         peer: str,
         signer: Signer | None = None,
+        fast: FrameFilter | None = None,
     ) -> None:
         self.stream = stream
+        self._fast = fast
         self.peer = peer
         self._handler = handler
         #: Signs every request this side sends (never responses): a client's or a role's
         #: credentials; the server side of a connection signs the requests it sends back too.
         self.signer = signer
-        self._send, self._outbox = trio.open_memory_channel[WireTuple](WRITE_QUEUE_FRAMES)
+        self._send, self._outbox = trio.open_memory_channel[Outgoing](WRITE_QUEUE_FRAMES)
         self._pending: dict[int, trio.MemorySendChannel[RemotingCommand]] = {}
         self._limiter = trio.CapacityLimiter(MAX_INFLIGHT_REQUESTS)
         self._closed = trio.Event()
@@ -121,14 +131,34 @@ class Connection:
                 return
             if not data:
                 return
-            buf += data
+            # A receive that completes no partial frame is decoded as it came (no copy).
+            src: bytes | bytearray = data
+            if buf:
+                buf += data
+                src = buf
+            out: bytes | None = None
             try:
-                frames, used = decode_frames(buf)
+                if self._fast is not None:
+                    frames, used, out = self._fast(self, src)
+                else:
+                    frames, used = decode_frames(src)
             except RemotingDecodeError as e:
                 log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
                 return
-            if used:
+            if src is buf:
                 del buf[:used]
+            elif used < len(data):
+                buf += memoryview(data)[used:]
+            if out is not None:
+                try:
+                    self._send.send_nowait(out)
+                except trio.WouldBlock:
+                    try:
+                        await self._send.send(out)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        return
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
             for t in frames:
                 self._dispatch(RemotingCommand.from_wire(t))
 
@@ -178,16 +208,16 @@ class Connection:
         async with self._outbox:
             async for first in self._outbox:
                 batch = [first]
-                size = len(first[7] or b"")
+                size = _size(first)
                 while size < MAX_WRITE_BATCH_BYTES:
                     try:
                         t = self._outbox.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     batch.append(t)
-                    size += len(t[7] or b"")
+                    size += _size(t)
                 try:
-                    await self.stream.send_all(encode_frames(batch))
+                    await self.stream.send_all(_encode(batch))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self._close_now()
                     return
@@ -225,3 +255,25 @@ class Connection:
             )
         finally:
             self._pending.pop(cmd.opaque, None)
+
+
+def _size(item: Outgoing) -> int:
+    return len(item) if isinstance(item, bytes) else len(item[7] or b"")
+
+
+def _encode(batch: list[Outgoing]) -> bytes:
+    """One buffer for one write: frames encoded together, pre-encoded bytes as they are, in
+    queue order."""
+    parts: list[bytes] = []
+    run: list[WireTuple] = []
+    for item in batch:
+        if isinstance(item, bytes):
+            if run:
+                parts.append(encode_frames(run))
+                run = []
+            parts.append(item)
+        else:
+            run.append(item)
+    if run:
+        parts.append(encode_frames(run))
+    return parts[0] if len(parts) == 1 else b"".join(parts)

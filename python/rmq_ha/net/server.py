@@ -7,7 +7,7 @@ import ssl
 
 import trio
 
-from rmq_ha.net.connection import Connection, Handler
+from rmq_ha.net.connection import Connection, FrameFilter, Handler
 from rmq_ha.security.tls import TlsRefused, accept
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,9 @@ class RemotingServer:
         #: Connections closed by TLS (failed handshake, plaintext on an enforcing port).
         self.tls_refused = 0
         self.connections: set[Connection] = set()
+        #: Runs on every received buffer in place of the frame decoder (the broker's native
+        #: send path); connections accepted from then on use it.
+        self.fast: FrameFilter | None = None
         self._listeners: list[trio.SocketListener] | None = None
 
     async def bind(self) -> int:
@@ -70,7 +73,7 @@ class RemotingServer:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             return
-        conn = Connection(s, self.handler, peer)
+        conn = Connection(s, self.handler, peer, fast=self.fast)
         self.connections.add(conn)
         try:
             await conn.run()

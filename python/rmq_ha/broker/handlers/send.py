@@ -5,25 +5,41 @@ Checks in RocketMQ's order: topic name, topic existence (auto-created from the d
 when allowed), write permission, queue id, message size; then one store append per request
 (a batch is one append), a wait for durability when the broker flushes synchronously, and the
 response with the offset message id and queue offset. Parked pulls on the queue are woken.
+
+`NativeSends` is the native send path in front of all this (issue 16): one native call per
+received buffer (`_native.SendPath.process`) answers the ordinary sends of a plain writable
+master with no wait (ASYNC_FLUSH, no replication wait, no ACL) with the same checks, codes,
+remarks and response fields as `send_message`, and hands every other frame back to the
+dispatcher, which runs them here.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+import time
+from collections.abc import Callable
 
 import trio
 
-from rmq_ha._native import AppendResult, Message, decode_batch_body, decode_stored_record
+from rmq_ha._native import (
+    AppendResult,
+    Message,
+    SendPath,
+    decode_batch_body,
+    decode_stored_record,
+)
+from rmq_ha.broker.metrics import MESSAGE_SIZE_BUCKETS
 from rmq_ha.broker.ports import Ports, SpecialRouting
 from rmq_ha.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.config import FlushDiskType
-from rmq_ha.errors import MessageIllegalError, RemotingDecodeError
+from rmq_ha.errors import ConfigError, MessageIllegalError, RemotingDecodeError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
-from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.command import RemotingCommand, WireTuple
 from rmq_ha.protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageResponseHeader,
@@ -43,6 +59,118 @@ from rmq_ha.protocol.perm import is_writeable
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
+
+#: Environment switch of the native send path: "1" (default) or "0" (every send in Python).
+NATIVE_SEND_ENV = "RMQ_HA_NATIVE_SEND"
+
+
+def native_send_wanted() -> bool:
+    v = os.environ.get(NATIVE_SEND_ENV, "1")
+    if v not in ("0", "1"):
+        raise ConfigError(
+            f"bad config {NATIVE_SEND_ENV}={v!r}: expected 0 (off) or 1 (on)", NATIVE_SEND_ENV
+        )
+    return v == "1"
+
+
+class NativeSends:
+    """The native send path as a connection's frame filter (net/connection.FrameFilter).
+
+    `config_allows` is what the wiring decides once: no ACL guard, ASYNC_FLUSH, and no
+    replication wait (not SYNC_MASTER, not controller mode). Per received buffer, before the
+    native call, the role decides (`write_refusal`: fenced, slave or acting slave, disk full,
+    too few in-sync replicas; the FMQ data-plane fence; brokerPermission) — a few attribute
+    reads, not a look at the messages. The topic table the native side checks is refreshed
+    when the topic manager's data version changes; it holds only topics a producer may send
+    to as ordinary messages (no retry/DLQ or special-service topics, valid names), so every
+    other topic — unknown ones too, which may be auto-created — is Python's.
+
+    After a native call that stored messages: one `after_append` (HA wake-up, LogGrew), one
+    wake-up of parked pulls per queue, and the traffic metrics in one update per topic."""
+
+    def __init__(
+        self,
+        p: Ports,
+        special: SpecialRouting,
+        *,
+        config_allows: bool,
+        on_request: Callable[[Connection], None] = lambda conn: None,
+    ) -> None:
+        host, port = p.store_host
+        self.native = SendPath(
+            p.store.native,
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+            max_message_size=p.cfg.max_message_size,
+            size_buckets=list(MESSAGE_SIZE_BUCKETS),
+        )
+        self.config_allows = config_allows
+        self._p = p
+        self._special = special
+        self._on_request = on_request
+        self._seen: tuple[object, int] | None = None
+        self._cfg = p.cfg
+
+    def _refresh(self) -> None:
+        p = self._p
+        topics = p.topics
+        seen = (topics.data_version, len(topics.table))
+        if self._seen is None or seen[0] is not self._seen[0] or seen[1] != self._seen[1]:
+            self._seen = seen
+            self.native.set_topics(
+                [
+                    (name, tc.write_queue_nums, tc.perm)
+                    for name, tc in topics.table.items()
+                    if not name.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+                    and check_topic_name(name) is None
+                    and not self._special.not_allowed_send(name, "")
+                ]
+            )
+        if p.cfg is not self._cfg:
+            self._cfg = p.cfg
+            self.native.set_max_message_size(p.cfg.max_message_size)
+
+    def enabled(self) -> bool:
+        p = self._p
+        return (
+            self.config_allows
+            and is_writeable(p.cfg.broker_permission)
+            and not p.role.data_plane_fenced
+            and p.role.write_refusal() is None
+        )
+
+    def __call__(
+        self, conn: Connection, buf: bytes | bytearray
+    ) -> tuple[list[WireTuple], int, bytes | None]:
+        started = time.perf_counter()
+        self._refresh()
+        frames, used, out, touched, topics, answered, _end = self.native.process(
+            buf, conn.peer, self.enabled()
+        )
+        if answered:
+            self._after(conn, touched, topics, answered, started)
+        return frames, used, out
+
+    def _after(
+        self,
+        conn: Connection,
+        touched: list[tuple[str, int]],
+        topics: list[tuple[str, int, int, list[int]]],
+        answered: list[tuple[int, int, int]],
+        started: float,
+    ) -> None:
+        p = self._p
+        self._on_request(conn)
+        if touched:
+            p.replication.after_append()
+            native = p.store.native
+            for topic, qid in touched:
+                p.hold.notify(topic, qid, native.queue_max_offset(topic, qid))
+        for topic, n, nbytes, counts in topics:
+            p.traffic.put(topic, "Normal", n, nbytes)
+            p.traffic.sized_counts(topic, "Normal", counts, nbytes)
+        ms = (time.perf_counter() - started) * 1000
+        for req, resp, n in answered:
+            p.traffic.answered_many(req, resp, ms, n)
 
 
 def register(d: Dispatcher, p: Ports, special: SpecialRouting) -> None:
