@@ -240,3 +240,12 @@ async def test_several_name_servers_are_tried_in_turn(tmp_path: Path) -> None:
             with pytest.raises(RouteNotFoundError) as e:
                 await admin.route("NsT")
             assert "no name server answered" in str(e.value)
+
+
+def test_clients_start_at_a_random_name_server_as_rocketmqs_do() -> None:
+    """RocketMQ's client starts its name-server rotation at a random index; all clients
+    starting at the first one all read the same stale route while that name server is cut
+    off with an old master (seen in a partition-master campaign)."""
+    addrs = ["10.0.0.1:9876", "10.0.0.2:9876", "10.0.0.3:9876"]
+    starts = {RouteCache(RemotingClient(), addrs)._ns_index for _ in range(60)}
+    assert starts == {0, 1, 2}  # each is missed with probability (2/3)^60 < 1e-10

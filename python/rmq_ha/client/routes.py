@@ -16,6 +16,7 @@ From a route it derives:
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -94,7 +95,11 @@ class RouteCache:
         self.namesrv_addrs = tuple(namesrv_addrs)
         self.timeout_s = timeout_s
         self.serialize_type = serialize_type
-        self._ns_index = 0
+        #: Where the name-server rotation starts: random, as RocketMQ's client does
+        #: (NettyRemotingClient's initValueIndex), so that clients spread over the name
+        #: servers. All starting at the first one made every client of a campaign read its
+        #: stale route while that name server was cut off with the old master.
+        self._ns_index = random.randrange(len(self.namesrv_addrs))
         self._routes: dict[str, TopicRouteData] = {}
         #: Why the last fetch of a topic found no route (shown when a send finds none).
         self._last_error: dict[str, str] = {}
