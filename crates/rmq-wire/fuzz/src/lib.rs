@@ -41,6 +41,7 @@ pub mod batch;
 pub mod driver;
 pub mod frames;
 pub mod ha;
+pub mod send;
 
 use rmq_wire::message::{
     body_crc, decode_record, decode_record_checked, decode_record_structure, encode_blank,

@@ -6,8 +6,8 @@
 //! ```
 //!
 //! Targets: `records` (the `decode_record` and `decode_stream` bodies, which share seeds),
-//! `decode_frames`, `decode_batch`, `decode_ha`; by default all of them, splitting SECONDS
-//! evenly.
+//! `decode_frames`, `decode_batch`, `decode_ha`, `send_frames`; by default all of them,
+//! splitting SECONDS evenly.
 //!
 //! `--write-corpus DIR` writes the seed inputs of one target to DIR (for
 //! `cargo fuzz run <target> DIR`) and exits: the `--target`'s, else the target DIR is named
@@ -18,9 +18,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rmq_wire_fuzz::driver::{replay_target, Target};
-use rmq_wire_fuzz::{batch, frames, ha, replay, seeds, Crash};
+use rmq_wire_fuzz::{batch, frames, ha, replay, seeds, send, Crash};
 
-const TARGETS: [Target; 3] = [frames::TARGET, batch::TARGET, ha::TARGET];
+const TARGETS: [Target; 4] = [frames::TARGET, batch::TARGET, ha::TARGET, send::TARGET];
 
 struct Args {
     seconds: f64,
@@ -57,7 +57,7 @@ fn parse_args() -> Result<Args, String> {
                 if !is_record_target(&t) && find_target(&t).is_none() {
                     return Err(format!(
                         "unknown target {t}: records, decode_record, decode_stream, \
-                         decode_frames, decode_batch, decode_ha"
+                         decode_frames, decode_batch, decode_ha, send_frames"
                     ));
                 }
                 args.target = Some(t);
