@@ -48,3 +48,29 @@ class QueueLocks:
     def holder(self, group: str, mq: QueueKey, now_ms: int) -> str | None:
         e = self._table.get(group, {}).get(mq)
         return e.client_id if e is not None and self._live(e, now_ms) else None
+
+
+def strict_quorum(total_replicas: int) -> int:
+    """lockInStrictMode: how many replicas of the group (this one included) must lock a queue
+    before a client holds it: a majority of totalReplicas."""
+    return total_replicas // 2 + 1
+
+
+def strict_lock_forwarded(strict: bool, only_this_broker: bool, total_replicas: int) -> bool:
+    """Whether LOCK_BATCH_MQ must be forwarded to the other replicas (strict mode, not a
+    forward itself, and a quorum larger than this replica)."""
+    return strict and not only_this_broker and strict_quorum(total_replicas) > 1
+
+
+def quorum_locked(
+    got: list[QueueKey], others: list[list[QueueKey]], total_replicas: int
+) -> list[QueueKey]:
+    """The queues of `got` (locked here) that enough replicas locked: `others` holds what each
+    other replica that answered the forward locked."""
+    counts = dict.fromkeys(got, 1)
+    for locked in others:
+        for k in locked:
+            if k in counts:
+                counts[k] += 1
+    need = strict_quorum(total_replicas)
+    return [k for k, n in counts.items() if n >= need]

@@ -72,14 +72,17 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from rmq_ha.broker import locks as locks_mod
 from rmq_ha.broker import offsets as offsets_mod
 from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
 from rmq_ha.broker.core.role import Role, RoleConfig, RoleCore
 from rmq_ha.broker.locks import QueueKey, QueueLocks
 from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.broker.special import delay as delay_mod
+from rmq_ha.broker.special.delay import DelayOffsets
 from rmq_ha.nameserver.routes import MinIdChange, RouteTable
-from rmq_ha.protocol.models import QueueData
+from rmq_ha.protocol.models import DataVersion, QueueData
 
 CLUSTER = "sim"
 GROUP = "broker-a"
@@ -87,8 +90,11 @@ TOPIC = "T"
 CGROUP = "cg"
 NS = "ns"
 QUEUES = (0, 1)
+#: Delay levels whose progress the special service moves on where it runs.
+LEVELS = (1, 2)
 #: No file is ever read or written: offsets are persisted into the simulated disk.
 _NO_FILE = Path("/nonexistent/rmq-ha-sim/consumerOffset.json")
+_NO_DELAY_FILE = Path("/nonexistent/rmq-ha-sim/delayOffset.json")
 
 
 class ActingViolation(Exception):
@@ -128,6 +134,8 @@ class ActingConfig:
     # Clients.
     commit_every_ms: tuple[int, int] = (150, 500)
     lock_every_ms: tuple[int, int] = (1_000, 4_000)
+    #: The delay service: how often, where it runs, it delivers the next due messages.
+    delay_every_ms: int = 700
     route_refresh_ms: int = 30_000
 
     @property
@@ -166,6 +174,9 @@ class Commit:
     #: Its broker was killed before persisting it; only another broker's copy held it.
     only_copied: bool = False
     forfeited: str | None = None
+    #: "offset": a consumer-offset commit (`queue` a queue id); "delay": delay progress the
+    #: special service made (`queue` a delay level, `offset` the progress after delivering).
+    kind: str = "offset"
 
 
 @dataclass
@@ -180,6 +191,10 @@ class Broker:
     #: The persisted consumer offsets (survive a kill -9) and the epoch file's last entry.
     disk_table: dict[str, dict[int, int]] = field(default_factory=dict)
     disk_raw: bytes | None = None
+    #: Delay progress (the REAL DelayOffsets) and what of it is persisted.
+    delay: DelayOffsets | None = None
+    delay_disk: dict[int, int] = field(default_factory=dict)
+    delay_raw: bytes | None = None
     last_epoch: int | None = None
     started_at: int = 0
     clock_base: int = 0
@@ -204,8 +219,8 @@ class Broker:
     acting_stopped: int = 0
     #: Pre-online: slave id -> when its metadata was pulled in this incarnation.
     pulled: dict[int, int] = field(default_factory=dict)
-    #: slave id -> (when, the offsets of the one queue table) of its last pull.
-    pull_tables: dict[int, tuple[int, dict[int, int]]] = field(default_factory=dict)
+    #: slave id -> (when, what it gave: (kind, queue or level) -> offset) of its last pull.
+    pull_tables: dict[int, tuple[int, dict[tuple[str, int], int]]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -244,6 +259,7 @@ class ActingResult:
     commits: int = 0
     refused: int = 0
     locks_granted: int = 0
+    delay_deliveries: int = 0
     takeovers: int = 0
     hand_backs: int = 0
     pre_onlines: int = 0
@@ -304,6 +320,17 @@ def _merge_takes_theirs() -> Any:
     return mock.patch.object(ConsumerOffsetManager, "merge_newer", merge_newer)
 
 
+def _delay_merge_takes_theirs() -> Any:
+    """Pre-online's merge of delay progress takes the slave's levels even where smaller."""
+
+    def merge_newer(self: DelayOffsets, raw: bytes) -> bool:
+        for level, off in json.loads(raw).get("offsetTable", {}).items():
+            self.table[int(level)] = int(off)
+        return True
+
+    return mock.patch.object(DelayOffsets, "merge_newer", merge_newer)
+
+
 def _never_stops_acting() -> Any:
     """An acting slave keeps acting when the smallest id moves back to the master."""
     orig = RoleCore._set_acting
@@ -316,14 +343,15 @@ def _never_stops_acting() -> Any:
 
 
 def _strict_lock_without_quorum() -> Any:
-    """LOCK_BATCH_MQ in strict mode locks on the asked broker alone."""
-    return mock.patch.object(ActingSim, "_lock_quorum", lambda self: 1)
+    """LOCK_BATCH_MQ in strict mode locks on the asked broker alone (the quorum is one)."""
+    return mock.patch.object(locks_mod, "strict_quorum", lambda total_replicas: 1)
 
 
 ACTING_BUGS: dict[str, tuple[Callable[[], Any], str]] = {
     "online-without-reverse-sync": (_online_without_reverse_sync, "pre-online"),
     "fenced-keeps-services": (_fenced_keeps_services, "fencing"),
     "merge-takes-theirs": (_merge_takes_theirs, "lost offset"),
+    "delay-merge-takes-theirs": (_delay_merge_takes_theirs, "delay progress went back"),
     "never-stops-acting": (_never_stops_acting, "split brain"),
     "strict-lock-without-quorum": (_strict_lock_without_quorum, "two clients"),
 }
@@ -532,6 +560,55 @@ def _revert_unfence_when_listed() -> Any:
     return mock.patch.object(RoleCore, "_fmq_check", check)
 
 
+def _revert_fence_check_every_event() -> Any:
+    """Before: isolation (FMQ fencing, an acting slave's name-server silence) was decided
+    at ticks only, so the first events after a long pause ran with the state from before it."""
+    return mock.patch.object(RoleCore, "_isolation_first", lambda self, now_ms, out: None)
+
+
+def _revert_probe_before_acting() -> Any:
+    """Before: a 905 saying the master went offline ended a slave's hand-back hold at once,
+    also when it was about a registration from before the master restarted (in pre-online)."""
+    orig = RoleCore._probe_hold
+
+    def probe(self: RoleCore, ev: e.MinBrokerChanged, now_ms: int, out: list[a.Action]) -> None:
+        if ev.offline_addr and ev.offline_addr == self.state.master_addr:
+            self.state.hand_back_until_ms = None
+            return
+        orig(self, ev, now_ms, out)
+
+    return mock.patch.object(RoleCore, "_probe_hold", probe)
+
+
+def _revert_delay_merge_keeps_max() -> Any:
+    """Before: pre-online took a slave's delay progress only when its DataVersion was not
+    older."""
+
+    def merge_newer(self: DelayOffsets, raw: bytes) -> bool:
+        doc = json.loads(raw)
+        dv = DataVersion.from_json(json.dumps(doc["dataVersion"]).encode())
+        if dv.compare(self.data_version) < 0:
+            return False
+        for level, off in doc.get("offsetTable", {}).items():
+            self.table[int(level)] = max(int(off), self.table.get(int(level), 0))
+        self.data_version = dv
+        self.dirty = True
+        return True
+
+    return mock.patch.object(DelayOffsets, "merge_newer", merge_newer)
+
+
+def _revert_delay_sync_keeps_own_progress() -> Any:
+    """Before: a slave's metadata sync overwrote its delay progress with the master's."""
+    orig = DelayOffsets.adopt
+
+    def adopt(self: DelayOffsets, raw: bytes) -> None:
+        self._local = False
+        orig(self, raw)
+
+    return mock.patch.object(DelayOffsets, "adopt", adopt)
+
+
 FIX_REVERTS: dict[str, tuple[Callable[[], Any], str]] = {
     "stop-acting-on-906": (_revert_stop_acting_on_906, "pre-online"),
     "hand-back-while-online": (_revert_hand_back_while_online, "lost offset"),
@@ -547,6 +624,13 @@ FIX_REVERTS: dict[str, tuple[Callable[[], Any], str]] = {
     "pre-online-follows-pusher": (_revert_pre_online_follows_pusher, "pre-online"),
     "fence-without-slave": (_revert_fence_without_slave, "split brain"),
     "unfence-when-listed": (_revert_unfence_when_listed, "split brain"),
+    "fence-check-every-event": (_revert_fence_check_every_event, "split brain"),
+    "probe-before-acting": (_revert_probe_before_acting, "pre-online"),
+    "delay-merge-keeps-max": (_revert_delay_merge_keeps_max, "delay progress went back"),
+    "delay-sync-keeps-own-progress": (
+        _revert_delay_sync_keeps_own_progress,
+        "delay progress went back",
+    ),
 }
 
 
@@ -564,6 +648,9 @@ class ActingSim:
     ) -> None:
         self.seed = seed
         self.rng = random.Random(f"acting-{seed}")
+        #: The delay service's own draws, so that modelling it left every other draw (and so
+        #: the seeds that found the earlier bugs) as it was.
+        self.delay_rng = random.Random(f"acting-delay-{seed}")
         self.cfg = cfg if cfg is not None else ActingConfig.for_seed(seed, self.rng)
         if clean:
             self.cfg = ActingConfig(**{**self.cfg.__dict__, "random_faults": False})
@@ -647,7 +734,13 @@ class ActingSim:
             fn, args = b.inbox.pop(0)
             fn(*args)
 
-    def every(self, b: Broker, period: int, fn: Callable[[Broker], None]) -> None:
+    def every(
+        self,
+        b: Broker,
+        period: int,
+        fn: Callable[[Broker], None],
+        rng: random.Random | None = None,
+    ) -> None:
         """A periodic task of `b`'s current incarnation (its period runs on b's clock)."""
         inc = b.incarnation
 
@@ -660,7 +753,7 @@ class ActingSim:
             fn(b)
             self.at(self.now + max(1, int(period / b.clock_rate)), run)
 
-        self.at(self.now + self.rng.randint(1, period), run)
+        self.at(self.now + (rng or self.rng).randint(1, period), run)
 
     def rpc(
         self,
@@ -699,6 +792,7 @@ class ActingSim:
         try:
             with ExitStack() as stack:
                 stack.enter_context(mock.patch.object(offsets_mod, "_now_ms", lambda: self.wall))
+                stack.enter_context(mock.patch.object(delay_mod, "wall_ms", lambda: self.wall))
                 self._run()
         except (ActingViolation, AssertionError) as exc:
             self.res.ok = False
@@ -839,6 +933,9 @@ class ActingSim:
         b.offsets = ConsumerOffsetManager(_NO_FILE, c.version_step)
         if b.disk_raw is not None:
             b.offsets.load_json(b.disk_raw)
+        b.delay = DelayOffsets(_NO_DELAY_FILE, c.version_step)
+        if b.delay_raw is not None:
+            b.delay.load_json(b.delay_raw)
         b.locks = QueueLocks(c.lock_expire_ms)
         self.log(f"{b.name} starts (incarnation {b.incarnation})")
         self._step(b, e.Started(b.addr, 0, 0, b.last_epoch, 0))
@@ -848,6 +945,7 @@ class ActingSim:
         self.every(b, c.register_ms, self._register)
         self.every(b, c.metadata_sync_ms, self._metadata_sync)
         self.every(b, c.offset_flush_ms, self._persist)
+        self.every(b, c.delay_every_ms, self._deliver_delayed, self.delay_rng)
         self.every(b, c.ha_ping_ms, self._ha_ping)
         self.every(b, c.ha_ping_ms, self._ha_housekeeping)
 
@@ -865,9 +963,11 @@ class ActingSim:
             self.send("x", NS, self._ns_unregister, b.addr)
 
     def _persist(self, b: Broker) -> None:
-        assert b.offsets is not None
+        assert b.offsets is not None and b.delay is not None
         b.disk_table = {k: dict(v) for k, v in b.offsets.table.items()}
         b.disk_raw = b.offsets.to_json(for_file=True)
+        b.delay_disk = dict(b.delay.table)
+        b.delay_raw = b.delay.to_json(for_file=True)
 
     def _wall_of(self, b: Broker) -> None:
         self.wall = 1_700_000_000_000 + self.now + b.wall_skew
@@ -911,6 +1011,8 @@ class ActingSim:
                 b.slaves.clear()
             case a.ArmVersionBump():
                 b.offsets.arm_version_bump()
+                assert b.delay is not None
+                b.delay.arm_version_bump()
             case a.Register():
                 self._register(b)
             case a.FetchMemberGroup():
@@ -1082,21 +1184,30 @@ class ActingSim:
         assert core is not None
         return m.ha_addr if core.is_master else ""
 
-    def _on_get_offsets(self, s: Broker) -> tuple[bytes, bool]:
-        assert s.offsets is not None and s.core is not None
-        return (s.offsets.to_json(), s.core.acting)
+    def _on_get_offsets(self, s: Broker) -> tuple[bytes, bool, bytes]:
+        """GET_ALL_CONSUMER_OFFSET and GET_ALL_DELAY_OFFSET (two requests in the broker,
+        answered here as one), and whether the slave acted when it answered."""
+        assert s.offsets is not None and s.core is not None and s.delay is not None
+        return (s.offsets.to_json(), s.core.acting, s.delay.to_json())
 
-    def _reverse_synced(self, m: Broker, sid: int, got: tuple[bytes, bool] | None) -> None:
+    def _reverse_synced(self, m: Broker, sid: int, got: tuple[bytes, bool, bytes] | None) -> None:
         if got is not None:
-            raw, still_acting = got
-            assert m.offsets is not None
+            raw, still_acting, delay_raw = got
+            assert m.offsets is not None and m.delay is not None
             self._wall_of(m)
-            m.offsets.merge_newer(raw)
+            took = m.offsets.merge_newer(raw)
+            if m.delay.merge_newer(delay_raw) or took:
+                # As io/acting.py's reverse_sync: what a pull took is persisted at once (a
+                # kill -9 right after must not lose it; seed 8385 modelled it unpersisted).
+                self._persist(m)
             self.res.reverse_syncs += 1
             # When the slave answered it still acted: it may acknowledge more afterwards.
             m.pulled[sid] = -1 if still_acting else self.now
             doc = json.loads(raw).get("offsetTable", {}).get(f"{TOPIC}@{CGROUP}", {})
-            m.pull_tables[sid] = (self.now, {int(q): int(o) for q, o in doc.items()})
+            table = {("offset", int(q)): int(o) for q, o in doc.items()}
+            levels = json.loads(delay_raw).get("offsetTable", {})
+            table.update({("delay", int(lv)): int(o) for lv, o in levels.items()})
+            m.pull_tables[sid] = (self.now, table)
         self._step(m, e.ReverseSynced(sid, got is not None))
         if got is not None and m.special_since is not None:
             # A hand-back while online: the master now holds what that slave acknowledged.
@@ -1121,12 +1232,14 @@ class ActingSim:
             owner=b,
         )
 
-    def _adopt(self, b: Broker, got: tuple[bytes, bool] | None) -> None:
-        assert b.core is not None and b.offsets is not None
+    def _adopt(self, b: Broker, got: tuple[bytes, bool, bytes] | None) -> None:
+        assert b.core is not None and b.offsets is not None and b.delay is not None
         if got is None or not b.core.copies_metadata:
             return
         self._wall_of(b)
         b.offsets.merge_from_json(got[0])
+        if not b.core.state.special:  # io/namesrv.py: not while its delay service runs
+            b.delay.adopt(got[2])
 
     # ---- HA connection (only what the role core hears of it) ----------------------------------
 
@@ -1236,6 +1349,22 @@ class ActingSim:
         ):
             self.res.takeover_ms = self.now - self.fault_at
 
+    def _deliver_delayed(self, b: Broker) -> None:
+        """The delay service where it runs (the core's `special`): delivers the next due
+        messages of a level and moves its progress on (DelayService.scan_level). Like
+        commits, deliveries stop at the heal (later progress would hide a regression)."""
+        core = b.core
+        assert core is not None and b.delay is not None
+        if self.healed or not core.state.special:
+            return
+        level = self.delay_rng.choice(LEVELS)
+        upto = b.delay.get(level) + self.delay_rng.randint(1, 3)
+        self._wall_of(b)
+        b.delay.update(level, upto)
+        by_master = core.is_master and core.state.pre_online is None
+        self.commits.append(Commit(level, upto, b.bid, self.now, by_master, kind="delay"))
+        self.res.delay_deliveries += 1
+
     def _lock_loop(self, cl: str) -> None:
         lo, hi = self.cfg.lock_every_ms
         self.at(self.now + self.rng.randint(lo, hi), self._lock_loop, cl)
@@ -1259,9 +1388,9 @@ class ActingSim:
             return "fenced"
         keys: list[QueueKey] = [(TOPIC, GROUP, q) for q in QUEUES]
         got = b.locks.try_lock_batch(CGROUP, keys, cl, b.clock(self.now))
-        quorum = self._lock_quorum()
-        if self.cfg.strict_locks and quorum > 1 and got:
-            counts = dict.fromkeys(got, 1)
+        total = self.cfg.replicas
+        if got and locks_mod.strict_lock_forwarded(self.cfg.strict_locks, False, total):
+            others: list[list[QueueKey]] = []
             for addr in core.group_members.values():
                 o = _bid_of(addr)
                 if o is None or o == b.bid:
@@ -1272,13 +1401,9 @@ class ActingSim:
                 assert other.core is not None
                 if other.core.data_plane_fenced:
                     continue
-                for k in other.locks.try_lock_batch(CGROUP, got, cl, other.clock(self.now)):
-                    counts[k] += 1
-            got = [k for k, n in counts.items() if n >= quorum]
+                others.append(other.locks.try_lock_batch(CGROUP, got, cl, other.clock(self.now)))
+            got = locks_mod.quorum_locked(got, others, total)
         return [k[2] for k in got]
-
-    def _lock_quorum(self) -> int:
-        return self.cfg.replicas // 2 + 1
 
     def _reachable(self, x: Broker, y: Broker) -> bool:
         return (
@@ -1385,26 +1510,30 @@ class ActingSim:
                 )
 
     def _check_holds(
-        self, x: Broker, why: str, pulls: dict[int, tuple[int, dict[int, int]]] | None = None
+        self,
+        x: Broker,
+        why: str,
+        pulls: dict[int, tuple[int, dict[tuple[str, int], int]]] | None = None,
     ) -> None:
-        """`x` serves now (and consumers read their offsets there): it must hold every commit
-        the group acknowledged. Excused: what a kill -9 lost unpersisted and uncopied, and what
-        a slave taking over never copied from the broker that acknowledged it (RocketMQ's
+        """`x` serves now (and consumers read their offsets there, its delay service goes on
+        from its progress): it must hold every commit the group acknowledged and all delay
+        progress the group made (progress that goes back delivers delayed messages again).
+        Excused: what a kill -9 lost unpersisted and uncopied, and what a slave taking over
+        never copied from the broker that acknowledged it (RocketMQ's
         takeover window: a slave copies every syncBrokerMetadataPeriod). A master (`pulls`:
         the slaves it pulled back, when, and the table each gave) must hold what it can know
         of: its own commits since it started, what each pulled slave acknowledged before its
         pull, and what each pulled table held; the rest comes back by a later hand-back."""
-        assert x.offsets is not None
         for c in self.commits:
             if c.forfeited is not None:
                 continue
             if pulls is not None and not (
                 (c.bid == x.bid and c.at >= x.started_at)
                 or (c.bid in pulls and c.at <= pulls[c.bid][0])
-                or any(t.get(c.queue, -1) >= c.offset for _, t in pulls.values())
+                or any(t.get((c.kind, c.queue), -1) >= c.offset for _, t in pulls.values())
             ):
                 continue
-            if (x.offsets.query(CGROUP, TOPIC, c.queue) or -1) >= c.offset:
+            if self._value(x, c) >= c.offset:
                 continue
             if not c.serving:
                 c.forfeited = "stale route"
@@ -1419,16 +1548,29 @@ class ActingSim:
                 self.res.copy_losses += 1
                 continue
             who = "the master" if c.by_master else f"broker {c.bid} (acting or pre-online)"
+            if c.kind == "delay":
+                raise ActingViolation(
+                    f"delay progress went back ({why}): level {c.queue} delivered up to "
+                    f"{c.offset} at {c.at} by {who}, {x.name}'s progress is {self._value(x, c)}"
+                )
             raise ActingViolation(
                 f"lost offset ({why}): queue {c.queue} offset {c.offset} acknowledged at {c.at} "
-                f"by {who} is not in {x.name}'s table, which holds "
-                f"{x.offsets.query(CGROUP, TOPIC, c.queue)}"
+                f"by {who} is not in {x.name}'s table, which holds {self._value(x, c)}"
             )
 
+    @staticmethod
+    def _value(b: Broker, c: Commit) -> int:
+        """What `b`'s live table holds where `c` went (-1: nothing)."""
+        if c.kind == "delay":
+            return b.delay.table.get(c.queue, -1) if b.delay is not None else -1
+        if b.offsets is None:
+            return -1
+        got = b.offsets.query(CGROUP, TOPIC, c.queue)
+        return -1 if got is None else got
+
     def _holds(self, b: Broker, c: Commit) -> bool:
-        if b.up and b.offsets is not None:
-            if (b.offsets.query(CGROUP, TOPIC, c.queue) or -1) >= c.offset:
-                return True
+        if b.up and self._value(b, c) >= c.offset:
+            return True
         return self._disk_holds(b, c)
 
     def _forfeit(self, b: Broker) -> None:
@@ -1447,6 +1589,8 @@ class ActingSim:
             c.forfeited = "crash"
 
     def _disk_holds(self, b: Broker, c: Commit) -> bool:
+        if c.kind == "delay":
+            return b.delay_disk.get(c.queue, -1) >= c.offset
         return b.disk_table.get(f"{TOPIC}@{CGROUP}", {}).get(c.queue, -1) >= c.offset
 
     def _final_check(self) -> None:

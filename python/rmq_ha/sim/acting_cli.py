@@ -63,7 +63,8 @@ def summarize(results: Sequence[ActingResult], wall_s: float, jobs: int) -> str:
         f"{n - len(failed)}/{n} acting-master seeds passed in {wall_s:.1f} s on {jobs} job(s): "
         f"{per_seed:.1f} ms and {total('events') / max(n, 1):.0f} events per seed",
         f"  commits acknowledged {total('commits')}, refused {total('refused')}; strict locks "
-        f"granted {total('locks_granted')}; takeovers {total('takeovers')}, hand-backs "
+        f"granted {total('locks_granted')}; delay deliveries {total('delay_deliveries')}; "
+        f"takeovers {total('takeovers')}, hand-backs "
         f"{total('hand_backs')}, returning masters' pre-onlines {total('pre_onlines')}, "
         f"metadata pulls {total('reverse_syncs')}",
         f"  documented losses (excused, docs/acting-master.md): offsets a kill -9 lost "

@@ -172,6 +172,11 @@ class RoleState:
     #: had not persisted, and the slave's copy was overwritten before the master pulled it
     #: (found by the acting-master simulator, seed 657).
     handed_back_by: str | None = None
+    #: Classic slave holding for a returning master: a 905 said that master went offline,
+    #: and the master was asked (906) whether it is alive; the 905 is acted on only if it
+    #: does not answer (the name servers may have dropped an earlier registration of a
+    #: master that restarted and is in pre-online now).
+    hold_probe: e.MinBrokerChanged | None = None
 
 
 class RoleCore:
@@ -272,6 +277,8 @@ class RoleCore:
 
     def step(self, event: e.Event, now_ms: int) -> list[a.Action]:
         out: list[a.Action] = []
+        if not isinstance(event, e.Started | e.Tick):
+            self._isolation_first(now_ms, out)
         match event:
             case e.Started():
                 self._started(event, now_ms, out)
@@ -316,8 +323,7 @@ class RoleCore:
             case e.NamesrvAnswered():
                 self._namesrv_answered(event, now_ms, out)
             case e.MinBrokerChanged():
-                if event.offline_addr and event.offline_addr == self.state.master_addr:
-                    self.state.hand_back_until_ms = None  # 905: the master was online, died
+                self._probe_hold(event, now_ms, out)
                 self._min_broker_changed(event, now_ms, out)
             case e.MemberGroup():
                 self._member_group(event, now_ms, out)
@@ -697,6 +703,7 @@ class RoleCore:
             s.master_addr = ev.master_addr
         if self.cfg.acting_master:
             s.handed_back_by = ev.master_addr
+            s.hold_probe = None  # it is alive
             # The name servers may not list the master yet (its pre-online): until a view
             # lists it, one without it does not make us act (a slave that had not noticed the
             # master's death acted on the first such view, after the master pulled it; found
@@ -733,9 +740,49 @@ class RoleCore:
             out.append(a.Log(INFO, f"id {self.cfg.broker_id} stops acting as master"))
         self._reconcile_special(out)
 
+    def _probe_hold(self, ev: e.MinBrokerChanged, now_ms: int, out: list[a.Action]) -> None:
+        """A 905 saying the master we hold for went offline. Only a registered master goes
+        offline, but the registration may be one from before the master restarted: a master
+        in pre-online is not registered, and the name servers drop its old registration when
+        it expires. Acting on that 905 at once, a slave acted while the master pulled its
+        metadata (found by the acting-master simulator, seeds 1478 and 2649). So ask the
+        master (906): it answers if it is alive, in pre-online or online; if it does not, it
+        died after handing us back and we act now, not at the end of the hold."""
+        s = self.state
+        if not ev.offline_addr or ev.offline_addr != s.master_addr:
+            return
+        if s.hand_back_until_ms is None:
+            return
+        if s.pre_online is not None or now_ms >= s.hand_back_until_ms:
+            s.hand_back_until_ms = None
+            return
+        if s.hold_probe is None:
+            out.append(
+                a.Log(INFO, f"905: master {ev.offline_addr} offline while held for: asking it")
+            )
+            out.append(a.AskMasterHa(ev.offline_addr))
+        s.hold_probe = ev
+
+    def _probe_answered(self, ev: e.MasterHaAnswered, now_ms: int, out: list[a.Action]) -> None:
+        s = self.state
+        probe = s.hold_probe
+        if probe is None or ev.master_addr != probe.offline_addr:
+            return
+        s.hold_probe = None
+        if s.hand_back_until_ms is None:
+            return  # a newer view decided meanwhile
+        if ev.ha_addr:
+            out.append(a.Log(INFO, f"master {ev.master_addr} answers: still holding for it"))
+            return
+        out.append(a.Log(INFO, f"master {ev.master_addr} does not answer: the 905 stands"))
+        s.hand_back_until_ms = None
+        self._min_broker_changed(probe, now_ms, out)
+
     def _master_ha_answered(self, ev: e.MasterHaAnswered, now_ms: int, out: list[a.Action]) -> None:
         s = self.state
         p = s.pre_online
+        if p is None or p.phase != "ask":
+            self._probe_answered(ev, now_ms, out)
         if p is not None and p.phase == "ask":
             if not ev.ha_addr:
                 self._pre_online_retry(p, now_ms, "the master gave no HA address", out)
@@ -799,6 +846,13 @@ class RoleCore:
             s.isolated_fence = False
             s.pulled = set()  # a slave may have acted meanwhile: hand every slave back
             out.append(a.Log(WARNING, "master unfenced: contact is back"))
+
+    def _isolation_first(self, now_ms: int, out: list[a.Action]) -> None:
+        """Isolation is a matter of time, so any event may be the first after a long pause:
+        it is decided before the event is acted on, not only at the next tick (a master resumed
+        after a 20 s stop ran the special services beside two acting slaves until its tick;
+        found by the acting-master simulator, seed 11070)."""
+        self._fmq_check(now_ms, out)
 
     def _namesrv_contact(self, now_ms: int, out: list[a.Action]) -> None:
         """A name server answered. After a silence in which the name servers may have dropped

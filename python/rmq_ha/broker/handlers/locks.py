@@ -9,6 +9,7 @@ import logging
 
 import trio
 
+from rmq_ha.broker.locks import quorum_locked, strict_lock_forwarded
 from rmq_ha.broker.ports import Ports
 from rmq_ha.clock import wall_ms as now_ms
 from rmq_ha.net.connection import Connection
@@ -32,21 +33,22 @@ def register(d: Dispatcher, p: Ports) -> None:
         group, client = req.consumer_group or "", req.client_id or ""
         keys = [(mq.topic, mq.broker_name, mq.queue_id) for mq in req.mq_set]
         got = p.locks.try_lock_batch(group, keys, client, now_ms())
-        quorum = p.cfg.total_replicas // 2 + 1
-        if p.cfg.lock_in_strict_mode and not req.only_this_broker and quorum > 1 and got:
-            counts = dict.fromkeys(got, 1)
+        total = p.cfg.total_replicas
+        if got and strict_lock_forwarded(p.cfg.lock_in_strict_mode, req.only_this_broker, total):
             fwd = LockBatchRequestBody(
                 consumer_group=group,
                 client_id=client,
                 only_this_broker=True,
                 mq_set={MessageQueue(topic=t, broker_name=b, queue_id=q) for t, b, q in got},
             )
-            for locked in await _on_other_replicas(p, RC.LOCK_BATCH_MQ, fwd.to_json()):
-                for mq in LockBatchResponseBody.from_json(locked).lock_ok_mq_set:
-                    k = (mq.topic, mq.broker_name, mq.queue_id)
-                    if k in counts:
-                        counts[k] += 1
-            got = [k for k, n in counts.items() if n >= quorum]
+            others = [
+                [
+                    (mq.topic, mq.broker_name, mq.queue_id)
+                    for mq in LockBatchResponseBody.from_json(locked).lock_ok_mq_set
+                ]
+                for locked in await _on_other_replicas(p, RC.LOCK_BATCH_MQ, fwd.to_json())
+            ]
+            got = quorum_locked(got, others, total)
         body = LockBatchResponseBody(
             lock_ok_mq_set={MessageQueue(topic=t, broker_name=b, queue_id=q) for t, b, q in got}
         )

@@ -112,6 +112,8 @@ class DelayOffsets:
         self.state_version = 0
         self._updates = 0
         self.dirty = False
+        #: Progress was made here since the master's was last adopted (while acting).
+        self._local = False
         self._load()
 
     def _load(self) -> None:
@@ -126,10 +128,15 @@ class DelayOffsets:
                 f"delay offsets {self.path} are unreadable: {e}", str(self.path)
             ) from None
 
+    def load_json(self, raw: bytes) -> None:
+        """The progress as `persist` wrote it."""
+        self._adopt(raw)
+
     def _adopt(self, raw: bytes) -> None:
         self.table, dv = _parse_offsets(raw)
         if dv is not None:
             self.data_version = dv
+        self._local = bool(json_compat.loads(raw).get("localUpdates", False))
 
     def get(self, level: int) -> int:
         return self.table.get(level, 0)
@@ -137,32 +144,46 @@ class DelayOffsets:
     def update(self, level: int, offset: int) -> None:
         self.table[level] = offset
         self.dirty = True
+        self._local = True
         self._updates += 1
         if self._updates >= self.version_step:
             self._updates = 0
             self.data_version = self.data_version.next_version(wall_ms(), self.state_version)
 
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "offsetTable": {str(k): v for k, v in sorted(self.table.items())},
-                "dataVersion": json.loads(self.data_version.to_json()),
-            }
-        ).encode()
+    def to_json(self, *, for_file: bool = False) -> bytes:
+        """The GET_ALL_DELAY_OFFSET body; the file adds `localUpdates` when progress was made
+        here since the master's was last adopted."""
+        doc: dict[str, object] = {
+            "offsetTable": {str(k): v for k, v in sorted(self.table.items())},
+            "dataVersion": json.loads(self.data_version.to_json()),
+        }
+        if for_file and self._local:
+            doc["localUpdates"] = True
+        return json.dumps(doc).encode()
 
     def merge_newer(self, raw: bytes) -> bool:
-        """Takes another replica's delayOffset.json (GET_ALL_DELAY_OFFSET body) when its
-        DataVersion is not older than ours (RocketMQ's local <= remote), keeping the larger
-        offset of each level (progress never goes back); True when taken (pre-online reverse
-        sync)."""
+        """Pre-online (reverse sync): takes back the progress another replica made beyond
+        ours (GET_ALL_DELAY_OFFSET body), the larger offset of each level (progress never
+        goes back), whatever the two DataVersions say; the version moves on to theirs when it
+        is newer. True when anything was taken.
+
+        RocketMQ takes the other table only when its version is not older (local <= remote),
+        but the versions of tables that diverged are not comparable (a master restarted from
+        its file and a slave that acted from its last copy each moved theirs on): a slave that
+        acted with fewer version bumps looked older and the master delivered its messages
+        again (found by the acting-master simulator, issue 14, as for consumer offsets)."""
         table, dv = _parse_offsets(raw)
-        if dv is None or dv.compare(self.data_version) < 0:
-            return False
+        changed = False
         for level, off in table.items():
-            self.table[level] = max(off, self.table.get(level, 0))
-        self.data_version = dv
-        self.dirty = True
-        return True
+            if off > self.table.get(level, -1):
+                self.table[level] = off
+                changed = True
+        if dv is not None and dv.compare(self.data_version) > 0:
+            self.data_version = dv
+            changed = True
+        if changed:
+            self.dirty = True
+        return changed
 
     def arm_version_bump(self) -> None:
         """The next update moves the version on (a slave starts acting for its master)."""
@@ -171,8 +192,19 @@ class DelayOffsets:
     def adopt(self, raw: bytes) -> None:
         """A slave copies its master's progress and version (the periodic slave sync); the
         next update after that moves the version on, so progress made while acting for a
-        dead master is always newer than the master's."""
+        dead master is always newer than the master's. Progress made here since the last
+        copy (while acting) is kept while it is ahead of the master's, and so is this table's
+        version, until the master has pulled it back: copying the master's older table first
+        delivered those messages again (found by the acting-master simulator, issue 14, as
+        for consumer offsets)."""
         table, dv = _parse_offsets(raw)
+        if self._local and any(off > table.get(lv, -1) for lv, off in self.table.items()):
+            for level, off in table.items():
+                if off > self.table.get(level, -1):
+                    self.table[level] = off
+                    self.dirty = True
+            return
+        self._local = False
         if table != self.table or (dv is not None and dv != self.data_version):
             self.table = table
             if dv is not None:
@@ -182,7 +214,7 @@ class DelayOffsets:
 
     def persist(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, self.to_json())
+        write_atomic(self.path, self.to_json(for_file=True))
         self.dirty = False
 
 
