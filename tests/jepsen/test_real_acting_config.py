@@ -50,6 +50,7 @@ BROKER_KEYS = {
     "autoCreateSubscriptionGroup",
     "mappedFileSizeCommitLog",
     "diskMaxUsedSpaceRatio",
+    "slaveReadEnable",
     "brokerHeartbeatInterval",
     "brokerNotActiveTimeoutMillis",
     "syncBrokerMemberGroupPeriod",
@@ -96,6 +97,7 @@ def test_master_and_slave_of_a_group_with_slave_acting_master(tmp_path):
         assert set(c) == BROKER_KEYS
         assert (c["enableSlaveActingMaster"], c["enableRemoteEscape"]) == ("true", "true")
         assert c["compatibleWithOldNameSrv"] == "false"
+        assert c["slaveReadEnable"] == "true"  # rmq_ha's slaves serve pulls, RocketMQ's must
         assert c["namesrvAddr"] == "127.0.0.1:9876"
         assert c["brokerClusterName"] == realrmq.ACTING_CLUSTER
     assert (m["brokerId"], m["brokerRole"], m["totalReplicas"]) == (0, "SYNC_MASTER", 2)

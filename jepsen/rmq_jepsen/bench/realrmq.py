@@ -675,6 +675,10 @@ def acting_broker_conf(
         "autoCreateSubscriptionGroup": "true",
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,
         "diskMaxUsedSpaceRatio": 95,
+        # rmq_ha's slaves serve pulls (the acting slave must: consumers read on from it);
+        # RocketMQ's refuse them unless slaveReadEnable (PullMessageProcessor.rejectRequest
+        # answers SYSTEM_BUSY "[REJECTREQUEST]system busy" to every pull otherwise).
+        "slaveReadEnable": "true",
         **FAST_ACTING,
         **(overrides or {}),
     }
