@@ -21,8 +21,9 @@ from typing import Any
 
 import trio
 
-from rmq_jepsen import checkout
+from rmq_jepsen import checkout, existing
 from rmq_jepsen.control import Control, Host, Remote
+from rmq_jepsen.existing import Deployment, ExistingRole
 from rmq_jepsen.launch import java_argv
 from rmq_jepsen.secure import Security
 from rmq_jepsen.state import StateDir
@@ -509,11 +510,19 @@ class DB:
         kind: str = "rmq_ha",
         jvm: JvmSizes | None = None,
         rocketmq_version: str | None = None,
+        deployment: Deployment | None = None,
     ) -> None:
         if kind not in DBS:
             raise ValueError(f"--db {kind}: unknown database (known: {', '.join(DBS)})")
         if kind == "rocketmq" and security is not None:
             raise ValueError("--db rocketmq with --secure is not supported")
+        if deployment is not None and kind != "rocketmq":
+            raise ValueError("a host file with a [deployment] runs against it: --db rocketmq")
+        #: An existing RocketMQ deployment (rmq_jepsen.existing): nothing installed, configured
+        #: or started by the bench; its JVMs found by their command lines.
+        self.deployment = deployment
+        #: The brokers' brokerClusterName (topics are created in it).
+        self.cluster_name = deployment.cluster if deployment is not None else CLUSTER
         self.control = control
         #: Which database the roles run: rmq_ha, or real Apache RocketMQ (JVMs, --db rocketmq).
         self.kind = kind
@@ -533,7 +542,10 @@ class DB:
         self.clock_faults = clock_faults
         self.install_spec = install or Install()
         plan = plan_rocketmq_roles if kind == "rocketmq" else plan_roles
-        self.roles = plan(topology, control.hosts, self.timing)
+        if deployment is not None:
+            self.roles = existing_roles(deployment)
+        else:
+            self.roles = plan(topology, control.hosts, self.timing)
         self.by_name = {r.name: r for r in self.roles}
         #: Roles that are supposed to be down right now (killed by a nemesis, not restarted).
         self.down: set[str] = set()
@@ -581,6 +593,9 @@ class DB:
         bench's own environment. Other hosts get the rmq-ha wheel (`Install.wheel`, else one
         built from the checkout `source`)."""
         spec = self.install_spec
+        if self.deployment is not None:
+            await self._find_running()
+            return
         if self.kind == "rocketmq":
             await self._install_rocketmq()
         if not spec.rmq_ha_bin:
@@ -657,6 +672,52 @@ class DB:
 
         await self.control.on_all(self.control.nodes, check)
 
+    # ---- an existing deployment (rmq_jepsen.existing) -----------------------------------------
+
+    def _existing(self, role: Role) -> ExistingRole:
+        assert self.deployment is not None
+        return self.deployment.role(role.name)
+
+    async def find_pid(self, role: Role) -> int:
+        """The pid of the role's JVM in an existing deployment (DeploymentError: none or
+        several java processes match its regex)."""
+        e = self._existing(role)
+        r = await self.control.run(role.node, existing.pid_command(e), check=False)
+        return existing.parse_pids(e, r.out)
+
+    async def _find_running(self) -> None:
+        """Every role of the existing deployment runs: its pid (errors name every role that
+        does not, or is ambiguous)."""
+        errors: list[str] = []
+
+        async def one(role: Role) -> None:
+            try:
+                role.pid = await self.find_pid(role)
+            except existing.DeploymentError as e:
+                errors.append(str(e))
+
+        async with trio.open_nursery() as nursery:
+            for role in self.roles:
+                nursery.start_soon(one, role)
+        if errors:
+            raise existing.DeploymentError("; ".join(sorted(errors)))
+
+    async def _start_existing(self, role: Role) -> int:
+        """Runs the deployment's own start command for the role, then finds its new JVM."""
+        await self.control.run(role.node, existing.start_command(self._existing(role)))
+        deadline = trio.current_time() + self.ready_timeout_s
+        while True:
+            try:
+                pid = await self.find_pid(role)
+                break
+            except existing.DeploymentError:
+                if trio.current_time() > deadline:
+                    raise
+                await trio.sleep(0.2)
+        role.pid = pid
+        self.down.discard(role.name)
+        return pid
+
     def _command(self, role: Role) -> str:
         """The command line that runs `role` on its node."""
         d = role.dir(self.host(role))
@@ -679,7 +740,10 @@ class DB:
         )
 
     async def setup(self) -> None:
-        """Wipes each role's directory and writes its config (and the fake-clock file)."""
+        """Wipes each role's directory and writes its config (and the fake-clock file); an
+        existing deployment is left as it is."""
+        if self.deployment is not None:
+            return
 
         async def one(role: Role) -> None:
             h = self.host(role)
@@ -731,6 +795,8 @@ class DB:
         return f"{role.node}/{role.name}"
 
     async def start(self, role: Role) -> int:
+        if self.deployment is not None:
+            return await self._start_existing(role)
         h = self.host(role)
         d = role.dir(h)
         cmd = self._command(role)
@@ -761,6 +827,9 @@ class DB:
     def _ready_probe(self, role: Role) -> str:
         """A shell command that prints the role's address once it is up (else nothing)."""
         d = role.dir(self.host(role))
+        if self.deployment is not None:  # its log is its own: up once it listens
+            e = self._existing(role)
+            return f"{existing.listening_command(e)} && echo {shlex.quote(e.addr)}"
         if self.kind == "rocketmq":
             off = self._log_offset.get(role.name, 0) + 1
             pat = shlex.quote(ROCKETMQ_READY[role.kind])
@@ -794,6 +863,11 @@ class DB:
         brokers start once its controllers have elected a leader (as RealControllerGroup)."""
         timeout_s = max(60.0, self.ready_timeout_s) if timeout_s is None else timeout_s
         t0 = time.monotonic()
+        if self.deployment is not None:  # already running (install found every JVM)
+            async with trio.open_nursery() as nursery:
+                for r in self.roles:
+                    nursery.start_soon(self.wait_ready, r, timeout_s)
+            return time.monotonic() - t0
         for kind in ("namesrv", "broker"):
             rs = [r for r in self.roles if r.kind == kind]
             async with trio.open_nursery() as nursery:
@@ -815,6 +889,11 @@ class DB:
         raise RuntimeError(f"no controller leader in {timeout_s:.0f} s ({view.last_error})")
 
     async def signal(self, role: Role, sig: str) -> bool:
+        if self.deployment is not None and role.name not in self.down:
+            try:  # the JVM running now (someone else may have restarted it)
+                role.pid = await self.find_pid(role)
+            except existing.DeploymentError:
+                return False
         if role.pid is None:
             return False
         pid = role.pid
@@ -832,7 +911,14 @@ class DB:
         await self.signal(role, "CONT")
 
     async def stop(self, role: Role, grace_s: float = 5.0) -> None:
-        """SIGCONT + SIGTERM, then SIGKILL after `grace_s`; forgets the process."""
+        """SIGCONT + SIGTERM, then SIGKILL after `grace_s`; forgets the process. A role of an
+        existing deployment is never stopped: resumed, and started again if a fault killed it,
+        so the deployment is left running as it was found."""
+        if self.deployment is not None:
+            await self.signal(role, "CONT")
+            if role.name in self.down or not await self.alive(role):
+                await self.restart(role)
+            return
         if role.pid is not None:
             await self.signal(role, "CONT")
             await self.signal(role, "TERM")
@@ -872,6 +958,8 @@ class DB:
         """Copies each node's role directories (logs, configs, and with `data` the stores)
         into run_dir/nodes/<node>/."""
         out: dict[str, int] = {}
+        if self.deployment is not None:
+            return await self._collect_existing(run_dir)
         exclude: tuple[str, ...] = () if data else ("*/store", "*/controller")
         if self.security is not None:
             exclude += SECRET_FILES  # --secure: keys and the ACL file stay on the nodes
@@ -887,6 +975,49 @@ class DB:
             for conf in (run_dir / "nodes").glob("*/*/role.conf"):
                 conf.write_text(redact_secrets(conf.read_text()))
         return out
+
+    async def _collect_existing(self, run_dir: Path) -> dict[str, int]:
+        """Copies the `logs` paths of each role of an existing deployment into
+        run_dir/nodes/<node>/<role>/ (directories as trees, files as files)."""
+        out: dict[str, int] = {}
+
+        async def one(role: Role) -> None:
+            for i, path in enumerate(self._existing(role).logs):
+                dest = run_dir / "nodes" / role.node / role.name / f"{i}-{Path(path).name}"
+                n = await self.control.call(
+                    role.node, functools.partial(_fetch_path, path=path, dest=dest)
+                )
+                out[role.node] = out.get(role.node, 0) + n
+
+        async with trio.open_nursery() as nursery:
+            for role in self.roles:
+                nursery.start_soon(one, role)
+        return out
+
+
+def _fetch_path(remote: Remote, path: str, dest: Path) -> int:
+    """A directory as a tree, a file as itself; bytes copied (0: neither exists)."""
+    if remote.run(f"test -d {shlex.quote(path)}", check=False).rc == 0:
+        return remote.fetch_tree(path, dest)
+    if remote.run(f"test -f {shlex.quote(path)}", check=False).rc != 0:
+        return 0
+    remote.fetch(path, dest)
+    return dest.stat().st_size
+
+
+def existing_roles(dep: Deployment) -> list[Role]:
+    """The bench's roles for an existing deployment: names, nodes and ports from its host
+    file; no config (RocketMQ's own files on the hosts are not the bench's)."""
+    replica: dict[str, int] = {}
+    out = []
+    for e in dep.roles:
+        r = Role(e.name, e.kind, e.node, e.port, {}, e.group, 0, e.ha_port)
+        if e.group is not None:
+            r.replica = replica.get(e.group, 0)
+            replica[e.group] = r.replica + 1
+        r.ctl_port = e.controller_port
+        out.append(r)
+    return out
 
 
 def _proc_state(remote: Remote, pid: int) -> str | None:

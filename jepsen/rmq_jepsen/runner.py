@@ -24,13 +24,14 @@ import random
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from rmq_jepsen import checkout, secure
+from rmq_jepsen import checkout, existing, secure
 from rmq_jepsen import generator as gen
 from rmq_jepsen import hosts as hostmod
 from rmq_jepsen.control import ActionLog, Control, Host
@@ -189,6 +190,17 @@ def check_options(opts: CampaignOptions) -> None:
         raise CampaignError(f"--topology {opts.topology}: unknown topology")
     if opts.db not in DBS:
         raise CampaignError(f"--db {opts.db}: unknown database (known: {', '.join(DBS)})")
+    dep = _deployment_table(opts.hosts)
+    if dep is not None and opts.db != "rocketmq":
+        raise CampaignError(
+            f"--hosts {opts.hosts} describes an existing RocketMQ deployment ([deployment]): "
+            "run it with --db rocketmq"
+        )
+    if dep is not None and dep.get("topology", "controller") != opts.topology:
+        raise CampaignError(
+            f"--hosts {opts.hosts}: the deployment's topology is "
+            f"{dep.get('topology', 'controller')!r}, not --topology {opts.topology}"
+        )
     if opts.db != "rocketmq":
         return
     if opts.topology not in ROCKETMQ_TOPOLOGIES:
@@ -198,11 +210,26 @@ def check_options(opts: CampaignOptions) -> None:
         )
     if opts.secure:
         raise CampaignError("--db rocketmq with --secure is not supported")
-    if opts.hosts not in ("local", "loopback"):
+    if opts.hosts not in ("local", "loopback") and dep is None:
         raise CampaignError(
             f"--db rocketmq --hosts {opts.hosts}: only local hosts (namespaces or loopback) are "
-            "supported; remote hosts would need RocketMQ's jars copied to them"
+            "supported for a RocketMQ the bench deploys (remote hosts would need its jars copied "
+            "to them); for RocketMQ already running on remote hosts, describe it in the host "
+            "file's [deployment] (docs/bench.md)"
         )
+
+
+def _deployment_table(hosts: str) -> dict[str, Any] | None:
+    """The [deployment] table of a host file (None: not a file, or none in it)."""
+    if hosts in ("local", "loopback", "vagrant"):
+        return None
+    p = Path(hosts)
+    if not p.is_file():
+        return None
+    text = p.read_text()
+    data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+    dep = data.get("deployment")
+    return dict(dep) if isinstance(dep, dict) else None
 
 
 def plan_variants(
@@ -300,6 +327,12 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
     t = time.monotonic()
     provider, hosts = resolve_hosts(opts, state, say)
     timings["hosts_s"] = time.monotonic() - t
+    deployment = existing.load_deployment(opts.hosts, hosts) if provider == "file" else None
+    if deployment is not None:
+        out.notes.append(
+            "an existing RocketMQ deployment: nothing installed, configured or started; its "
+            "JVMs found by their command lines"
+        )
     if provider == "loopback" and opts.hosts == "local":
         out.notes.append("not root: ran on loopback processes; partitions were skipped")
     controller = topo.mode == "controller"
@@ -336,6 +369,7 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
         kind=opts.db,
         jvm=opts.jvm,
         rocketmq_version=opts.rocketmq_version,
+        deployment=deployment,
     )
     source = checkout.find()
     client_ip = "127.0.0.1" if provider == "loopback" else _control_ip(state, hosts)

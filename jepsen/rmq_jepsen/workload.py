@@ -69,7 +69,7 @@ from rmq_ha.history import TXN_COMMITTED, Read, Value
 from rmq_ha.protocol.message import PROPERTY_POP_CK
 from rmq_ha.protocol.pop import ExtraInfo
 from rmq_jepsen import generator as gen
-from rmq_jepsen.db import CLUSTER, DB, ClusterView
+from rmq_jepsen.db import DB, ClusterView
 from rmq_jepsen.recorder import Recorder
 
 log = logging.getLogger("rmq_jepsen.workload")
@@ -282,7 +282,7 @@ class Workloads:
                     async with Admin(self.namesrv, config=self.client()) as admin:
                         await admin.create_topic(
                             topic,
-                            cluster=CLUSTER,
+                            cluster=self.db.cluster_name,
                             queue_nums=self.opts.queues_per_broker,
                             order=kind == "ordered",
                             wait_for_route_s=10,
