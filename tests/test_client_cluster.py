@@ -249,3 +249,25 @@ def test_clients_start_at_a_random_name_server_as_rocketmqs_do() -> None:
     addrs = ["10.0.0.1:9876", "10.0.0.2:9876", "10.0.0.3:9876"]
     starts = {RouteCache(RemotingClient(), addrs)._ns_index for _ in range(60)}
     assert starts == {0, 1, 2}  # each is missed with probability (2/3)^60 < 1e-10
+
+
+def test_a_changed_route_is_logged_with_the_name_server_that_said_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Which name server gave which master is what an operator needs after a failover (in a
+    partition campaign two name servers served different masters for seconds)."""
+    from rmq_ha.protocol.models import BrokerData, TopicRouteData
+
+    cache = RouteCache(RemotingClient(), ["10.0.0.1:9876"])
+
+    def route(addrs: dict[int, str]) -> TopicRouteData:
+        return TopicRouteData(broker_datas=[BrokerData("c", "broker-a", addrs)])
+
+    with caplog.at_level("INFO", logger="rmq_ha.client.routes"):
+        cache._store("T", route({0: "a:1", 1: "b:1"}))  # first sight: nothing to say
+        cache._store("T", route({0: "a:1", 1: "b:1"}))  # unchanged
+        cache._store("T", route({0: "b:1", 1: "a:1"}))
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert "route of broker-a (topic T) changed, from name server 10.0.0.1:9876" in msg
+    assert "{0: 'a:1', 1: 'b:1'} -> {0: 'b:1', 1: 'a:1'}" in msg
+    assert cache.master_addr("broker-a") == "b:1"

@@ -169,7 +169,19 @@ class RouteCache:
         for bd in route.broker_datas:
             # The newest route is the truth for a broker group (a replaced master, a removed
             # slave), so the whole address map is replaced.
-            self._brokers[bd.broker_name] = dict(bd.broker_addrs)
+            new = dict(bd.broker_addrs)
+            old = self._brokers.get(bd.broker_name)
+            if old is not None and old != new:
+                # As RocketMQ's client logs a changed route: which name server said what.
+                log.info(
+                    "route of %s (topic %s) changed, from name server %s: %s -> %s",
+                    bd.broker_name,
+                    topic,
+                    self.namesrv_addrs[self._ns_index],
+                    dict(sorted(old.items())),
+                    dict(sorted(new.items())),
+                )
+            self._brokers[bd.broker_name] = new
 
     async def get(self, topic: str) -> TopicRouteData | None:
         """The cached route, fetched first if the topic is new."""
