@@ -67,6 +67,10 @@ def test_group_seeds_keep_the_invariants() -> None:
     assert sum(r.acked for r in results) > 20 * SEEDS
     # A failover was measured in nearly every seed (the master fault can hit no master).
     assert sum(r.failover_ms is not None for r in results) > SEEDS * 9 // 10
+    # Consumer offsets: committed, copied by slaves, and checked at each takeover.
+    assert sum(r.offset_commits for r in results) > 20 * SEEDS
+    assert sum(r.offset_syncs for r in results) > 3 * SEEDS
+    assert sum(r.offset_takeovers for r in results) > 2 * SEEDS
 
 
 def test_a_group_seed_replays_exactly() -> None:
@@ -140,6 +144,19 @@ def test_checker_catches_an_election_that_ignores_catch_up_debts() -> None:
     assert result.error is not None and "liveness" in result.error
 
 
+def test_checker_catches_a_demoted_master_that_drops_its_own_offsets() -> None:
+    """An offset never goes backwards after a committed update survived a failover: a
+    master demoted without a restart whose metadata sync takes the new master's older table
+    whole (over the commits it acknowledged itself) serves again without them. It takes a
+    demoted master elected again before the consumer commits that queue anew: seed 38 of
+    0-299 (the correct code keeps them: `merge_from_json` keeps its own commits while they
+    are ahead of the master's)."""
+    assert run_group_seed(38).ok
+    result = run_group_seed(38, "sync-overwrites-own-commits")
+    assert not result.ok and result.error is not None
+    assert "consumer offset went back" in result.error
+
+
 def test_bugs_are_listed_and_failures_print_their_replay(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -150,6 +167,7 @@ def test_bugs_are_listed_and_failures_print_their_replay(
         "skip-truncation",
         "over-truncation",
         "elect-ignores-catch-up",
+        "sync-overwrites-own-commits",
     }
     assert main(["--group", "--seeds", "4", "--jobs", "1", "--group-bug", "over-truncation"]) == 1
     out = capsys.readouterr().out

@@ -1,7 +1,9 @@
 """Deterministic simulation of one controller-mode broker group (issue 14).
 
 One seed runs, in virtual time, a group of three replicas built from the REAL broker role core
-(`RoleCore`, with `HaCore` inside), one controller, and a producer, under seeded faults:
+(`RoleCore`, with `HaCore` inside), one controller, a producer and a consumer that commits
+offsets (the REAL `ConsumerOffsetManager` on each replica, copied by slaves as
+`copies_metadata` allows; see "consumer offsets" in `GroupSim`), under seeded faults:
 
 * **Brokers.** Each replica feeds `RoleCore.step(event, now_ms)` exactly the events the Trio
   shell feeds (Started, IdAssigned, MasterInfo from register / elect / poll / notice, Tick,
@@ -64,6 +66,9 @@ Invariants (`GroupViolation`), checked as the seed runs and at its end:
   `minInSyncReplicas=1`, every member owes a catch-up to bytes lost in the single-copy window
   that no replica covers, so docs/ha.md's rule 4 keeps the group masterless until an operator
   acts (`masterless_by_rule`);
+* **a consumer offset never goes backwards on the serving master** except by a consumer's
+  own commit: not below what it held when it took over, nor below what it acknowledged as
+  master earlier in the same incarnation;
 * the controller's own invariants (`InvariantChecker`) after every apply.
 
 Deliberate bugs (`BUGS`, `--group-bug`) monkeypatch one rule of the real code, to show the
@@ -83,14 +88,17 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from rmq_ha.broker import offsets as offsets_mod
 from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
 from rmq_ha.broker.core.role import Role, RoleConfig, RoleCore
 from rmq_ha.broker.ha.catchup import CatchUp, catch_up_after_recovery
 from rmq_ha.broker.ha.core import HaCore, consistent_point
+from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.controller.elect import BrokerKey, scan_need_reelect
 from rmq_ha.controller.events import ApplyBrokerIdEvent, ElectMasterEvent
 from rmq_ha.controller.heartbeat import HeartbeatTable
@@ -116,6 +124,10 @@ CTL = "ctl"
 CLIENT = "client"
 #: A producer that hears nothing of a send for this long tries the next broker.
 REQUEST_TIMEOUT_MS = 1500
+#: The consumer's group, topic and queues (consumer offsets).
+CGROUP, TOPIC, QUEUES = "cg", "T", (0, 1)
+#: No file is ever read or written: offsets are persisted into the simulated disk.
+_NO_FILE = Path("/nonexistent/rmq-ha-sim/consumerOffset.json")
 
 
 class GroupViolation(Exception):
@@ -163,6 +175,13 @@ class GroupConfig:
     checkpoint_ms: int = 1000
     batch_bytes: int = 1200
     check_every_ms: int = 200
+    #: Consumer offsets: a commit every `commit_every_ms` to the controller's master, a
+    #: slave's metadata sync every `metadata_sync_ms`, persisted every `offset_flush_ms`.
+    commit_every_ms: int = 100
+    #: The chance, per commit, that the consumer restarts and reads its offsets again.
+    consumer_restart: float = 0.02
+    metadata_sync_ms: int = 700
+    offset_flush_ms: int = 500
     #: A powered-off machine is back after at least this long (None: as fast as a killed
     #: process, 200 ms). See `power_restart_ms`.
     power_restart_min_ms: int | None = 2500
@@ -377,6 +396,14 @@ class Replica:
     running: bool = False
     token: object = field(default_factory=object)
     suspended: bool = False
+    # -- consumer offsets: the REAL table, and what of it is persisted (survives crashes) --
+    offsets: ConsumerOffsetManager | None = None
+    offsets_disk: bytes | None = None
+    #: While the serving master (this incarnation): the epoch it serves and per queue the least
+    #: its table may hold (what it held when it took over, and every value since) ...
+    mark: tuple[int, dict[int, int]] | None = None
+    #: ... and, this incarnation, the largest offset it acknowledged while serving.
+    own: dict[int, int] = field(default_factory=dict)
 
     #: Clock skew: this broker's clock starts at `clock_base` and runs at `clock_rate` (the
     #: role core only ever sees its own clock).
@@ -444,6 +471,11 @@ class GroupResult:
     #: Virtual ms from the master fault to the first acknowledged write on a new master.
     failover_ms: int | None = None
     master_fault: str = ""
+    #: Consumer offsets: commits the serving master took, slaves' metadata syncs applied,
+    #: and takeovers checked (a new serving master's table against what it held).
+    offset_commits: int = 0
+    offset_syncs: int = 0
+    offset_takeovers: int = 0
     trace: list[str] = field(default_factory=list)
 
 
@@ -484,6 +516,18 @@ def _elect_ignores_catch_up() -> Any:
     return stack
 
 
+def _sync_overwrites_own_commits() -> Any:
+    """A slave's metadata sync takes its master's table whole, also over the commits it
+    acknowledged itself as master before it was demoted (the master may lack them)."""
+    orig = ConsumerOffsetManager.merge_from_json
+
+    def merge(self: ConsumerOffsetManager, raw: bytes) -> None:
+        self._local = False
+        orig(self, raw)
+
+    return mock.patch.object(ConsumerOffsetManager, "merge_from_json", merge)
+
+
 #: name -> (context manager factory, what it breaks)
 BUGS: dict[str, tuple[Callable[[], Any], str]] = {
     "ack-ignores-replication": (
@@ -518,6 +562,10 @@ BUGS: dict[str, tuple[Callable[[], Any], str]] = {
     "elect-ignores-catch-up": (
         _elect_ignores_catch_up,
         "the controller elects replicas that owe a catch-up (issue 13's crash loop)",
+    ),
+    "sync-overwrites-own-commits": (
+        _sync_overwrites_own_commits,
+        "a demoted master's metadata sync drops the consumer offsets it acknowledged",
     ),
 }
 _SKIP_TRUNCATION = False
@@ -598,6 +646,16 @@ class GroupSim:
         self.live_at: int | None = None
         self.cid = 0
         self.elect_retry = 0
+        # The consumer: its own draws, so that modelling it left every other draw (and so the
+        # seeds that found earlier bugs) as it was.
+        self.crng = random.Random(f"group-consumer-{seed}")
+        self.next_offset = dict.fromkeys(QUEUES, 0)
+        #: Per consumer-offset link: the last sequence number sent, the last delivered, and
+        #: those that arrived early.
+        self.cseq: dict[tuple[str, str], int] = {}
+        self.cnext: dict[tuple[str, str], int] = {}
+        self.cheld: dict[tuple[str, str], dict[int, tuple[Callable[..., None], tuple[Any, ...]]]]
+        self.cheld = {}
         # Issue 13: seeded ids, as if GET_NEXT_BROKER_ID / APPLY_BROKER_ID had run.
         for r in self.replicas.values():
             ok = self.state.apply(
@@ -681,7 +739,9 @@ class GroupSim:
         started = time.perf_counter()
         res = self.result
         try:
-            self._run()
+            # DataVersion timestamps: virtual time.
+            with mock.patch.object(offsets_mod, "_now_ms", lambda: 1_700_000_000_000 + self.now):
+                self._run()
         except (GroupViolation, AssertionError) as exc:
             res.ok = False
             res.error = f"{type(exc).__name__}: {exc}"
@@ -696,6 +756,7 @@ class GroupSim:
             self.at(self.rng.randint(0, 200), self._restart, r)
         self.at(cfg.scan_ms, self._ctl_scan)
         self.at(100, self._produce)
+        self.at(150, self._commit_loop)
         self.at(cfg.check_every_ms, self._check_tick)
         if self.script is None:
             self.at(cfg.warmup_ms, self._master_fault)
@@ -878,6 +939,8 @@ class GroupSim:
         r.flushed = r.log.max
         r.core = None
         r.running = False
+        # What it committed since its last flush of the offsets is gone (documented).
+        r.offsets, r.mark, r.own = None, None, {}
 
     def _lost_tail(self, r: Replica, lost: list[Rec]) -> None:
         """A torn tail: the documented single-copy window (minInSyncReplicas=1 only) is the
@@ -943,6 +1006,14 @@ class GroupSim:
         self.at(self.now + self.cfg.tick_ms, self._timer, r, inc, self._tick, r, inc)
         self.at(self.now + self.cfg.flush_ms, self._timer, r, inc, self._flush, r, inc)
         self.at(self.now + self.cfg.checkpoint_ms, self._timer, r, inc, self._checkpoint, r, inc)
+        r.offsets = ConsumerOffsetManager(_NO_FILE)
+        if r.offsets_disk is not None:
+            r.offsets.load_json(r.offsets_disk)
+        for period, fn in (
+            (self.cfg.offset_flush_ms, self._persist_offsets),
+            (self.cfg.metadata_sync_ms, self._metadata_sync),
+        ):
+            self.at(self.now + period, self._timer, r, inc, fn, r, inc, period)
 
     def _flush(self, r: Replica, inc: int) -> None:
         r.flushed = r.log.max
@@ -1640,6 +1711,134 @@ class GroupSim:
                     f"SyncStateSet member b{bid} is not a prefix of master b{m.bid} below its "
                     f"confirm offset {m.confirm} (b{bid} max {s.log.max})"
                 )
+
+    # ---- consumer offsets -------------------------------------------------------------------
+    #
+    # A consumer commits increasing offsets to the controller's master (its route); each replica
+    # keeps the REAL ConsumerOffsetManager, persisted every offset_flush_ms (a crash loses what
+    # came since), and a slave copies its master's table every metadata_sync_ms when the role
+    # core says it may (`copies_metadata`), with `merge_from_json`, as io/namesrv.py does. The
+    # invariant (issue 14: "an offset never goes backwards after a committed update survives
+    # failover"): a serving master's table never goes below what it held when it took over, nor
+    # below what it acknowledged itself as master earlier in this incarnation (a demoted master
+    # that copied an older table and is elected again); a consumer's own commit sets the value
+    # (a restarted consumer reads its offsets again and may go back). What a replica lacks when
+    # it takes over (RocketMQ's window: a slave copies every syncBrokerMetadataPeriod) is not
+    # checked.
+
+    def _csend(self, src: str, dst: str, fn: Callable[..., None], *args: Any) -> None:
+        """A consumer-offset message: lossy and delayed, in order per link (one TCP
+        connection: a consumer's commits arrive in the order it made them)."""
+        if (src, dst) in self.blocked or self.crng.random() < self.loss:
+            return
+        lo, hi = self.cfg.delay_ms
+        link = (src, dst)
+        self.cseq[link] = seq = self.cseq.get(link, 0) + 1
+        self.at(self.now + self.crng.randint(lo, hi), self._cdeliver, link, seq, fn, args)
+
+    def _cdeliver(
+        self, link: tuple[str, str], seq: int, fn: Callable[..., None], args: tuple[Any, ...]
+    ) -> None:
+        """Delivers in the order sent: a message that overtook an earlier one (a paused
+        receiver reads its socket later) waits for it."""
+        r = self.replicas[int(link[1][1:])] if link[1].startswith("b") else None
+        if r is not None and r.up and r.paused_until > self.now:
+            self.at(min(r.paused_until, self.now + 100), self._cdeliver, link, seq, fn, args)
+            return
+        held = self.cheld.setdefault(link, {})
+        held[seq] = (fn, args)
+        while (nxt := self.cnext.get(link, 0) + 1) in held:
+            self.cnext[link] = nxt
+            fn_, args_ = held.pop(nxt)
+            if r is None or r.up:
+                fn_(*args_)
+
+    def _commit_loop(self) -> None:
+        self.at(self.now + self.cfg.commit_every_ms, self._commit_loop)
+        m = self._current_master()
+        if m is None:
+            return
+        if self.crng.random() < self.cfg.consumer_restart:
+            # The consumer restarts (or rebalances): it reads its offsets from the master
+            # (QUERY_CONSUMER_OFFSET) and goes on from there, also backwards.
+            if m.up and m.offsets is not None and m.paused_until <= self.now:
+                for q in QUEUES:
+                    self.next_offset[q] = m.offsets.query(CGROUP, TOPIC, q) or 0
+        # Queue 1 is committed rarely: a new master lags on it until its next commit.
+        q = QUEUES[1] if self.crng.random() < 0.15 else QUEUES[0]
+        self.next_offset[q] += self.crng.randint(1, 5)
+        self._csend(CLIENT, m.name, self._b_commit, m, q, self.next_offset[q])
+
+    def _b_commit(self, r: Replica, q: int, off: int) -> None:
+        c = r.core
+        if c is None or r.offsets is None:
+            return
+        self._check_offsets()
+        r.offsets.commit(CGROUP, TOPIC, q, off)
+        if c.serving_master:
+            # What the consumer committed is the value now (also backwards, after it read an
+            # older one from a new master): only the broker may not move it back.
+            r.own[q] = off
+            if r.mark is not None:
+                r.mark[1][q] = off
+            self.result.offset_commits += 1
+        self._check_offsets()
+
+    def _persist_offsets(self, r: Replica, inc: int, period: int) -> None:
+        assert r.offsets is not None
+        r.offsets_disk = r.offsets.to_json(for_file=True)
+        self.at(self.now + period, self._timer, r, inc, self._persist_offsets, r, inc, period)
+
+    def _metadata_sync(self, r: Replica, inc: int, period: int) -> None:
+        self.at(self.now + period, self._timer, r, inc, self._metadata_sync, r, inc, period)
+        c = r.core
+        assert c is not None
+        src = _bid_of(c.state.master_addr) if c.copies_metadata else None
+        if src is None or src == r.bid:
+            return
+        m = self.replicas[src]
+        self._csend(r.name, m.name, self._m_offsets, m, r, inc)
+
+    def _m_offsets(self, m: Replica, r: Replica, inc: int) -> None:
+        if m.offsets is not None:
+            self._csend(m.name, r.name, self._s_offsets, r, inc, m.offsets.to_json())
+
+    def _s_offsets(self, r: Replica, inc: int, raw: bytes) -> None:
+        # As io/namesrv.py: copies_metadata is asked again when the answer is in.
+        if r.incarnation != inc or r.core is None or r.offsets is None:
+            return
+        if r.core.copies_metadata:
+            r.offsets.merge_from_json(raw)
+            self.result.offset_syncs += 1
+            self._check_offsets()
+
+    def _check_offsets(self) -> None:
+        m = self._serving_master()
+        for r in self.replicas.values():
+            if r is not m:
+                r.mark = None
+        if m is None or m.offsets is None:
+            return
+        table = {q: m.offsets.query(CGROUP, TOPIC, q) or -1 for q in QUEUES}
+        assert m.core is not None
+        epoch = m.core.state.epoch
+        if m.mark is None or m.mark[0] != epoch:
+            self.result.offset_takeovers += 1
+            for q, off in m.own.items():
+                if table[q] < off:
+                    raise GroupViolation(
+                        f"consumer offset went back: b{m.bid} serves again holding {table[q]} "
+                        f"for queue {q}, below the {off} it acknowledged as master earlier"
+                    )
+            m.mark = (epoch, table)
+            return
+        for q in QUEUES:
+            if table[q] < m.mark[1][q]:
+                raise GroupViolation(
+                    f"consumer offset went back: master b{m.bid} holds {table[q]} for queue "
+                    f"{q}, below the {m.mark[1][q]} it held since it took over"
+                )
+        m.mark = (epoch, table)
 
     def _serving_master(self) -> Replica | None:
         """The controller's master, if it is up and serving in the controller's epoch."""

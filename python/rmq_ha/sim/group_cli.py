@@ -81,6 +81,8 @@ def summarize(
         f"{total('recovery_elections')}; crashes {total('crashes')} ({total('torn')} torn "
         f"tails), handshake truncations {total('truncations')}, catch-up debts "
         f"{total('debts')}",
+        f"  consumer offsets: commits on the serving master {total('offset_commits')}, slave "
+        f"syncs {total('offset_syncs')}, takeovers checked {total('offset_takeovers')}",
         f"  documented losses (excused, docs/ha.md): single-copy window (minInSyncReplicas=1) "
         f"{total('single_copy_losses')} writes; a torn replica elected "
         f"{sum(r.torn_leader_losses for r in results if r.min_in_sync == 1)} writes with "
