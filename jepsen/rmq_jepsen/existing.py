@@ -2,10 +2,10 @@
 targets (issue 17: "point the bench at an existing RocketMQ deployment").
 
 The bench installs, configures and starts nothing there: RocketMQ already runs on the hosts.
-What it needs is each role's address and ports (to send to it, to ask it who is master, and to
-cut it off with iptables like an rmq_ha host), how to find its JVM (to kill or freeze it) and
-how to start it again after a kill. A host file says so with a `[deployment]` table and, per
-host, a list of `roles`:
+What it needs is each role's address and ports (to send to it and to ask it who is master;
+partitions cut whole nodes by address with iptables, as for rmq_ha hosts), how to find its JVM
+(to kill or freeze it) and how to start it again after a kill. A host file says so with a
+`[deployment]` table and, per host, a list of `roles`:
 
     [defaults]
     user = "admin"                       # through `sudo -n` unless root, as for rmq_ha hosts
@@ -90,12 +90,6 @@ class ExistingRole:
     @property
     def addr(self) -> str:
         return f"{self.address}:{self.port}"
-
-    @property
-    def ports(self) -> tuple[int, ...]:
-        """Every port the role listens on that a partition must cut."""
-        extra = (self.ha_port, self.controller_port)
-        return (self.port, *(p for p in extra if p is not None))
 
 
 @dataclass
