@@ -221,3 +221,21 @@ def test_text_output_of_both_says_what_was_not_seen(capsys: pytest.CaptureFixtur
     assert "delayed messages not delivered via broker-b within 19 s: 5" in out
     assert "goal: lateness max <= 1.0x the timeout: NOT met" in out
     assert "stop_route_read_only_p50_s" in out and "      -" in out
+
+
+@pytest.mark.timeout(10)
+def test_an_aborted_run_says_where_and_why_and_counts_nothing_it_did_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    r = _impl(_mode([2.0], [0.5]))
+    r["modes"]["stop"]["not_seen"]["hand_back"] = 1
+    r["aborted"] = {
+        "mode": "stop",
+        "n": 1,
+        "reason": "the master's pre-online not seen within 180 s",
+    }
+    r["delayed"] = {"not_counted": "the run was aborted (see aborted)"}
+    _print(r)
+    out = capsys.readouterr().out
+    assert "ABORTED in stop round 1: the master's pre-online not seen within 180 s" in out
+    assert "delayed messages: not counted (the run was aborted (see aborted))" in out

@@ -171,6 +171,18 @@ def summary(samples: list[float], unit_s: float) -> dict[str, Any]:
     }
 
 
+class NotHealthy(AssertionError):
+    """A cluster did not reach a state the bench waits for (`what`) within its timeout."""
+
+    def __init__(self, what: str, timeout_s: float, logs: str) -> None:
+        super().__init__(f"timed out after {timeout_s} s waiting for {what}\n{logs}")
+        self.what, self.timeout_s = what, timeout_s
+
+
+class RoundAborted(Exception):
+    """A round could not bring its cluster back (recorded; no further round can run)."""
+
+
 async def wait_until(
     check: Callable[[], Awaitable[bool]], timeout_s: float, what: str, c: ActingGroup
 ) -> None:
@@ -179,7 +191,7 @@ async def wait_until(
             if await check():
                 return
             await trio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{c.logs()}")
+    raise NotHealthy(what, timeout_s, c.logs())
 
 
 async def route_a(admin: Admin) -> tuple[dict[int, str], int] | None:
@@ -400,23 +412,29 @@ class Bench:
             # By level; a message not delivered in time has no lateness (counted apart).
             lateness = [found[b] - due if b in found else None for b, due in state["due"].items()]
             out["lateness"].extend(x for x in lateness if x is not None)
+            rec |= {
+                "route_s": None if t_route is None else round(t_route, 4),
+                "op_s": None if t_op is None else round(t_op, 4),
+                "lateness_s": [None if x is None else round(x, 4) for x in lateness],
+                "not_delivered_in_time": missing,
+                "hand_back_s": None,
+                "offsets_went_back": None,
+                "slave_pull_errors": errors,
+            }
             # The master comes back (a frozen one is killed first).
             proc.kill()
             t_restart = time.monotonic()
             proc.start()
-            await proc.wait_ready(self.settle_s)
-            await self.wait_healthy(admin)
+            try:
+                await proc.wait_ready(self.settle_s)
+                await self.wait_healthy(admin)
+            except NotHealthy as e:
+                rec["not_handed_back"] = f"{e.what} not seen within {e.timeout_s:.0f} s"
+                self.rounds.append(rec)
+                raise RoundAborted(rec["not_handed_back"]) from e
             out["handback"].append(time.monotonic() - t_restart)
-        back = await self.offsets_went_back(committed)
-        rec |= {
-            "route_s": None if t_route is None else round(t_route, 4),
-            "op_s": None if t_op is None else round(t_op, 4),
-            "lateness_s": [None if x is None else round(x, 4) for x in lateness],
-            "not_delivered_in_time": missing,
-            "hand_back_s": round(out["handback"][-1], 4),
-            "offsets_went_back": back,
-            "slave_pull_errors": errors,
-        }
+        rec["hand_back_s"] = round(out["handback"][-1], 4)
+        rec["offsets_went_back"] = await self.offsets_went_back(committed)
         self.rounds.append(rec)
 
     async def consume_on_slave(self) -> tuple[dict[int, int], list[str]]:
@@ -495,6 +513,7 @@ def _mode_result(b: Bench, mode: str, samples: dict[str, list[float]]) -> dict[s
             "route_read_only": sum(1 for r in rounds if r["route_s"] is None),
             "master_only_op": sum(1 for r in rounds if r["op_s"] is None),
             "delayed_not_delivered": not_delivered,
+            "hand_back": sum(1 for r in rounds if r["hand_back_s"] is None),
             "probe_deadline_s": b.probe_deadline_s(),
             "delivery_deadline_s": b.delivery_deadline_s(),
         },
@@ -544,12 +563,21 @@ async def run_bench(
                 "lateness": [],
                 "handback": [],
             }
-            for n in range(args.kills):
-                await b.one_round(mode, n, samples)
-                progress.advance(task)
+            try:
+                for n in range(args.kills):
+                    await b.one_round(mode, n, samples)
+                    progress.advance(task)
+            except RoundAborted as e:
+                # The cluster did not come back: what was measured stands, nothing more runs.
+                out["aborted"] = {"mode": mode, "n": len(samples["handback"]), "reason": str(e)}
             out["modes"][mode] = _mode_result(b, mode, samples)
-        out["delayed"] = await b.count_delayed()
-        rounds = b.rounds
+            if "aborted" in out:
+                break
+        if "aborted" in out:
+            out["delayed"] = {"not_counted": "the run was aborted (see aborted)"}
+        else:
+            out["delayed"] = await b.count_delayed()
+        rounds = [r for r in b.rounds if r["offsets_went_back"] is not None]
         out["consumer_offsets"] = {
             "rounds": len(rounds),
             "queues_checked": len(rounds) * QUEUES,
@@ -598,7 +626,9 @@ def run(args: argparse.Namespace) -> int:
         except realrmq.NeedsCheckout as e:
             console.print(f"bench acting-master --impl {args.impl}: {e}")
             return 2
-    root = Path(tempfile.mkdtemp(prefix="rmq-ha-bench-acting-"))
+    if args.keep_dir is not None:
+        args.keep_dir.mkdir(parents=True, exist_ok=True)
+    root = args.keep_dir or Path(tempfile.mkdtemp(prefix="rmq-ha-bench-acting-"))
     try:
         with Progress(console=console, transient=True) as progress:
 
@@ -616,7 +646,8 @@ def run(args: argparse.Namespace) -> int:
 
             result = trio.run(main)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -676,11 +707,17 @@ def _print_one(r: dict[str, Any]) -> None:
             )
         verdict = "met" if m["lateness_goal_met"] else "NOT met"
         print(f"  goal: lateness max <= {r['goal_lateness_x_timeout']}x the timeout: {verdict}")
+    if r.get("aborted"):
+        a = r["aborted"]
+        print(f"\nABORTED in {a['mode']} round {a['n']}: {a['reason']} (no further round ran)")
     d = r["delayed"]
-    print(
-        f"\ndelayed messages: {d['sent']} sent, {d['delivered_once']} stored exactly once, "
-        f"{d['duplicates']} duplicates, {d['missing']} missing"
-    )
+    if "not_counted" in d:
+        print(f"\ndelayed messages: not counted ({d['not_counted']})")
+    else:
+        print(
+            f"\ndelayed messages: {d['sent']} sent, {d['delivered_once']} stored exactly once, "
+            f"{d['duplicates']} duplicates, {d['missing']} missing"
+        )
     o = r["consumer_offsets"]
     print(
         f"consumer offsets committed on the acting slave, read back from the returned master: "
@@ -718,5 +755,12 @@ def add_parser(sub: Any) -> None:
         "both in one run",
     )
     realrmq.add_jvm_flags(p)
+    p.add_argument(
+        "--keep-dir",
+        type=Path,
+        default=None,
+        help="run the clusters in this directory and keep it (configs, logs, stores; "
+        "RocketMQ's own logs under <dir>/rocketmq/home/logs); default: a temporary one, deleted",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
