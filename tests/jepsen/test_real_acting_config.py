@@ -147,6 +147,21 @@ def test_ports_are_distinct_and_leave_room_for_the_broker_side_ports(tmp_path):
     assert {c["namesrvAddr"] for c in g.broker_confs} == {g.ns_addrs[0]}
 
 
+def test_rocketmq_broker_conf_overrides_and_is_checked_by_name(tmp_path):
+    ap = argparse.ArgumentParser()
+    acting.add_parser(ap.add_subparsers())
+    flag = "--rocketmq-broker-conf"
+    args = ap.parse_args(
+        ["acting-master", flag, "slaveReadEnable=false", flag, "brokerHeartbeatInterval = 300"]
+    )
+    g = acting.make_cluster("rocketmq", tmp_path, args)
+    assert isinstance(g, realrmq.RealActingGroup)
+    assert {c["slaveReadEnable"] for c in g.broker_confs} == {"false"}
+    assert {c["brokerHeartbeatInterval"] for c in g.broker_confs} == {"300"}
+    with pytest.raises(SystemExit):
+        ap.parse_args(["acting-master", "--rocketmq-broker-conf", "slaveReadEnable"])
+
+
 def test_an_unknown_impl_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="--impl: 'kafka' is not one of rmq_ha, rocketmq"):
         acting.make_cluster("kafka", tmp_path, _args())

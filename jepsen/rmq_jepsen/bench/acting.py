@@ -125,6 +125,14 @@ def broker_settings(timeout_ms: int) -> dict[str, Any]:
     }
 
 
+def key_value(text: str) -> tuple[str, str]:
+    """--rocketmq-broker-conf KEY=VALUE."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE (a RocketMQ broker key)")
+    return key.strip(), value.strip()
+
+
 def make_cluster(impl: str, root: Path, args: argparse.Namespace) -> ActingGroup:
     broker = broker_settings(args.timeout_ms)
     if impl == "rmq_ha":
@@ -132,7 +140,7 @@ def make_cluster(impl: str, root: Path, args: argparse.Namespace) -> ActingGroup
     if impl == "rocketmq":
         return realrmq.RealActingGroup(
             root,
-            broker=broker,
+            broker=broker | dict(getattr(args, "rocketmq_broker_conf", None) or {}),
             cluster_name=CLUSTER,
             sizes=realrmq.jvm_sizes(args),
             version=realrmq.rocketmq_version(args),
@@ -755,6 +763,15 @@ def add_parser(sub: Any) -> None:
         "both in one run",
     )
     realrmq.add_jvm_flags(p)
+    p.add_argument(
+        "--rocketmq-broker-conf",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a RocketMQ broker setting on top of the bench's (repeatable; the key is checked "
+        "against RocketMQ's config classes), e.g. slaveReadEnable=false",
+    )
     p.add_argument(
         "--keep-dir",
         type=Path,
