@@ -134,12 +134,24 @@ def with_port(frame: bytes, port: int) -> bytes:
     return encode_frames([(*t[:6], ext, *t[7:])])
 
 
+#: Broker configs: answered at once; after the group-commit flush; after the replicas (none
+#: here: SLAVE_NOT_AVAILABLE, as RocketMQ answers a SYNC_MASTER without a slave).
+CONFIGS: list[dict[str, object]] = [
+    {},
+    {"flush_disk_type": FlushDiskType.SYNC_FLUSH},
+    {"broker_role": BrokerRole.SYNC_MASTER},
+]
+
+
+@pytest.mark.parametrize("kw", CONFIGS, ids=["async", "sync-flush", "sync-master"])
 @pytest.mark.parametrize("ser", [SERIALIZE_JSON, SERIALIZE_ROCKETMQ])
-async def test_native_and_python_answer_byte_for_byte_alike(tmp_path: Path, ser: int) -> None:
+async def test_native_and_python_answer_byte_for_byte_alike(
+    tmp_path: Path, ser: int, kw: dict[str, object]
+) -> None:
     cs = cases(ser)
     got: dict[bool, list[bytes]] = {}
     for native in (True, False):
-        async with broker(tmp_path, native) as node:
+        async with broker(tmp_path, native, **kw) as node:
             out: list[bytes] = []
             for _, data, _ in cs:  # one at a time: both brokers store in the same order
                 out += await exchange(node.address, data, 1)
@@ -147,6 +159,7 @@ async def test_native_and_python_answer_byte_for_byte_alike(tmp_path: Path, ser:
             fast = node.native_sends
             if native:
                 assert fast is not None
+                assert fast.defer == bool(kw)
                 stored, answered, back = fast.native.counters()
                 assert answered == sum(1 for c in cs if c[2])
                 assert back == sum(1 for c in cs if not c[2])
@@ -157,8 +170,9 @@ async def test_native_and_python_answer_byte_for_byte_alike(tmp_path: Path, ser:
     assert len(got[True]) == len(cs)
     for (name, _, _), a, b in zip(cs, got[True], got[False], strict=True):
         assert a == with_port(b, port), name
+    ok = Resp.SLAVE_NOT_AVAILABLE if kw.get("broker_role") else Resp.SUCCESS
     codes = [decode_frames(f)[0][0][0] for f in got[True]]
-    assert codes == [0, 0, 0, 0, 13, 17, 16, 1, 13, 13, 13]
+    assert codes == [ok, ok, ok, ok, 13, 17, 16, 1, 13, 13, 13]
 
 
 async def test_a_buffer_of_many_frames_is_one_native_call(tmp_path: Path) -> None:
@@ -197,22 +211,27 @@ async def test_special_messages_go_to_python(tmp_path: Path, props: dict[str, st
         assert node.store.native.queue_max_offset("T", 0) == 0  # routed to a system topic
 
 
-@pytest.mark.parametrize(
-    "kw",
-    [
-        {"flush_disk_type": FlushDiskType.SYNC_FLUSH},
-        {"broker_role": BrokerRole.SYNC_MASTER},
-        {"broker_permission": 4},
-    ],
-)
-async def test_roles_and_configs_that_wait_or_refuse_are_pythons(
-    tmp_path: Path, kw: dict[str, object]
-) -> None:
-    async with broker(tmp_path, True, **kw) as node:
+async def test_a_broker_without_write_permission_is_pythons(tmp_path: Path) -> None:
+    async with broker(tmp_path, True, broker_permission=4) as node:
         data = request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "T", b"x")
-        await exchange(node.address, data, 1)
+        (f,) = await exchange(node.address, data, 1)
+        (t,), _ = decode_frames(f)
+        assert t[0] == Resp.NO_PERMISSION
         assert node.native_sends is not None
-        assert node.native_sends.native.counters()[:2] == (0, 0)
+        assert node.native_sends.native.counters() == (0, 0, 1)
+
+
+async def test_a_sync_flush_send_is_answered_once_durable(tmp_path: Path) -> None:
+    """Deferred: stored natively, answered by the waiting task after the group commit."""
+    async with broker(tmp_path, True, flush_disk_type=FlushDiskType.SYNC_FLUSH) as node:
+        data = b"".join(
+            request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, i, "T", b"x" * 100) for i in range(1, 51)
+        )
+        frames = await exchange(node.address, data, 50)
+        assert [decode_frames(f)[0][0][0] for f in frames] == [Resp.SUCCESS] * 50
+        assert node.store.native.flushed_offset >= node.store.native.max_offset
+        assert node.native_sends is not None
+        assert node.native_sends.native.counters()[:2] == (50, 50)
 
 
 async def test_a_slave_hands_every_send_to_python(tmp_path: Path) -> None:

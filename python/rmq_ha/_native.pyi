@@ -233,7 +233,13 @@ class SendPath:
     def counters(self) -> tuple[int, int, int]:
         """(messages stored, requests answered, send requests handed back) so far."""
     def process(
-        self, buf: _Buffer, peer: str, enabled: bool, max_frame_len: int = 16777216
+        self,
+        buf: _Buffer,
+        peer: str,
+        enabled: bool,
+        max_frame_len: int = 16777216,
+        *,
+        defer: bool = False,
     ) -> tuple[
         list[_WireTuple],
         int,
@@ -242,10 +248,13 @@ class SendPath:
         list[tuple[str, int, int, list[int]]],
         list[tuple[int, int, int]],
         int,
+        list[tuple[_WireTuple, int, bool, int]],
     ]:
         """(frames handed back, bytes used, encoded responses, touched (topic, queue),
         per topic (topic, messages, body bytes, size-bucket counts), answered
-        (request code, response code, n), end offset of the append or 0)."""
+        (request code, response code, n), end offset of the append or 0, deferred
+        (SEND_OK wire tuple, end offset to wait for, wait wanted, request code): with
+        `defer` the stored requests are answered by the caller after its wait)."""
 
 # HA replication records (crates/rmq-py/src/ha.rs; formats in crates/rmq-wire/src/ha.rs).
 # Offsets are non-negative (ValueError otherwise); epochs are i32, broker ids i64.

@@ -42,7 +42,8 @@ impl Appender for StoreAppender<'_> {
 
 /// (fallback wire tuples, bytes consumed, encoded responses or None, touched queues,
 /// per-topic (topic, messages, body bytes, size-bucket counts), answered
-/// (request code, response code, count), end offset of the append or 0).
+/// (request code, response code, count), end offset of the append or 0, deferred
+/// (SEND_OK wire tuple, end offset to wait for, wait wanted, request code) when `defer`).
 type Processed<'py> = (
     Bound<'py, PyList>,
     usize,
@@ -51,6 +52,7 @@ type Processed<'py> = (
     Vec<(String, u64, u64, Vec<u64>)>,
     Vec<(i32, i32, u64)>,
     u64,
+    Vec<(Bound<'py, PyAny>, u64, bool, i32)>,
 );
 
 /// The native send path of one broker (see rmq_wire::send for what it answers and what it
@@ -110,6 +112,7 @@ impl SendPath {
                     size_buckets,
                 },
                 rng: 0x2545_F491_4F6C_DD1D,
+                defer: false,
             }),
             messages: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -153,8 +156,10 @@ impl SendPath {
 
     /// Handles every complete frame of `buf` (see the module docs); `peer` is the born host
     /// ("ip:port"; anything else hands every frame back), `enabled` false hands every frame
-    /// back. Raises `RemotingDecodeError` on a malformed frame (nothing appended then).
-    #[pyo3(signature = (buf, peer, enabled, max_frame_len=MAX_FRAME_LEN))]
+    /// back. `defer`: the stored requests are not answered but returned for the caller to
+    /// answer after its flush / replication wait. Raises `RemotingDecodeError` on a malformed
+    /// frame (nothing appended then).
+    #[pyo3(signature = (buf, peer, enabled, max_frame_len=MAX_FRAME_LEN, *, defer=false))]
     fn process<'py>(
         &self,
         py: Python<'py>,
@@ -162,6 +167,7 @@ impl SendPath {
         peer: &str,
         enabled: bool,
         max_frame_len: usize,
+        defer: bool,
     ) -> PyResult<Processed<'py>> {
         let data = Data::from_py(buf)?;
         let bytes: &[u8] = data.as_slice();
@@ -172,6 +178,7 @@ impl SendPath {
         let state = &self.state;
         let result = py.detach(|| {
             let mut st = state.lock().map_err(|_| None)?;
+            st.defer = defer;
             let mut app = StoreAppender(store);
             process(bytes, max_frame_len, enabled, &mut st, born, &mut app).map_err(Some)
         });
@@ -180,7 +187,7 @@ impl SendPath {
             None => PyValueError::new_err("SendPath state poisoned"),
         })?;
         let stored: u64 = o.topics.iter().map(|(_, s)| s.messages).sum();
-        let answered: u64 = o.answered.iter().map(|a| a.2).sum();
+        let answered: u64 = o.answered.iter().map(|a| a.2).sum::<u64>() + o.deferred.len() as u64;
         let back = o
             .fallback
             .iter()
@@ -190,6 +197,17 @@ impl SendPath {
         self.requests.fetch_add(answered, Ordering::Relaxed);
         self.handed_back.fetch_add(back, Ordering::Relaxed);
         let responses = (!o.responses.is_empty()).then(|| PyBytes::new(py, &o.responses));
+        let waits: Vec<(u64, bool, i32)> = o
+            .deferred
+            .iter()
+            .map(|d| (d.end_offset, d.wait, d.request_code))
+            .collect();
+        let tuples = frame_list(py, o.deferred.into_iter().map(|d| d.response).collect())?;
+        let deferred = tuples
+            .iter()
+            .zip(waits)
+            .map(|(t, (end, wait, code))| (t, end, wait, code))
+            .collect();
         let topics = o
             .topics
             .into_iter()
@@ -203,6 +221,7 @@ impl SendPath {
             topics,
             o.answered,
             o.end_offset,
+            deferred,
         ))
     }
 }

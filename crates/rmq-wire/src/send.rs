@@ -2,8 +2,10 @@
 //! for every SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) of an
 //! ordinary message, what the broker's Python handler (`broker/handlers/send.py`) would
 //! answer, appends the stored messages of the whole buffer with one [`Appender::append`] and
-//! encodes the responses. Sans-I/O: the store is behind [`Appender`], the topic table and the
-//! limits are plain data the caller keeps current.
+//! encodes the responses — or, when the broker waits before answering (SYNC_FLUSH, replicas:
+//! [`SendState::defer`]), returns each stored request's SEND_OK with the end offset to wait for
+//! ([`Deferred`]). Sans-I/O: the store is behind [`Appender`], the topic table and the limits
+//! are plain data the caller keeps current.
 //!
 //! What it does not do is handed back untouched (as decoded frames, in order): every other
 //! code, responses, a topic that is not in the table (unknown: auto-create, retry/DLQ and
@@ -80,6 +82,23 @@ pub struct SendState {
     pub cfg: SendConfig,
     /// [`next_random`]'s state.
     pub rng: u64,
+    /// The broker waits for a flush or replicas before answering (SYNC_FLUSH, SYNC_MASTER,
+    /// controller mode): stored requests are not answered here but returned as
+    /// [`Outcome::deferred`] for the caller to answer once the wait is over.
+    pub defer: bool,
+}
+
+/// A stored request whose answer waits (see [`SendState::defer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferred {
+    /// The SEND_OK response, to send with the code the wait decides.
+    pub response: Frame<'static>,
+    /// Physical end offset of the request's messages: what the wait is for.
+    pub end_offset: u64,
+    /// The producer wants the wait (its `WAIT` property is not "false").
+    pub wait: bool,
+    /// The request's code (for the caller's per-code metrics).
+    pub request_code: i32,
 }
 
 /// Where one appended message went.
@@ -123,6 +142,9 @@ pub struct Outcome<'a> {
     pub answered: Vec<(i32, i32, u64)>,
     /// Physical end offset of the append (0 when nothing was stored).
     pub end_offset: u64,
+    /// Stored requests to answer after their wait (only with [`SendState::defer`]), in order;
+    /// not in `answered`.
+    pub deferred: Vec<Deferred>,
 }
 
 /// The send-relevant header fields, as the V1 header names them.
@@ -157,6 +179,7 @@ enum Plan<'a> {
         /// (flag, body, properties)
         entries: Vec<Entry<'a>>,
         uniq: Option<String>,
+        wait: bool,
     },
 }
 
@@ -209,6 +232,20 @@ fn parse_header(code: i32, ext: &[(String, String)]) -> Option<SendHeader> {
 fn may_route(props: &[u8]) -> bool {
     let has = |needle: &[u8]| props.windows(needle.len()).any(|w| w == needle);
     has(b"TRAN_MSG\x01") || has(b"DELAY\x01") || has(b"TIMER_DE")
+}
+
+/// `send.py::_wants_wait`: the `WAIT` property (the last one) is not "false", any case.
+fn wants_wait(props: &[u8]) -> bool {
+    let mut wait = true;
+    for prop in props.split(|&b| b == 2) {
+        let mut kv = prop.splitn(2, |&b| b == 1);
+        if kv.next() == Some(b"WAIT") {
+            if let Some(v) = kv.next() {
+                wait = !String::from_utf8_lossy(v).to_lowercase().eq("false");
+            }
+        }
+    }
+    wait
 }
 
 /// `send.py::_uniq_key`: the first `UNIQ_KEY` property's value, if it starts a property.
@@ -306,6 +343,7 @@ fn plan<'a>(
     };
     let is_batch = f.code == SEND_BATCH_MESSAGE || h.batch;
     let props = h.properties.unwrap_or_default().into_bytes();
+    let wait = wants_wait(&props);
     if h.sys_flag & TRANSACTION_SYS_FLAG_MASK != 0 || (!is_batch && may_route(&props)) {
         return Plan::Python;
     }
@@ -356,6 +394,7 @@ fn plan<'a>(
         reconsume_times: h.reconsume_times.unwrap_or(0),
         entries,
         uniq,
+        wait,
     }
 }
 
@@ -401,7 +440,13 @@ pub fn process<'a>(
     born_host: SocketAddr,
     store: &mut dyn Appender,
 ) -> Result<Outcome<'a>, FrameError> {
-    let SendState { table, cfg, rng } = state;
+    let SendState {
+        table,
+        cfg,
+        rng,
+        defer,
+    } = state;
+    let defer = *defer;
     let cfg = &*cfg;
     let (frames, consumed) = decode_frames_with_limit(buf, max_frame_len)?;
     let mut out = Outcome {
@@ -496,6 +541,7 @@ pub fn process<'a>(
                 queue_id,
                 entries,
                 uniq,
+                wait,
                 ..
             } => {
                 let mine = &placed[next..next + entries.len()];
@@ -528,8 +574,8 @@ pub fn process<'a>(
                     stat.bytes += b.len() as u64;
                     stat.buckets[bucket(&cfg.size_buckets, b.len() as u64)] += 1;
                 }
-                count(f.code, SUCCESS);
                 if oneway {
+                    count(f.code, SUCCESS);
                     continue;
                 }
                 ids.clear();
@@ -552,6 +598,28 @@ pub fn process<'a>(
                 if let Some(u) = uniq {
                     ext.push(("transactionId".to_owned(), u));
                 }
+                if defer {
+                    out.deferred.push(Deferred {
+                        response: Frame {
+                            code: SUCCESS,
+                            language: RESPONSE_LANGUAGE,
+                            version: RESPONSE_VERSION,
+                            opaque: f.opaque,
+                            flag: FLAG_RESPONSE,
+                            remark: None,
+                            ext_fields: Some(ext),
+                            body: None,
+                            ser_type: f.ser_type,
+                        },
+                        end_offset: mine
+                            .last()
+                            .map_or(0, |m| m.physical_offset + u64::from(m.size)),
+                        wait,
+                        request_code: f.code,
+                    });
+                    continue;
+                }
+                count(f.code, SUCCESS);
                 // A response that cannot be encoded cannot be either: the request is stored,
                 // so it goes unanswered like a lost response (the client times out).
                 let _ = respond(&f, SUCCESS, None, Some(ext), &mut out.responses);
@@ -647,6 +715,7 @@ mod tests {
             table: table(),
             cfg: cfg(),
             rng: 1,
+            defer: false,
         }
     }
 
@@ -877,6 +946,60 @@ mod tests {
         assert_eq!(o.answered, vec![(SEND_MESSAGE_V2, SUCCESS, 1)]);
         assert_eq!(o.topics[0].1.buckets, vec![1, 0, 0]);
         assert_eq!(o.touched, vec![("T".to_owned(), 0)]);
+    }
+
+    #[test]
+    fn with_defer_stored_sends_wait_and_refusals_do_not() {
+        let mut buf = send(
+            SEND_MESSAGE_V2,
+            SERIALIZE_JSON,
+            1,
+            "T",
+            "0",
+            "WAIT\u{1}False",
+            b"x",
+        );
+        buf.extend(send(
+            SEND_MESSAGE_V2,
+            SERIALIZE_ROCKETMQ,
+            2,
+            "T",
+            "1",
+            "",
+            b"yy",
+        ));
+        buf.extend(send(SEND_MESSAGE_V2, SERIALIZE_JSON, 3, "T", "9", "", b"z"));
+        let mut log = MemLog::default();
+        let mut state = SendState {
+            defer: true,
+            ..st()
+        };
+        let o = process(&buf, 1 << 20, true, &mut state, host(), &mut log).expect("decodes");
+        assert_eq!(log.stored.len(), 2);
+        let (resp, _) = decode_frames(&o.responses).expect("decodes");
+        assert_eq!(resp.len(), 1, "only the refusal is answered at once");
+        assert_eq!(resp[0].opaque, 3);
+        assert_eq!(o.answered, vec![(SEND_MESSAGE_V2, SYSTEM_ERROR, 1)]);
+        let d: Vec<(i32, u8, u64, bool)> = o
+            .deferred
+            .iter()
+            .map(|d| (d.response.opaque, d.response.ser_type, d.end_offset, d.wait))
+            .collect();
+        assert_eq!(d, vec![(1, 0, 101, false), (2, 1, 101 + 102, true)]);
+        assert_eq!(last(d_ext(&o.deferred[1]), "queueId"), Some("1"));
+    }
+
+    fn d_ext(d: &Deferred) -> &[(String, String)] {
+        d.response.ext_fields.as_deref().unwrap_or(&[])
+    }
+
+    #[test]
+    fn the_wait_property_is_read_as_python_reads_it() {
+        assert!(wants_wait(b""));
+        assert!(wants_wait(b"K\x01false"));
+        assert!(!wants_wait(b"WAIT\x01FALSE"));
+        assert!(wants_wait(b"WAIT\x01false\x02WAIT\x01true"));
+        assert!(!wants_wait(b"A\x01b\x02WAIT\x01false\x02"));
     }
 
     #[test]

@@ -219,18 +219,18 @@ class Broker:
         self.ha.slave.on_visible = self._wake_pulls
         server.handler = self._on_request
         self.dispatcher = self._dispatcher()
-        # The native send path (issue 16): ordinary sends of a plain writable master that waits
-        # for neither a flush nor a replica are answered in Rust, one call per received buffer.
+        # The native send path (issue 16): ordinary sends of a plain writable master are
+        # decoded, checked, stored (and, with no wait, answered) in Rust, one call per received
+        # buffer.
         self.native_sends: send.NativeSends | None = None
         if send.native_send_wanted():
             self.native_sends = send.NativeSends(
                 self.ports,
                 self.special,
-                config_allows=(
-                    self.dispatcher.guard is None
-                    and cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-                    and not self.ha.sync_master()
-                ),
+                config_allows=self.dispatcher.guard is None,
+                # Stored sends wait for the flush / the replicas before their answer.
+                defer=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH or self.ha.sync_master(),
+                spawn=lambda fn, arg: self._nursery.start_soon(fn, arg),
                 on_request=self._watch_connection,
             )
             server.fast = self.native_sends

@@ -84,6 +84,7 @@ fn state() -> SendState {
             size_buckets: vec![16, 256],
         },
         rng: 7,
+        defer: false,
     }
 }
 

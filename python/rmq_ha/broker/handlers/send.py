@@ -19,7 +19,8 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -34,7 +35,12 @@ from rmq_ha.broker.metrics import MESSAGE_SIZE_BUCKETS
 from rmq_ha.broker.ports import Ports, SpecialRouting
 from rmq_ha.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.config import FlushDiskType
-from rmq_ha.errors import ConfigError, MessageIllegalError, RemotingDecodeError
+from rmq_ha.errors import (
+    ConfigError,
+    MessageIllegalError,
+    RemotingClosedError,
+    RemotingDecodeError,
+)
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.codes import RequestCode as RC
@@ -76,8 +82,11 @@ def native_send_wanted() -> bool:
 class NativeSends:
     """The native send path as a connection's frame filter (net/connection.FrameFilter).
 
-    `config_allows` is what the wiring decides once: no ACL guard, ASYNC_FLUSH, and no
-    replication wait (not SYNC_MASTER, not controller mode). Per received buffer, before the
+    `config_allows` is what the wiring decides once (no ACL guard). `defer`: the broker waits
+    before answering a stored send (SYNC_FLUSH, SYNC_MASTER, controller mode), so the native
+    call only appends those and hands their SEND_OK back; a task per such send waits as
+    `append_and_respond` does (`wait_outcome`: group commit, the ack watermark) and sends it
+    with the code the wait decides. Per received buffer, before the
     native call, the role decides (`write_refusal`: fenced, slave or acting slave, disk full,
     too few in-sync replicas; the FMQ data-plane fence; brokerPermission) — a few attribute
     reads, not a look at the messages. The topic table the native side checks is refreshed
@@ -94,6 +103,8 @@ class NativeSends:
         special: SpecialRouting,
         *,
         config_allows: bool,
+        defer: bool = False,
+        spawn: Callable[[Callable[..., Awaitable[None]], Any], None] | None = None,
         on_request: Callable[[Connection], None] = lambda conn: None,
     ) -> None:
         host, port = p.store_host
@@ -104,6 +115,10 @@ class NativeSends:
             size_buckets=list(MESSAGE_SIZE_BUCKETS),
         )
         self.config_allows = config_allows
+        if defer and spawn is None:
+            raise ValueError("NativeSends: defer needs spawn (a task per waiting send)")
+        self.defer = defer
+        self._spawn = spawn
         self._p = p
         self._special = special
         self._on_request = on_request
@@ -143,12 +158,28 @@ class NativeSends:
     ) -> tuple[list[WireTuple], int, bytes | None]:
         started = time.perf_counter()
         self._refresh()
-        frames, used, out, touched, topics, answered, _end = self.native.process(
-            buf, conn.peer, self.enabled()
+        frames, used, out, touched, topics, answered, _end, deferred = self.native.process(
+            buf, conn.peer, self.enabled(), defer=self.defer
         )
-        if answered:
+        if answered or deferred:
             self._after(conn, touched, topics, answered, started)
+            if deferred:
+                assert self._spawn is not None
+                for t, end_offset, wait, request in deferred:
+                    self._spawn(self._finish, (conn, t, end_offset, wait, request, started))
         return frames, used, out
+
+    async def _finish(self, args: tuple[Connection, WireTuple, int, bool, int, float]) -> None:
+        conn, t, end_offset, wait, request, started = args
+        p = self._p
+        code = await wait_outcome(p, end_offset, wait)
+        resp = RemotingCommand.from_wire(t)
+        resp.code = code
+        p.traffic.answered(request, code, (time.perf_counter() - started) * 1000)
+        try:
+            await conn.send(resp)
+        except RemotingClosedError:
+            pass
 
     def _after(
         self,
@@ -307,25 +338,31 @@ async def append_and_respond(
     p.replication.after_append()
     topic, queue_id = msgs[0].topic, msgs[0].queue_id
     p.hold.notify(topic, queue_id, p.store.native.queue_max_offset(topic, queue_id))
+    code = await wait_outcome(p, placed.end_offset, wait)
+    return _send_response(p, cmd, placed, queue_id, code)
+
+
+async def wait_outcome(p: Ports, end_offset: int, wait: bool) -> int:
+    """The answer to a stored send once the broker's waits are over: SUCCESS, or RocketMQ's
+    code for a write that is stored here but not yet durable / not yet on enough replicas."""
     if wait and p.cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
         with trio.move_on_after(p.cfg.sync_flush_timeout_ms / 1000) as scope:
-            await p.store.wait_durable(placed.end_offset)
+            await p.store.wait_durable(end_offset)
         if scope.cancelled_caught:
             # Written but not yet durable: RocketMQ answers FLUSH_DISK_TIMEOUT, which the
             # client treats as a send that may or may not survive a crash.
-            return _send_response(p, cmd, placed, queue_id, Resp.FLUSH_DISK_TIMEOUT)
+            return Resp.FLUSH_DISK_TIMEOUT
     if wait:
-        outcome = await p.replication.wait_replicated(placed.end_offset)
+        outcome = await p.replication.wait_replicated(end_offset)
         if not outcome.ok:
             # Stored here but not (yet) on enough replicas: the client must treat the send as
             # possibly lost on a failover, exactly as RocketMQ reports it.
-            code = (
+            return (
                 Resp.SLAVE_NOT_AVAILABLE
                 if outcome.reason == "no-slave"
-                else (Resp.FLUSH_SLAVE_TIMEOUT)
+                else Resp.FLUSH_SLAVE_TIMEOUT
             )
-            return _send_response(p, cmd, placed, queue_id, code)
-    return _send_response(p, cmd, placed, queue_id, Resp.SUCCESS)
+    return Resp.SUCCESS
 
 
 #: How the role's refusal of a write reaches the client (RocketMQ's answers).
