@@ -272,11 +272,15 @@ class TransactionService(SpecialService):
     # ---- the check service -------------------------------------------------------------------
 
     async def load(self) -> None:
-        # Rebuilt from the op queue: another broker may have acted in between.
+        # Rebuilt from the op queue: another broker may have acted in between. Decisions
+        # taken while acting (`_unwritten`) are in no op queue: they are kept, or a restart of
+        # the service (acting starting for real after the first ends, a hand-back and a new
+        # takeover) would forget a commit and ask the producer again, and a second COMMIT
+        # answer would write the real message twice.
+        kept = {k: self._resolved.get(k, -1) for k in self._unwritten}
         self._removed.clear()
-        self._resolved.clear()
+        self._resolved = kept
         self._copies.clear()
-        self._unwritten.clear()
         self._op_read = None
 
     async def run(self, nursery: trio.Nursery) -> None:
