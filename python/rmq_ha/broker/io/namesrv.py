@@ -3,7 +3,8 @@ metadata sync from its master.
 
 * REGISTER_BROKER with every name server at once, every registerNameServerPeriod and whenever
   topics change or the role core asks (`Register`); not while fenced or pre-online (the role
-  view says). Every answer goes to the core (`NamesrvAnswered`: contact, and for a slave the
+  view says). A name server whose registration failed is asked again sooner (1 s, doubling up
+  to the period). Every answer goes to the core (`NamesrvAnswered`: contact, and for a slave the
   master's addresses).
 * The light heartbeat (classic mode): BROKER_HEARTBEAT (904, oneway), or with
   compatibleWithOldNameSrv QUERY_DATA_VERSION (322), whose answer says whether to register
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import trio
@@ -49,6 +50,9 @@ from rmq_ha.protocol.perm import PERM_READ, PERM_WRITE
 from rmq_ha.protocol.register_body import RegisterBrokerBody, encode_register_body
 
 log = logging.getLogger(__name__)
+
+#: The first retry of a failed registration with one name server (then doubling).
+REGISTER_RETRY_S = 1.0
 
 
 class DelayProgress(Protocol):
@@ -87,6 +91,13 @@ class NamesrvShell:
         self.adopt_topics = adopt_topics
         self.acting_enabled = acting_enabled
         self._topics_changed = trio.Event()
+        #: Name servers whose last registration failed (no answer, or an error code): asked
+        #: again after `_retry_s`, doubling up to registerNameServerPeriod, not only at the
+        #: next period. After a partition heals, a new master's registration with the name
+        #: server that was cut off waited for the next period (seconds in campaigns, 30 s by
+        #: default), and that name server served a route with no master meanwhile.
+        self.failed: set[str] = set()
+        self._retry_s = REGISTER_RETRY_S
         #: A name server refused our registration (a later epoch holds our id).
         self.on_refused: Callable[[], None] = lambda: None
 
@@ -131,8 +142,9 @@ class NamesrvShell:
         )
         return RemotingCommand.request(RC.REGISTER_BROKER, h.to_ext(), encode_register_body(body))
 
-    async def register_all(self) -> None:
-        """Registers with every name server at once; a failure of one is logged, not fatal.
+    async def register_all(self, addrs: Sequence[str] | None = None) -> None:
+        """Registers with every name server (or `addrs`) at once; a failure of one is logged
+        and remembered in `failed` (retried sooner by the registration loop), not fatal.
         Fenced brokers (controller mode before the role is known) and isolated ones
         (pre-online) do not register."""
         if not self.core.registers:
@@ -143,10 +155,13 @@ class NamesrvShell:
                 r = await self.outbound.invoke(addr, self._register_command(), 3.0)
             except Exception as e:  # one unreachable name server must not stop the others
                 log.warning("register with %s failed: %s", addr, e)
+                self.failed.add(addr)
                 return
             if r.code != Resp.SUCCESS:
                 log.warning("register with %s failed: %s %s", addr, r.code, r.remark)
+                self.failed.add(addr)
                 return
+            self.failed.discard(addr)
             a = RegisterBrokerResponseHeader.from_ext(r.ext_fields)
             if a.register_refused:
                 # Another broker holds our id from a later epoch: we are a stale master (say,
@@ -157,15 +172,30 @@ class NamesrvShell:
             self.feed(ev.NamesrvAnswered(a.master_addr or None, a.ha_server_addr or None))
 
         async with trio.open_nursery() as n:
-            for addr in self.cfg.namesrv_addrs:
+            for addr in self.cfg.namesrv_addrs if addrs is None else addrs:
                 n.start_soon(one, addr)
 
     async def _registration_loop(self) -> None:
+        """Every name server each registerNameServerPeriod or when topics change; between,
+        the ones whose registration failed, after a back-off from REGISTER_RETRY_S doubling
+        up to the period."""
+        period = self.cfg.register_name_server_period_ms / 1000
+        next_full = trio.current_time() + period
         while True:
-            with trio.move_on_after(self.cfg.register_name_server_period_ms / 1000):
+            deadline = next_full
+            if self.failed:
+                deadline = min(deadline, trio.current_time() + self._retry_s)
+            with trio.move_on_at(deadline):
                 await self._topics_changed.wait()
-            self._topics_changed = trio.Event()
-            await self.register_all()
+            if self._topics_changed.is_set() or trio.current_time() >= next_full:
+                self._topics_changed = trio.Event()
+                next_full = trio.current_time() + period
+                await self.register_all()
+            else:
+                await self.register_all(sorted(self.failed))
+                self._retry_s = min(self._retry_s * 2, period)
+            if not self.failed:
+                self._retry_s = REGISTER_RETRY_S
 
     # ---- light heartbeat (classic mode) ----------------------------------------------------
 
