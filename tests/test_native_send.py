@@ -192,8 +192,12 @@ async def test_a_buffer_of_many_frames_is_one_native_call(tmp_path: Path) -> Non
         assert node.native_sends is not None
         assert node.native_sends.native.counters()[:2] == (200, 200)
         assert node.store.native.queue_max_offset("T", 0) == 100
-        inbound = node.ports.traffic.inbound[("T", "Normal")]
-        assert inbound == [200, sum(len(f"m{i}") for i in range(1, 201))]
+        traffic = node.ports.traffic
+        nbytes = sum(len(f"m{i}") for i in range(1, 201))
+        assert traffic.inbound[("T", "Normal")] == [200, nbytes]
+        sizes = traffic.sizes[("T", "Normal")]
+        assert sizes.counts[0] == 200 and sizes.total == nbytes  # all under 1 KiB
+        assert sum(traffic.rpc[(RC.SEND_MESSAGE_V2, Resp.SUCCESS)].counts) == 200
 
 
 @pytest.mark.parametrize(
