@@ -6,6 +6,7 @@ leaves to Python go there (its counters say which path answered)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -255,3 +256,52 @@ def test_the_switch_refuses_a_bad_value(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(ConfigError, match=NATIVE_SEND_ENV):
         native_send_wanted()
     assert NativeSends  # the class the wiring installs
+
+
+async def test_config_and_topic_changes_reach_the_native_path(tmp_path: Path) -> None:
+    """maxMessageSize changed at runtime and a topic created after start are what the native
+    path checks next; a topic made read-only is refused natively."""
+    async with broker(tmp_path, True) as node:
+        fast = node.native_sends
+        assert fast is not None
+        big = request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "T", b"x" * 2000)
+        (f,) = await exchange(node.address, big, 1)
+        assert decode_frames(f)[0][0][0] == Resp.SUCCESS
+        await node.apply_config(dataclasses.replace(node.cfg, max_message_size=1000))
+        (f,) = await exchange(node.address, big, 1)
+        (t,), _ = decode_frames(f)
+        assert (t[0], t[5]) == (
+            Resp.MESSAGE_ILLEGAL,
+            "the message body size over max value, MAX: 1000",
+        )
+        node.topics.update(TopicConfig(topic_name="New", read_queue_nums=1, write_queue_nums=1))
+        (f,) = await exchange(node.address, request(RC.SEND_MESSAGE, 1, 2, "New", b"y"), 1)
+        assert decode_frames(f)[0][0][0] == Resp.SUCCESS
+        node.topics.update(
+            TopicConfig(topic_name="New", read_queue_nums=1, write_queue_nums=1, perm=4)
+        )
+        (f,) = await exchange(node.address, request(RC.SEND_MESSAGE, 1, 3, "New", b"y"), 1)
+        assert decode_frames(f)[0][0][0] == Resp.NO_PERMISSION
+        assert fast.native.counters() == (2, 4, 0)
+
+
+async def test_a_send_handed_back_takes_the_later_sends_of_its_buffer_along(
+    tmp_path: Path,
+) -> None:
+    """A buffer: a native send, a send to an unknown topic (Python's: TOPIC_NOT_EXIST here),
+    then sends to the first one's queue: the later ones go to Python too, so none of them is
+    stored natively ahead of the one handed back. (Among themselves Python's tasks run in
+    Trio's order, not necessarily arrival order: as before the native path.)"""
+    async with broker(tmp_path, True) as node:
+        frames = [
+            request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "T", b"a"),
+            request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, 2, "Fresh", b"b"),
+            *(request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, i, "T", b"c") for i in range(3, 9)),
+        ]
+        got = await exchange(node.address, b"".join(frames), len(frames))
+        answers = [decode_frames(f)[0][0] for f in got]
+        assert answers[1][0] == Resp.TOPIC_NOT_EXIST
+        offsets = [int(t[6]["queueOffset"]) for i, t in enumerate(answers) if i != 1]  # type: ignore[index]
+        assert offsets[0] == 0 and sorted(offsets) == list(range(7))
+        assert node.native_sends is not None
+        assert node.native_sends.native.counters() == (1, 1, 7)

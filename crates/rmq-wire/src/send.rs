@@ -15,7 +15,7 @@
 //! no write queue, and every message of a buffer whose append failed (Python appends them
 //! again one request at a time and answers as it does). Once one send frame of a buffer is
 //! handed back, every later send frame of that buffer is too: Python runs them after the
-//! native appends, so a producer's pipelined sends are stored in the order they arrived.
+//! native appends, so no later send of the buffer is stored natively ahead of it.
 //!
 //! The answers are byte-identical to the Python handler's (its tests compare them): the same
 //! checks in the same order (topic permission, queue id, batch emptiness, body size,
