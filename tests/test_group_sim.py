@@ -157,6 +157,14 @@ def test_checker_catches_a_demoted_master_that_drops_its_own_offsets() -> None:
     assert "consumer offset went back" in result.error
 
 
+def test_a_consumers_own_commit_sets_the_offset_also_before_its_replica_serves() -> None:
+    """Seed 7618 (of a 2,000-7,999 sweep) once failed on the checker, not the broker: a
+    restarted consumer read an older offset from the new master and committed it to a demoted
+    master about to serve again, which took it; the consumer's own commit sets the value."""
+    result = run_group_seed(7618)
+    assert result.ok, result.error
+
+
 def test_bugs_are_listed_and_failures_print_their_replay(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

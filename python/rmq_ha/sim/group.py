@@ -1775,6 +1775,10 @@ class GroupSim:
             return
         self._check_offsets()
         r.offsets.commit(CGROUP, TOPIC, q, off)
+        if q in r.own:
+            # Also a commit it took while not serving (a route to a replica about to serve
+            # again) is the consumer's value now, backwards too (seed 7618 of 6,000-7,999).
+            r.own[q] = off
         if c.serving_master:
             # What the consumer committed is the value now (also backwards, after it read an
             # older one from a new master): only the broker may not move it back.
