@@ -1,6 +1,5 @@
 package rmqha.interop;
 
-import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.Collections;
@@ -40,7 +39,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * Prints one JSON line on stdout: msgsPerSec and bytesPerSec (bodies) of the drain, msgs (counted
  * messages), seconds, fillSeconds, errors (failed fill sends), brokerCpuTicks (with --cpu-pids).
  */
-public final class BenchConsumer {
+public final class BenchConsumer implements BenchMain.Bench {
     String namesrv;
     String topic;
     long count;
@@ -55,53 +54,29 @@ public final class BenchConsumer {
     final AtomicLong errors = new AtomicLong();
     final List<Object> errorSamples = Collections.synchronizedList(new ArrayList<>());
 
-    public static void main(String[] args) throws Exception {
-        PrintStream out = System.out;
-        System.setOut(System.err); // stdout carries only the result line
-        BenchConsumer b = new BenchConsumer();
-        try {
-            b.parse(args);
-        } catch (RuntimeException e) {
-            System.err.println("usage error: " + e.getMessage());
-            Runtime.getRuntime().halt(2);
-            return;
-        }
-        Map<String, Object> result;
-        int rc = 0;
-        try {
-            result = b.run();
-        } catch (Throwable t) {
-            t.printStackTrace();
-            result = new LinkedHashMap<>();
-            result.put("fatal", InteropMain.describe(t));
-            rc = 1;
-        }
-        out.println(Json.write(result));
-        out.flush();
-        System.err.flush();
-        Runtime.getRuntime().halt(rc);
+    public static void main(String[] args) {
+        BenchMain.main(args, new BenchConsumer());
     }
 
-    void parse(String[] args) {
-        for (int i = 0; i < args.length; i += 2) {
-            if (i + 1 >= args.length) {
-                throw new IllegalArgumentException("missing value for " + args[i]);
-            }
-            String v = args[i + 1];
-            switch (args[i]) {
-                case "--namesrv": namesrv = v; break;
-                case "--topic": topic = v; break;
-                case "--count": count = Long.parseLong(v); break;
-                case "--body-size": bodySize = Integer.parseInt(v); break;
-                case "--batch": batch = Integer.parseInt(v); break;
-                case "--fill-threads": fillThreads = Integer.parseInt(v); break;
-                case "--queues": queues = Integer.parseInt(v); break;
-                case "--pull-batch": pullBatch = Integer.parseInt(v); break;
-                case "--timeout": timeout = Double.parseDouble(v); break;
-                case "--cpu-pids": cpuPids = BenchProducer.parsePids(v); break;
-                default: throw new IllegalArgumentException("unknown option " + args[i]);
-            }
+    @Override
+    public void option(String name, String value) {
+        switch (name) {
+            case "--namesrv": namesrv = value; break;
+            case "--topic": topic = value; break;
+            case "--count": count = Long.parseLong(value); break;
+            case "--body-size": bodySize = Integer.parseInt(value); break;
+            case "--batch": batch = Integer.parseInt(value); break;
+            case "--fill-threads": fillThreads = Integer.parseInt(value); break;
+            case "--queues": queues = Integer.parseInt(value); break;
+            case "--pull-batch": pullBatch = Integer.parseInt(value); break;
+            case "--timeout": timeout = Double.parseDouble(value); break;
+            case "--cpu-pids": cpuPids = BenchProducer.parsePids(value); break;
+            default: throw new IllegalArgumentException("unknown option " + name);
         }
+    }
+
+    @Override
+    public void check() {
         if (namesrv == null || topic == null) {
             throw new IllegalArgumentException("--namesrv and --topic are required");
         }
@@ -110,7 +85,8 @@ public final class BenchConsumer {
         }
     }
 
-    Map<String, Object> run() throws Exception {
+    @Override
+    public Map<String, Object> run() throws Exception {
         BenchProducer topicMaker = new BenchProducer();
         topicMaker.namesrv = namesrv;
         topicMaker.topic = topic;

@@ -1,6 +1,5 @@
 package rmqha.interop;
 
-import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -39,7 +38,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * call, i.e. per batch when batching), errors (failed sends plus non-SEND_OK statuses), and with
  * --cpu-pids brokerCpuTicks: the CPU clock ticks those processes used in the measured window.
  */
-public final class BenchProducer {
+public final class BenchProducer implements BenchMain.Bench {
     String namesrv;
     String topic;
     int threads = 4;
@@ -55,52 +54,28 @@ public final class BenchProducer {
     final AtomicLong errors = new AtomicLong();
     final List<Object> errorSamples = Collections.synchronizedList(new ArrayList<>());
 
-    public static void main(String[] args) throws Exception {
-        PrintStream out = System.out;
-        System.setOut(System.err); // stdout carries only the result line
-        BenchProducer b = new BenchProducer();
-        try {
-            b.parse(args);
-        } catch (RuntimeException e) {
-            System.err.println("usage error: " + e.getMessage());
-            Runtime.getRuntime().halt(2);
-            return;
-        }
-        Map<String, Object> result;
-        int rc = 0;
-        try {
-            result = b.run();
-        } catch (Throwable t) {
-            t.printStackTrace();
-            result = new LinkedHashMap<>();
-            result.put("fatal", InteropMain.describe(t));
-            rc = 1;
-        }
-        out.println(Json.write(result));
-        out.flush();
-        System.err.flush();
-        Runtime.getRuntime().halt(rc);
+    public static void main(String[] args) {
+        BenchMain.main(args, new BenchProducer());
     }
 
-    void parse(String[] args) {
-        for (int i = 0; i < args.length; i += 2) {
-            if (i + 1 >= args.length) {
-                throw new IllegalArgumentException("missing value for " + args[i]);
-            }
-            String v = args[i + 1];
-            switch (args[i]) {
-                case "--namesrv": namesrv = v; break;
-                case "--topic": topic = v; break;
-                case "--threads": threads = Integer.parseInt(v); break;
-                case "--seconds": seconds = Double.parseDouble(v); break;
-                case "--warmup": warmup = Double.parseDouble(v); break;
-                case "--body-size": bodySize = Integer.parseInt(v); break;
-                case "--batch": batch = Integer.parseInt(v); break;
-                case "--queues": queues = Integer.parseInt(v); break;
-                case "--cpu-pids": cpuPids = parsePids(v); break;
-                default: throw new IllegalArgumentException("unknown option " + args[i]);
-            }
+    @Override
+    public void option(String name, String value) {
+        switch (name) {
+            case "--namesrv": namesrv = value; break;
+            case "--topic": topic = value; break;
+            case "--threads": threads = Integer.parseInt(value); break;
+            case "--seconds": seconds = Double.parseDouble(value); break;
+            case "--warmup": warmup = Double.parseDouble(value); break;
+            case "--body-size": bodySize = Integer.parseInt(value); break;
+            case "--batch": batch = Integer.parseInt(value); break;
+            case "--queues": queues = Integer.parseInt(value); break;
+            case "--cpu-pids": cpuPids = parsePids(value); break;
+            default: throw new IllegalArgumentException("unknown option " + name);
         }
+    }
+
+    @Override
+    public void check() {
         if (namesrv == null || topic == null) {
             throw new IllegalArgumentException("--namesrv and --topic are required");
         }
@@ -206,7 +181,8 @@ public final class BenchProducer {
         }
     }
 
-    Map<String, Object> run() throws Exception {
+    @Override
+    public Map<String, Object> run() throws Exception {
         createTopic();
         DefaultMQProducer p = new DefaultMQProducer(
             "P_bench_" + ProcessHandle.current().pid(), aclHook("rmqha.bench.acl"));
