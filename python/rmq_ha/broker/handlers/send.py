@@ -86,10 +86,11 @@ class NativeSends:
     before answering a stored send (SYNC_FLUSH, SYNC_MASTER, controller mode), so the native
     call only appends those and hands their SEND_OK back; a task per such send waits as
     `append_and_respond` does (`wait_outcome`: group commit, the ack watermark) and sends it
-    with the code the wait decides. Per received buffer, before the
-    native call, the role decides (`write_refusal`: fenced, slave or acting slave, disk full,
-    too few in-sync replicas; the FMQ data-plane fence; brokerPermission) — a few attribute
-    reads, not a look at the messages. The topic table the native side checks is refreshed
+    with the code the wait decides (a task runs in the broker's nursery: a failure is answered
+    SYSTEM_ERROR and logged, as the connection does for a handler). Per received buffer,
+    before the native call, the role decides (`write_refusal`: fenced, slave or acting slave,
+    disk full, too few in-sync replicas; the FMQ data-plane fence; brokerPermission) — a few
+    attribute reads, not a look at the messages. The topic table the native side checks is refreshed
     when the topic manager's data version changes; it holds only topics a producer may send
     to as ordinary messages (no retry/DLQ or special-service topics, valid names), so every
     other topic — unknown ones too, which may be auto-created — is Python's.
@@ -172,10 +173,14 @@ class NativeSends:
     async def _finish(self, args: tuple[Connection, WireTuple, int, bool, int, float]) -> None:
         conn, t, end_offset, wait, request, started = args
         p = self._p
-        code = await wait_outcome(p, end_offset, wait)
         resp = RemotingCommand.from_wire(t)
-        resp.code = code
-        p.traffic.answered(request, code, (time.perf_counter() - started) * 1000)
+        try:
+            resp.code = await wait_outcome(p, end_offset, wait)
+        except Exception as e:  # answered as the connection answers a failed handler
+            log.exception("waiting for a native send (opaque %d) failed", resp.opaque)
+            resp.code, resp.ext_fields = Resp.SYSTEM_ERROR, {}
+            resp.remark = f"{type(e).__name__}: {e}"
+        p.traffic.answered(request, resp.code, (time.perf_counter() - started) * 1000)
         try:
             await conn.send(resp)
         except RemotingClosedError:
