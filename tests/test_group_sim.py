@@ -774,6 +774,23 @@ def test_a_master_resumed_after_a_long_pause_fences_on_its_first_event() -> None
     assert "StopSpecial" in _names(out) and not slave.acting
 
 
+def test_a_request_after_a_long_pause_finds_the_master_fenced() -> None:
+    """The data plane's side of seed 11070: the broker feeds DataPlaneRequest before it
+    judges a request the FMQ fence governs, so the first request after a long stop is refused
+    even when it is handled before the tick."""
+    core = _classic(
+        0,
+        acting_master=True,
+        fence_when_isolated=True,
+        isolation_timeout_ms=10_000,
+        total_replicas=2,
+    )
+    core.step(e.MemberGroup({0: "10.0.0.0:10911", 1: "s:1"}), 0)
+    assert not core.data_plane_fenced
+    out = core.step(e.DataPlaneRequest(), 20_000)
+    assert core.data_plane_fenced and "StopSpecial" in _names(out)
+
+
 def test_strict_lock_quorum_is_a_majority_of_the_replicas() -> None:
     """The pure decision handlers/locks.py and the simulator share."""
     from rmq_ha.broker.locks import quorum_locked, strict_lock_forwarded, strict_quorum

@@ -337,6 +337,8 @@ class Broker:
 
     async def _on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         self._watch_connection(conn)
+        if cmd.code in FENCED_CODES and self.core.cfg.fence_when_isolated:
+            self._feed(ev.DataPlaneRequest())  # fenced now, not at the last tick
         if self.core.data_plane_fenced and cmd.code in FENCED_CODES:
             if cmd.is_oneway:
                 return None

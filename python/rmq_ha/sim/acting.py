@@ -1322,6 +1322,7 @@ class ActingSim:
     def _on_commit(self, b: Broker, q: int, off: int) -> str:
         core = b.core
         assert core is not None and b.offsets is not None
+        self._data_plane_request(b)
         if core.data_plane_fenced:
             return "fenced"
         self._wall_of(b)
@@ -1329,6 +1330,13 @@ class ActingSim:
         by_master = core.is_master and core.state.pre_online is None
         self.commits.append(Commit(q, off, b.bid, self.now, by_master, core.state.special))
         return "ok"
+
+    def _data_plane_request(self, b: Broker) -> None:
+        """As Broker._on_request: with fenceWhenIsolated, isolation is decided at the
+        request's time (DataPlaneRequest), not at the broker's last tick."""
+        assert b.core is not None
+        if b.core.cfg.fence_when_isolated:
+            self._step(b, e.DataPlaneRequest())
 
     def _commit_answer(self, b: Broker, q: int, off: int, ok: str | None) -> None:
         if ok is None:
@@ -1384,6 +1392,7 @@ class ActingSim:
         modelled as answered within the request (the handler waits up to 2 s for them)."""
         core = b.core
         assert core is not None and b.locks is not None
+        self._data_plane_request(b)
         if core.data_plane_fenced:
             return "fenced"
         keys: list[QueueKey] = [(TOPIC, GROUP, q) for q in QUEUES]

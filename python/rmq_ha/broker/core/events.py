@@ -239,6 +239,13 @@ class ReverseSynced:
     ok: bool
 
 
+@dataclass(frozen=True)
+class DataPlaneRequest:
+    """A request the FMQ fence governs arrived (fenceWhenIsolated only): isolation is decided
+    at its time, not at the last tick (the first request after a long stop may be handled
+    before the tick; see `RoleCore._isolation_first`)."""
+
+
 Event = (
     Started
     | Tick
@@ -262,4 +269,5 @@ Event = (
     | MasterPushedHa
     | SlaveFollowing
     | ReverseSynced
+    | DataPlaneRequest
 )
