@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rmq_ha._native import decode_frames, encode_batch_body, encode_frames
+from rmq_ha._native import decode_frames, decode_stored_record, encode_batch_body, encode_frames
 from rmq_ha.broker.broker import Broker, open_broker
 from rmq_ha.broker.handlers.send import NATIVE_SEND_ENV, NativeSends
 from rmq_ha.config import BrokerConfig, BrokerRole, FlushDiskType
@@ -135,6 +135,27 @@ def with_port(frame: bytes, port: int) -> bytes:
     return encode_frames([(*t[:6], ext, *t[7:])])
 
 
+def stored_records(node: Broker, responses: list[bytes]) -> list[dict[str, object]]:
+    """The records the answered sends stored, without what differs between two brokers and
+    two connections by design: store time and host, the born port, and the record CRC (which
+    covers them)."""
+    out = []
+    for f in responses:
+        (t,), _ = decode_frames(f)
+        ids = (t[6] or {}).get("msgId")
+        for mid in ids.split(",") if ids else []:
+            _, _, off = parse_offset_msg_id(mid)
+            r = decode_stored_record(node.store.native.read_record(off).tobytes())
+            for k in ("store_timestamp", "store_host", "record_crc"):
+                r.pop(k, None)
+            r["born_host"] = str(r["born_host"]).rsplit(":", 1)[0]
+            props = r["properties"]
+            assert isinstance(props, bytes)
+            r["properties"] = props[: props.find(b"__CRC32#")]
+            out.append(r)
+    return out
+
+
 #: Broker configs: answered at once; after the group-commit flush; after the replicas (none
 #: here: SLAVE_NOT_AVAILABLE, as RocketMQ answers a SYNC_MASTER without a slave).
 CONFIGS: list[dict[str, object]] = [
@@ -151,12 +172,14 @@ async def test_native_and_python_answer_byte_for_byte_alike(
 ) -> None:
     cs = cases(ser)
     got: dict[bool, list[bytes]] = {}
+    records: dict[bool, list[dict[str, object]]] = {}
     for native in (True, False):
         async with broker(tmp_path, native, **kw) as node:
             out: list[bytes] = []
             for _, data, _ in cs:  # one at a time: both brokers store in the same order
                 out += await exchange(node.address, data, 1)
             got[native] = out
+            records[native] = stored_records(node, out)
             fast = node.native_sends
             if native:
                 assert fast is not None
@@ -171,6 +194,8 @@ async def test_native_and_python_answer_byte_for_byte_alike(
     assert len(got[True]) == len(cs)
     for (name, _, _), a, b in zip(cs, got[True], got[False], strict=True):
         assert a == with_port(b, port), name
+    assert len(records[True]) == 6
+    assert records[True] == records[False]
     ok = Resp.SLAVE_NOT_AVAILABLE if kw.get("broker_role") else Resp.SUCCESS
     codes = [decode_frames(f)[0][0][0] for f in got[True]]
     assert codes == [ok, ok, ok, ok, 13, 17, 16, 1, 13, 13, 13]
