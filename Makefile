@@ -123,8 +123,8 @@ hosts-down: dev ## heal every fault the bench journalled, stop its processes, de
 	$(VENV)/bin/rmq-ha hosts down
 
 .PHONY: test-real-rocketmq
-test-real-rocketmq: dev ## real RocketMQ 5.5.0 controller mode (3 namesrv+controllers, 3 brokers): failover and heal, and mqadmin's controller commands against it (2-5 min; java+mvn)
-	RMQ_REAL_ROCKETMQ_TEST=1 $(VPY) -m pytest -q tests/jepsen/test_real_controller_group.py tests/interop/test_mqadmin_controller_real.py tests/jepsen/test_campaign_rocketmq.py $(PYTEST_ARGS)
+test-real-rocketmq: dev ## real RocketMQ 5.5.0 controller mode (3 namesrv+controllers, 3 brokers): failover and heal, mqadmin's controller commands, a campaign; and bench acting-master on its classic acting-master topology (5-10 min; java+mvn)
+	RMQ_REAL_ROCKETMQ_TEST=1 $(VPY) -m pytest -q tests/jepsen/test_real_controller_group.py tests/interop/test_mqadmin_controller_real.py tests/jepsen/test_campaign_rocketmq.py tests/jepsen/test_bench_acting_real.py $(PYTEST_ARGS)
 
 # --- history checker (spark/, issue 7) ---
 .PHONY: test-check check-demo bench-check
