@@ -56,39 +56,60 @@ def key_order(fr: Frames) -> dict[str, Any]:
         return result(
             UNKNOWN, 0, [], applies=False, keys=nkeys, keys_checked=0, reason="no ordered keys"
         )
-    parts = [
-        acked.where(c(f"fd{g}").isNotNull()).select(
+    # one row per acknowledged keyed value with its first delivery to every group (fd<g>),
+    # shuffled once by key; each group's running maximum is a window over that partitioning
+    # (one sort per group, no per-group union and no second shuffle for the key filter)
+    groups = range(0, fr.tracked_groups() + 1)
+    a = acked.where(F.greatest(*[c(f"fd{g}").isNotNull() for g in groups])).select(
+        "key", "v", "inv_idx", "comp_idx", *[f"fd{g}" for g in groups]
+    )
+    if fr.cfg.order == "auto":
+        a = a.join(ordered_keys.select("key"), "key", "left_semi")
+    cols = [
+        F.struct(
             F.lit(g).alias("gid"),
-            "key",
             c(f"fd{g}").alias("fd"),
-            "inv_idx",
-            "comp_idx",
-            "v",
-        )
-        for g in range(0, fr.tracked_groups() + 1)
+            F.coalesce(
+                F.max(F.when(c(f"fd{g}").isNotNull(), c("inv_idx"))).over(
+                    Window.partitionBy("key")
+                    .orderBy(f"fd{g}")
+                    .rowsBetween(Window.unboundedPreceding, -1)
+                )
+                > c("comp_idx"),
+                F.lit(False),
+            ).alias("late"),
+        ).alias(f"s{g}")
+        for g in groups
     ]
-    u: DataFrame = reduce(DataFrame.unionByName, parts)
-    u = u.join(ordered_keys.select("key"), "key", "left_semi")
-    w = Window.partitionBy("gid", "key").orderBy("fd").rowsBetween(Window.unboundedPreceding, -1)
-    x = u.select("*", F.max("inv_idx").over(w).alias("prev_inv"))
+    x = a.select("key", "v", "comp_idx", *cols)
     bad = fr.persist(
-        x.where(c("prev_inv") > c("comp_idx")).select("gid", "key", "v", "fd", "comp_idx")
+        x.select(
+            "key", "v", "comp_idx", F.explode(F.array(*[c(f"s{g}") for g in groups])).alias("s")
+        )
+        .where(c("s.fd").isNotNull() & c("s.late"))
+        .select(c("s.gid").alias("gid"), "key", "v", c("s.fd").alias("fd"), "comp_idx")
     )
     n = bad.count()
     ex: list[dict[str, Any]] = []
     if n:
         # for the examples only: a value sent after the late one yet delivered before it
         late = bad.orderBy("gid", "key", "v").limit(fr.cfg.examples)
-        early = u.select(
-            c("gid").alias("g2"),
-            c("key").alias("k2"),
-            c("fd").alias("fd2"),
-            c("inv_idx").alias("inv2"),
-            c("v").alias("v2"),
+        early: DataFrame = reduce(
+            DataFrame.unionByName,
+            [
+                a.where(c(f"fd{g}").isNotNull()).select(
+                    F.lit(g).alias("g2"),
+                    c("key").alias("k2"),
+                    c(f"fd{g}").alias("fd2"),
+                    c("inv_idx").alias("inv2"),
+                    c("v").alias("v2"),
+                )
+                for g in groups
+            ],
         )
         pairs = (
-            late.join(
-                early,
+            early.join(
+                F.broadcast(late),
                 (c("g2") == c("gid"))
                 & (c("k2") == c("key"))
                 & (c("fd2") < c("fd"))
