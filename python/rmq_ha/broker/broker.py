@@ -232,6 +232,11 @@ class Broker:
                 defer=cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH or self.ha.sync_master(),
                 spawn=lambda fn, arg: self._nursery.start_soon(fn, arg),
                 on_request=self._watch_connection,
+                judge=(
+                    (lambda: self._feed(ev.DataPlaneRequest()))
+                    if self.core.cfg.fence_when_isolated
+                    else None
+                ),
             )
             server.fast = self.native_sends
         #: "host:port" of the Prometheus endpoint once it listens (metricsExporterType=PROM).

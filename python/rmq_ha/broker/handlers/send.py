@@ -107,6 +107,7 @@ class NativeSends:
         defer: bool = False,
         spawn: Callable[[Callable[..., Awaitable[None]], Any], None] | None = None,
         on_request: Callable[[Connection], None] = lambda conn: None,
+        judge: Callable[[], None] | None = None,
     ) -> None:
         host, port = p.store_host
         self.native = SendPath(
@@ -123,6 +124,9 @@ class NativeSends:
         self._p = p
         self._special = special
         self._on_request = on_request
+        #: Run before each buffer's gate (the wiring's: the FMQ fence decided at the
+        #: request's time, as `Broker._on_request` does before a fenced code).
+        self._judge = judge
         self._seen: tuple[object, int] | None = None
         self._cfg = p.cfg
 
@@ -147,6 +151,8 @@ class NativeSends:
 
     def enabled(self) -> bool:
         p = self._p
+        if self._judge is not None:
+            self._judge()
         return (
             self.config_allows
             and is_writeable(p.cfg.broker_permission)
