@@ -965,10 +965,16 @@ class DB:
             exclude += SECRET_FILES  # --secure: keys and the ACL file stay on the nodes
 
         async def one(node: str) -> None:
+            # This run's roles only: a node's work directory keeps the role directories of
+            # earlier runs with other topologies (a broker-a-2 from hours before showed up
+            # beside this run's broker-a-0 and was read as this run's).
             h = self.control.host(node)
-            out[node] = await self.control.call(
-                node, lambda r: r.fetch_tree(h.workdir, run_dir / "nodes" / node, exclude=exclude)
-            )
+            n = 0
+            for role in (r for r in self.roles if r.node == node):
+                dest = run_dir / "nodes" / node / role.name
+                fetch = functools.partial(_fetch_role, src=role.dir(h), dest=dest, exclude=exclude)
+                n += await self.control.call(node, fetch)
+            out[node] = n
 
         await self.control.on_all(self.control.nodes, one)
         if self.security is not None:
@@ -993,6 +999,11 @@ class DB:
             for role in self.roles:
                 nursery.start_soon(one, role)
         return out
+
+
+def _fetch_role(remote: Remote, src: str, dest: Path, exclude: tuple[str, ...]) -> int:
+    """A role's directory as a tree (bytes copied; 0 when it does not exist)."""
+    return remote.fetch_tree(src, dest, exclude=exclude)
 
 
 def _fetch_path(remote: Remote, path: str, dest: Path) -> int:

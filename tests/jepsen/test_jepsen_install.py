@@ -74,3 +74,25 @@ def test_local_hosts_run_the_bench_s_own_rmq_ha(tmp_path: Path) -> None:
     trio.run(db.install, None)
     assert db.install_spec.rmq_ha_bin == str(Path(sys.executable).with_name("rmq-ha"))
     assert not [cmd for _, cmd, _ in seen if "pip" in cmd or "cat >" in cmd]
+
+
+def test_collect_copies_this_runs_role_directories_only(tmp_path: Path) -> None:
+    """A node's work directory keeps role directories of earlier runs with other topologies;
+    a run collects its own roles' directories (a stale broker-a-2 beside this run's broker
+    was once read as this run's). Store data can be left out."""
+    host = Host("n1", "127.0.0.1", ssh_host=None, workdir=str(tmp_path / "w"))
+    db = DB(Control([host]), TOPOLOGIES["single"], state=StateDir(tmp_path / "st"))
+    names = sorted(r.name for r in db.roles)
+    assert names
+    for name in [*names, "broker-z-9"]:
+        d = tmp_path / "w" / name
+        (d / "store").mkdir(parents=True)
+        (d / "role.log").write_text(f"{name} log\n")
+        (d / "store" / "commitlog").write_bytes(b"x" * 100)
+    got = trio.run(lambda: db.collect(tmp_path / "run", data=False))
+    assert got["n1"] > 0
+    nodes = tmp_path / "run" / "nodes" / "n1"
+    assert sorted(p.name for p in nodes.iterdir()) == names
+    for name in names:
+        assert (nodes / name / "role.log").read_text() == f"{name} log\n"
+        assert not (nodes / name / "store").exists()
