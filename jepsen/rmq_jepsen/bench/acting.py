@@ -626,14 +626,11 @@ def run(args: argparse.Namespace) -> int:
     if args.kills < 1:
         raise SystemExit("--kills must be at least 1")
     console = Console(stderr=True)
-    impls = list(IMPLS) if args.impl == "both" else [args.impl]
-    if "rocketmq" in impls:
-        try:
-            realrmq.source_checkout()
-            realrmq.require_tools("java", "mvn", "javap")
-        except realrmq.NeedsCheckout as e:
-            console.print(f"bench acting-master --impl {args.impl}: {e}")
-            return 2
+    try:
+        impls = realrmq.impls_of(args.impl, "acting-master")
+    except realrmq.NeedsCheckout as e:
+        console.print(str(e))
+        return 2
     if args.keep_dir is not None:
         args.keep_dir.mkdir(parents=True, exist_ok=True)
     root = args.keep_dir or Path(tempfile.mkdtemp(prefix="rmq-ha-bench-acting-"))

@@ -381,14 +381,12 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    impls = list(IMPLS) if args.impl == "both" else [args.impl]
+    try:
+        impls = realrmq.impls_of(args.impl, "controller")
+    except realrmq.NeedsCheckout as e:
+        print(e, file=sys.stderr)
+        return 2
     if "rocketmq" in impls:
-        try:
-            realrmq.source_checkout()
-            realrmq.require_tools("java", "mvn", "javap")
-        except realrmq.NeedsCheckout as e:
-            print(f"bench controller --impl {args.impl}: {e}", file=sys.stderr)
-            return 2
         # The same Raft timings on both: RocketMQ's are fixed at DLedger's defaults.
         for k, v in DLEDGER_DEFAULTS.items():
             setattr(args, k, v)

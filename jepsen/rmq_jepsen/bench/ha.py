@@ -410,14 +410,11 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    impls = list(IMPLS) if args.impl == "both" else [args.impl]
-    if "rocketmq" in impls:
-        try:
-            realrmq.source_checkout()
-            realrmq.require_tools("java", "mvn", "javap")
-        except realrmq.NeedsCheckout as e:
-            console.print(f"bench ha --impl {args.impl}: {e}")
-            return 2
+    try:
+        impls = realrmq.impls_of(args.impl, "ha")
+    except realrmq.NeedsCheckout as e:
+        console.print(str(e))
+        return 2
     root = Path(tempfile.mkdtemp(prefix="rmq-ha-bench-ha-"))
     try:
         with Progress(console=console, transient=True) as progress:

@@ -290,6 +290,27 @@ def controller_namesrv_conf(
     }
 
 
+def _broker_basics(namesrv_addrs: list[str], address: str, port: int, root: Path) -> dict[str, Any]:
+    """What every broker the bench launches shares, whatever its topology: addresses, ports
+    (HA on port+1), store paths, async flush, auto-created topics and groups, 64 MiB segments,
+    and a disk ratio that a shared build machine does not trip."""
+    return {
+        "namesrvAddr": ";".join(namesrv_addrs),
+        "brokerIP1": address,
+        "brokerIP2": address,
+        "bindAddress": address,
+        "listenPort": port,
+        "haListenPort": port + 1,
+        "storePathRootDir": root,
+        "storePathCommitLog": root / "commitlog",
+        "flushDiskType": "ASYNC_FLUSH",
+        "autoCreateTopicEnable": "true",
+        "autoCreateSubscriptionGroup": "true",
+        "mappedFileSizeCommitLog": 64 * 1024 * 1024,
+        "diskMaxUsedSpaceRatio": 95,
+    }
+
+
 def controller_broker_conf(
     i: int,
     port: int,
@@ -315,19 +336,7 @@ def controller_broker_conf(
         "controllerAddr": ";".join(controller_addrs),
         "fetchControllerAddrByDnsLookup": "false",
         "allAckInSyncStateSet": "true",
-        "namesrvAddr": ";".join(namesrv_addrs),
-        "brokerIP1": address,
-        "brokerIP2": address,
-        "bindAddress": address,
-        "listenPort": port,
-        "haListenPort": port + 1,
-        "storePathRootDir": root,
-        "storePathCommitLog": root / "commitlog",
-        "flushDiskType": "ASYNC_FLUSH",
-        "autoCreateTopicEnable": "true",
-        "autoCreateSubscriptionGroup": "true",
-        "mappedFileSizeCommitLog": 64 * 1024 * 1024,
-        "diskMaxUsedSpaceRatio": 95,
+        **_broker_basics(namesrv_addrs, address, port, root),
         **FAST_REAL_BROKER,
         **(overrides or {}),
     }
@@ -662,19 +671,7 @@ def acting_broker_conf(
         "brokerId": broker_id,
         "brokerRole": "SYNC_MASTER" if broker_id == 0 else "SLAVE",
         "totalReplicas": slaves + 1,
-        "namesrvAddr": ";".join(namesrv_addrs),
-        "brokerIP1": address,
-        "brokerIP2": address,
-        "bindAddress": address,
-        "listenPort": port,
-        "haListenPort": port + 1,
-        "storePathRootDir": root,
-        "storePathCommitLog": root / "commitlog",
-        "flushDiskType": "ASYNC_FLUSH",
-        "autoCreateTopicEnable": "true",
-        "autoCreateSubscriptionGroup": "true",
-        "mappedFileSizeCommitLog": 64 * 1024 * 1024,
-        "diskMaxUsedSpaceRatio": 95,
+        **_broker_basics(namesrv_addrs, address, port, root),
         # rmq_ha's slaves serve pulls (the acting slave must: consumers read on from it);
         # RocketMQ's refuse them unless slaveReadEnable (PullMessageProcessor.rejectRequest
         # answers SYSTEM_BUSY "[REJECTREQUEST]system busy" to every pull otherwise).
@@ -875,3 +872,17 @@ def _main_controller(workdir: Path, sizes: JvmSizes, version: str | None, t0: fl
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def impls_of(impl: str, bench: str) -> list[str]:
+    """The implementations `--impl rmq_ha|rocketmq|both` asks for; with rocketmq, the checkout
+    and the tools to launch it are checked first (NeedsCheckout names the bench and what is
+    missing)."""
+    impls = ["rmq_ha", "rocketmq"] if impl == "both" else [impl]
+    if "rocketmq" in impls:
+        try:
+            source_checkout()
+            require_tools("java", "mvn", "javap")
+        except NeedsCheckout as e:
+            raise NeedsCheckout(f"bench {bench} --impl {impl}: {e}") from None
+    return impls
