@@ -71,6 +71,9 @@ async def test_silent_broker_is_a_timeout_with_unknown_outcome(tmp_path: Path) -
             assert not e.value.definite
             # Not retried elsewhere behind the caller's back: one attempt.
             assert len(e.value.attempts) == 1 and not e.value.attempts[0].definite
+            # The timed-out connection is closed (clientCloseSocketIfTimeout): the next send
+            # to this broker opens a fresh one.
+            assert silent not in p.instance.remoting._conns
         n.cancel_scope.cancel()
 
 
@@ -143,15 +146,23 @@ async def test_a_timed_out_request_closes_its_connection_as_rocketmqs_client_doe
         addr = await n.start(server)
         async with RemotingClient() as c:
             with pytest.raises(RemotingTimeoutError):
-                await c.invoke(addr, cmd(), 0.05)
+                await c.invoke(addr, cmd(), 0.2)
             await conns[0].wait()  # closed by the client
             with pytest.raises(RemotingTimeoutError):
-                await c.invoke(addr, cmd(), 0.05)
+                await c.invoke(addr, cmd(), 0.2)
             assert len(conns) == 2
-        await conns[1].wait()
+            # A request that could wait only the remains of a budget (<= 0.1 s, RocketMQ's
+            # MIN_CLOSE_TIMEOUT_MILLIS) keeps the connection.
+            await conns[1].wait()
+            with pytest.raises(RemotingTimeoutError):
+                await c.invoke(addr, cmd(), 0.05)
+            with pytest.raises(RemotingTimeoutError):
+                await c.invoke(addr, cmd(), 0.05)
+            assert len(conns) == 3 and not conns[2].is_set()
+        await conns[2].wait()
         async with RemotingClient(close_on_timeout=False) as c:
             for _ in range(2):
                 with pytest.raises(RemotingTimeoutError):
-                    await c.invoke(addr, cmd(), 0.05)
-            assert len(conns) == 3 and not conns[2].is_set()
+                    await c.invoke(addr, cmd(), 0.2)
+            assert len(conns) == 4 and not conns[3].is_set()
         n.cancel_scope.cancel()

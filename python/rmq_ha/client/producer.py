@@ -61,7 +61,7 @@ from rmq_ha.client.message import (
     check_topic,
 )
 from rmq_ha.client.routes import TopicPublishInfo
-from rmq_ha.errors import RemotingConnectError, RemotingError, RmqHaError
+from rmq_ha.errors import RemotingConnectError, RemotingError, RemotingTimeoutError, RmqHaError
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
@@ -571,7 +571,12 @@ class Producer:
             cmd.flag |= 2
             await conn.send(cmd)
             return None
-        return await conn.request(cmd, max(0.001, deadline - time.monotonic()))
+        timeout_s = max(0.001, deadline - time.monotonic())
+        try:
+            return await conn.request(cmd, timeout_s)
+        except RemotingTimeoutError:
+            remoting.timed_out(addr, conn, cmd.code, timeout_s)  # as every request does
+            raise
 
     def _request(self, out: _Outgoing, mq: MessageQueue, *, oneway: bool) -> RemotingCommand:
         props = out.properties

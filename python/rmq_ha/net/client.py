@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 3.0  # RocketMQ's mqClientApiTimeout
 CONNECT_TIMEOUT_S = 3.0
+#: A timed-out request closes its connection only if it could wait longer than this
+#: (RocketMQ's MIN_CLOSE_TIMEOUT_MILLIS).
+MIN_CLOSE_TIMEOUT_S = 0.1
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -114,12 +117,20 @@ class RemotingClient:
         try:
             return await conn.request(cmd, timeout_s)
         except RemotingTimeoutError:
-            if self.close_on_timeout and self._conns.get(addr) is conn:
-                log.info(
-                    "closing the connection to %s: a request (code %d) timed out", addr, cmd.code
-                )
-                self.close_connection(addr)
+            self.timed_out(addr, conn, cmd.code, timeout_s)
             raise
+
+    def timed_out(self, addr: str, conn: Connection, code: int, timeout_s: float) -> None:
+        """A request on `conn` to `addr` timed out after `timeout_s`: with `close_on_timeout`,
+        the connection is closed (if it is still the cached one), unless the request had less
+        than MIN_CLOSE_TIMEOUT_S to wait (RocketMQ's rule: a request left only the remains of
+        a retry budget says nothing about the connection). For callers that use a connection
+        directly."""
+        if timeout_s <= MIN_CLOSE_TIMEOUT_S:
+            return
+        if self.close_on_timeout and self._conns.get(addr) is conn:
+            log.info("closing the connection to %s: a request (code %d) timed out", addr, code)
+            self.close_connection(addr)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
