@@ -134,6 +134,10 @@ TOPOLOGIES: dict[str, Topology] = {
 }
 
 
+#: A controller-mode broker's GET_REPLICA_INFO poll and SyncStateSet check (both databases).
+CONTROLLER_SYNC_PERIOD_MS = 5_000
+
+
 @dataclass(frozen=True)
 class Timing:
     """Faster-than-default timeouts, so a 60 s campaign sees failovers finish."""
@@ -322,8 +326,8 @@ def plan_roles(topo: Topology, hosts: list[Host], timing: Timing) -> list[Role]:
                         "inSyncReplicas": topo.replicas if topo.all_ack else 1,
                         "haMaxTimeSlaveNotCatchup": timing.ha_not_catchup_ms,
                         "controllerHeartBeatTimeoutMills": timing.controller_heartbeat_timeout_ms,
-                        "syncBrokerMetadataPeriod": 5000,
-                        "checkSyncStateSetPeriod": 5000,
+                        "syncBrokerMetadataPeriod": CONTROLLER_SYNC_PERIOD_MS,
+                        "checkSyncStateSetPeriod": CONTROLLER_SYNC_PERIOD_MS,
                     }
                 )
             elif topo.mode == "classic":
@@ -379,6 +383,12 @@ def plan_rocketmq_roles(topo: Topology, hosts: list[Host], timing: Timing) -> li
             r.port,
             ctl_ports,
             d,
+            # The campaign's timings, as rmq_ha's name servers get them (the launcher's own
+            # are faster: a compare run detected a paused master sooner on RocketMQ's side).
+            {
+                "scanNotActiveBrokerInterval": timing.scan_ms,
+                "scanInactiveMasterInterval": timing.scan_ms,
+            },
             address=by[r.node].address,
             peer_hosts=peer_hosts,
             store_path=d / "controller",
@@ -401,6 +411,12 @@ def plan_rocketmq_roles(topo: Topology, hosts: list[Host], timing: Timing) -> li
                 "inSyncReplicas": topo.replicas if topo.all_ack else 1,
                 "controllerHeartBeatTimeoutMills": timing.controller_heartbeat_timeout_ms,
                 "haMaxTimeSlaveNotCatchup": timing.ha_not_catchup_ms,
+                # As rmq_ha's brokers in the same campaign (plan_roles), not the launcher's
+                # faster bench timings.
+                "brokerHeartbeatInterval": timing.broker_heartbeat_ms,
+                "registerNameServerPeriod": timing.register_period_ms,
+                "syncBrokerMetadataPeriod": CONTROLLER_SYNC_PERIOD_MS,
+                "checkSyncStateSetPeriod": CONTROLLER_SYNC_PERIOD_MS,
                 "mappedFileSizeCommitLog": timing.commitlog_bytes,
                 "messageDelayLevel": timing.delay_levels,
                 "transactionTimeOut": timing.transaction_timeout_ms,

@@ -238,3 +238,35 @@ def test_every_planned_key_is_a_setter_of_rocketmqs_config_classes(kind):
     for r in plan_rocketmq_roles(TOPO, _hosts(), Timing()):
         if r.kind == kind:
             realrmq.check_keys(r.values, known, r.name)
+
+
+#: Timings both databases' campaign roles set under RocketMQ's key names.
+SHARED_TIMINGS = {
+    "namesrv": ("scanNotActiveBrokerInterval", "scanInactiveMasterInterval"),
+    "broker": (
+        "brokerHeartbeatInterval",
+        "registerNameServerPeriod",
+        "controllerHeartBeatTimeoutMills",
+        "syncBrokerMetadataPeriod",
+        "checkSyncStateSetPeriod",
+        "haMaxTimeSlaveNotCatchup",
+    ),
+}
+
+
+def test_both_databases_get_the_campaigns_timings():
+    """`campaign compare` runs one schedule against both: failure detection must run on the same
+    clock. RocketMQ's roles once kept the launcher's faster bench timings (200 ms heartbeats and
+    scans against the campaign's 1 s), and RocketMQ recovered from a paused master sooner."""
+    from rmq_jepsen.db import plan_roles
+
+    timing = Timing()
+    ours = plan_roles(TOPO, _hosts(), timing)
+    theirs = plan_rocketmq_roles(TOPO, _hosts(), timing)
+    for kind, keys in SHARED_TIMINGS.items():
+        a = [r for r in ours if r.kind == kind]
+        b = [r for r in theirs if r.kind == kind]
+        assert a and len(a) == len(b)
+        for ra, rb in zip(a, b, strict=True):
+            for k in keys:
+                assert str(ra.values[k]) == str(rb.values[k]), (kind, k)
