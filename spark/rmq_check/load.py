@@ -32,13 +32,16 @@ def session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.adaptive.enabled", "true")
-        # Cached frames are built without AQE. With it (Spark's default), building one ran a
-        # nested adaptive plan that, once in CI on a loaded machine, waited for ever for a
-        # stage event that never came (a count() inside CachedRDDBuilder parked in
+        # No adaptive query execution (Spark's default is on). With it, building a cached
+        # frame ran a nested adaptive plan that now and then waited for ever for a stage
+        # event that never came (a count() inside CachedRDDBuilder parked in
         # AdaptiveSparkPlanExec.withFinalPlanUpdate, no task running; the test's timeout then
-        # hung in unpersist on the builder's lock). Cost measured at 2M ops: 43 s -> 58 s for
-        # the whole check (one run each, idle machine); `--conf` can set it back.
+        # hung in unpersist, and every later check in that JVM failed). Building cached frames
+        # without AQE (canChangeCachedPlanOutputPartitioning=false) did not prevent it: the
+        # same stack hung a CI run on an idle machine and, at load ~20, a whole suite. Cost
+        # measured at 2M ops: 58 s -> 64 s for the whole check (one run each, idle machine);
+        # `--conf spark.sql.adaptive.enabled=true` sets it back.
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "false")
         # the value-level aggregation is the one big shuffle; keep its output partitions even
         .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
