@@ -52,8 +52,16 @@ test-rust: ## cargo test for the whole workspace
 test-fuzz: ## 20 s of the stable fuzz replay driver: records, frames, batch bodies (`make fuzz` for longer)
 	cd crates/rmq-wire/fuzz && cargo run --release -q --bin replay -- 20
 
-test-py: dev wheelhouse ## pytest, incl. the Java/Go client interop suite against rmq_ha (exit code 5 fails)
+test-py: dev wheelhouse ## pytest, incl. the Java/Go client interop suite against rmq_ha (exit code 5 fails); the checker's tests in a process of their own
+ifeq ($(strip $(PYTEST_ARGS)),)
+	RMQ_INTEROP_IMPL=rmq_ha $(VPY) -m pytest -q --ignore=tests/spark
+	# tests/spark in its own pytest process: late in one long process the shared Spark session
+	# hung now and then (the JVM's DAG scheduler blocked in PythonAccumulatorV2.merge; cause
+	# open, docs/PERF.md); alone it has not.
+	$(VPY) -m pytest -q tests/spark
+else
 	RMQ_INTEROP_IMPL=rmq_ha $(VPY) -m pytest -q $(PYTEST_ARGS)
+endif
 
 certs: ## a test CA, server (127.0.0.1/localhost) and client certificates for TLS in .certs/ (never committed; docs/security.md)
 	bash scripts/gen_test_certs.sh .certs
