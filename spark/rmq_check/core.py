@@ -46,6 +46,18 @@ def qhash(topic: Column, broker: Column, queue_id: Column) -> Column:
     return F.xxhash64(topic, F.coalesce(broker, F.lit("")), queue_id)
 
 
+def empty_frame(spark: Any, **columns: str) -> DataFrame:
+    """An empty frame with these column types, planned in the JVM.
+
+    Not ``spark.createDataFrame([], schema)``: that parallelizes a Python list, so every job
+    reading the frame runs Python worker tasks, and each finished task makes the JVM's DAG
+    scheduler send an accumulator update to this Python driver and wait for its answer.
+    That wait is where the checker's Spark session hung late in long test processes (the
+    scheduler's event loop blocked in PythonAccumulatorV2.merge, docs/PERF.md). The check
+    runs no Python task at all (tests/spark/test_check_no_python_tasks.py)."""
+    return spark.range(0).select(*[F.lit(None).cast(t).alias(name) for name, t in columns.items()])
+
+
 def _flag(cond: Column) -> Column:
     return F.max(F.when(cond, 1).otherwise(0))
 
@@ -367,7 +379,9 @@ class Frames:
             null_cond = F.size(F.array_compact(msg_values)) < F.size(msg_values)
             cond = null_cond if cond is None else (cond | null_cond)
         if cond is None:
-            rds = self.spark.createDataFrame([], "v long, qh long, off long, read boolean")
+            # built in the JVM: createDataFrame([]) would parallelize a Python list, the only
+            # Python tasks the check would run (see empty_frame)
+            rds = empty_frame(self.spark, v="long", qh="long", off="long", read="boolean")
         else:
             sub = Frames(self.ops.where(cond), self.cfg)
             sub._stats = self.stats()
