@@ -306,3 +306,34 @@ class HaSlaveSideDecoder:
     def feed(self, data: _Buffer) -> list[tuple[object, ...]]: ...
     @property
     def buffered(self) -> int: ...
+    def take_buffered(self) -> bytes:
+        """Hands over the bytes of an incomplete record and empties the buffer."""
+
+class HaSlaveLoop:
+    """A slave's TRANSFER phase in a thread of its own (receive, append, epochs, confirm
+    offset, acks; `broker/ha/slave.py`'s `_apply` rules). `fd` is duplicated; `pending`: bytes
+    received and not decoded yet; `reported`: the max offset last acked."""
+
+    def __init__(
+        self,
+        store: Store,
+        epochs: EpochFile,
+        fd: int,
+        pending: bytes,
+        reported: int,
+        controller_mode: bool,
+        heartbeat_ms: int,
+        housekeeping_ms: int,
+        max_body: int = 67108864,
+    ) -> None: ...
+    @property
+    def wake_fd(self) -> int:
+        """Readable when `take()` has news."""
+    def take(
+        self,
+    ) -> tuple[int, int, bool, bool, int, int, str | None, str | None]:
+        """(max_offset, confirm_offset, grew, visible, transfers, acked, end_kind,
+        end_message); end_kind: None while running, else "stopped", "closed", "silent",
+        "io" or "protocol"."""
+    def stop(self) -> None: ...
+    def join(self) -> None: ...

@@ -55,7 +55,10 @@ def empty_frame(spark: Any, **columns: str) -> DataFrame:
     That wait is where the checker's Spark session hung late in long test processes (the
     scheduler's event loop blocked in PythonAccumulatorV2.merge, docs/PERF.md). The check
     runs no Python task at all (tests/spark/test_check_no_python_tasks.py)."""
-    return spark.range(0).select(*[F.lit(None).cast(t).alias(name) for name, t in columns.items()])
+    df: DataFrame = spark.range(0).select(
+        *[F.lit(None).cast(t).alias(name) for name, t in columns.items()]
+    )
+    return df
 
 
 def _flag(cond: Column) -> Column:

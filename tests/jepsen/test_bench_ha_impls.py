@@ -49,6 +49,30 @@ def test_ratios_are_rocketmq_over_rmq_ha_for_figures_both_have():
     }
 
 
+def test_broker_cpu_per_message_is_compared_when_both_have_it(capsys):
+    ours = {
+        "replication": {
+            "single": {"msgs_per_s": 1000, "p99_ms": 1.0, "broker_cpu_us_per_msg": 30.0},
+            "replicated": {"msgs_per_s": 800, "p99_ms": 2.0, "broker_cpu_us_per_msg": 90.0},
+            "ratio": 0.8,
+            "p99_ratio": 2.0,
+            "goal": 0.7,
+        }
+    }
+    theirs = {
+        "replication": {
+            "single": {"msgs_per_s": 3000, "broker_cpu_us_per_msg": 60.0},
+            "replicated": {"msgs_per_s": 1600, "broker_cpu_us_per_msg": None},
+        }
+    }
+    r = ha.ratios(ours, theirs)
+    assert r["single_broker_cpu_rmq_ha_over_rocketmq"] == 0.5
+    assert "replicated_broker_cpu_rmq_ha_over_rocketmq" not in r  # no reading: no ratio
+    ha._print_one(ours)
+    out = capsys.readouterr().out
+    assert "broker CPU 30.0 us/msg" in out and "broker CPU 90.0 us/msg" in out
+
+
 def test_print_names_each_impl_and_the_ratios(capsys):
     one = {"failover_kill": {**_fo(0.5, 1.0, 0.2), "how": "kill", "kills": 2}}
     for k in ("p50_x_timeout", "p99_x_timeout", "single_copy_p99_s"):

@@ -254,6 +254,13 @@ impl HaSlaveSideDecoder {
     fn buffered(&self) -> usize {
         self.stream.buf.len()
     }
+
+    /// Hands over the bytes of an incomplete record (to `HaSlaveLoop`) and empties the buffer.
+    fn take_buffered<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let b = std::mem::take(&mut self.stream.buf);
+        self.stream.position += b.len() as u64;
+        PyBytes::new(py, &b)
+    }
 }
 
 fn master_items<'py>(

@@ -14,6 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 mod ha;
 mod remoting;
+mod replica;
 mod send;
 
 use rmq_store::baseline::{sequential_write, SyncCadence};
@@ -1072,6 +1073,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     remoting::register(m)?;
     send::register(m)?;
     ha::register(m)?;
+    replica::register(m)?;
     m.add("TRANSACTION_PREPARED_TYPE", 0x4)?;
     m.add("TRANSACTION_COMMIT_TYPE", 0x8)?;
     m.add("TRANSACTION_ROLLBACK_TYPE", 0xC)?;

@@ -8,6 +8,7 @@
 //! * [`epoch`]: the epoch file and the truncation algorithm of RIP-44.
 //! * [`checkpoint`]: flushed / confirm / dispatch offsets and timestamps.
 //! * [`quarantine`]: damaged commitlog ranges that are never served until repaired.
+//! * [`replica`]: a slave's TRANSFER phase in one thread (receive, append, epochs, confirm, ack).
 //! * [`cq_manifest`]: which consume queues exist and their durable sizes (rebuild on loss).
 
 pub mod baseline;
@@ -20,6 +21,7 @@ pub mod epoch;
 pub mod error;
 pub mod fsutil;
 pub mod quarantine;
+pub mod replica;
 pub mod store;
 
 pub use error::{Result, StoreError};

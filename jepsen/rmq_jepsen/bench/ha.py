@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import shutil
 import signal
 import statistics
@@ -168,6 +169,20 @@ class _Single:
         if self._real is not None:
             self._real.stop()
 
+    def broker_pids(self) -> list[int]:
+        if self._ha is not None:
+            return [p.pid for p in self._ha.brokers]
+        # the real launcher starts the name server, then the broker
+        return [p.pid for p in self._real.procs[1:]]
+
+
+def _broker_pids(c: Group | _Single) -> list[int]:
+    """The broker processes whose CPU the replication cost counts (not name servers or
+    controllers: both designs run those apart from the data path)."""
+    if isinstance(c, _Single):
+        return c.broker_pids()
+    return [p.pid for p in c.brokers]
+
 
 async def replication_cost(
     args: argparse.Namespace, root: Path, progress: Progress, impl: str = "rmq_ha"
@@ -203,6 +218,7 @@ async def replication_cost(
                         seconds=args.seconds,
                         warmup=2.0,
                         queues=4,
+                        cpu_pids=_broker_pids(c),
                     )
                 )
                 out[name] = {
@@ -210,6 +226,11 @@ async def replication_cost(
                     "p50_ms": data.get("p50Ms"),
                     "p99_ms": data.get("p99Ms"),
                     "errors": data.get("errors", 0),
+                    # user+system CPU of every broker of the setup in the measured window,
+                    # per acknowledged message (/proc, read by the load generator)
+                    "broker_cpu_us_per_msg": produce.cpu_us_per_msg(
+                        data.get("brokerCpuTicks"), data["msgs"], os.sysconf("SC_CLK_TCK")
+                    ),
                 }
             else:
                 out[name] = await load(
@@ -401,6 +422,10 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
                 x, y = a[k]["msgs_per_s"], b[k]["msgs_per_s"]
                 if x:
                     out[f"{k}_msgs_per_s"] = y / x
+                x, y = a[k].get("broker_cpu_us_per_msg"), b[k].get("broker_cpu_us_per_msg")
+                if x and y:
+                    # rmq_ha's CPU per message / RocketMQ's (< 1: rmq_ha spends less)
+                    out[f"{k}_broker_cpu_rmq_ha_over_rocketmq"] = x / y
             continue
         for k in keys:
             if a.get(k) and b.get(k) is not None:
@@ -459,9 +484,16 @@ def _print_one(r: dict[str, Any]) -> None:
     rep = r.get("replication")
     if rep:
         s, g = rep["single"], rep["replicated"]
+
+        def cpu(x: dict[str, Any]) -> str:
+            c = x.get("broker_cpu_us_per_msg")
+            return "" if c is None else f"  broker CPU {c:.1f} us/msg"
+
         print(
-            f"single broker:        {s['msgs_per_s']:9.0f} msgs/s  p99 {s['p99_ms']:.2f} ms\n"
-            f"3 replicas (allAck):  {g['msgs_per_s']:9.0f} msgs/s  p99 {g['p99_ms']:.2f} ms\n"
+            f"single broker:       {s['msgs_per_s']:9.0f} msgs/s  p99 {s['p99_ms']:.2f} ms"
+            f"{cpu(s)}\n"
+            f"3 replicas (allAck): {g['msgs_per_s']:9.0f} msgs/s  p99 {g['p99_ms']:.2f} ms"
+            f"{cpu(g)}\n"
             f"ratio {rep['ratio']:.2f}x (goal >= {rep['goal']}), p99 ratio {rep['p99_ratio']:.2f}"
         )
     for key in ("failover_kill", "failover_pause"):

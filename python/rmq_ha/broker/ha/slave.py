@@ -12,6 +12,7 @@ min(master's confirm offset, its own max offset) and acks its max offset.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ import trio
 
 from rmq_ha._native import (
     EpochFile,
+    HaSlaveLoop,
     HaSlaveSideDecoder,
+    Store,
     encode_slave_ack,
     encode_slave_handshake,
 )
@@ -162,8 +165,17 @@ class HaSlave:
             await stream.send_all(encode_slave_ack(reported))
             self.status.state = "TRANSFER"
             self.on_event(ev.SlaveFollowing())
-            pending = rest
-            last_ack = trio.current_time()
+            for rec in rest:
+                if rec[0] != "transfer":
+                    raise ValueError(f"unexpected {rec[0]} record while transferring")
+                self._apply(rec)
+            if rest:
+                self.on_event(ev.LogGrew(native.max_offset, native.confirm_offset))
+            if self.tls is None and isinstance(native, Store) and native_slave_loop_enabled():
+                await self._transfer_native(tcp, dec, reported)
+                return
+            pending: list[tuple[object, ...]] = []
+            last_ack = last_recv = trio.current_time()
             while True:
                 for rec in pending:
                     if rec[0] != "transfer":
@@ -178,14 +190,54 @@ class HaSlave:
                     reported = native.max_offset
                     await stream.send_all(encode_slave_ack(reported))
                     last_ack = trio.current_time()
-                with trio.fail_after(self.housekeeping_s):
-                    with trio.move_on_after(self.heartbeat_s):
-                        data = await stream.receive_some(RECV_BYTES)
-                        if not data:
-                            raise trio.BrokenResourceError("master closed the HA connection")
-                        pending = dec.feed(data)
-                        continue
-                    pending = []
+                # Nothing for the housekeeping interval: the master is gone or stopped
+                # (its heartbeats come every heartbeat interval); reconnect.
+                silent_left = self.housekeeping_s - (trio.current_time() - last_recv)
+                if silent_left <= 0:
+                    raise trio.TooSlowError
+                pending = []
+                with trio.move_on_after(min(self.heartbeat_s, silent_left)):
+                    data = await stream.receive_some(RECV_BYTES)
+                    if not data:
+                        raise trio.BrokenResourceError("master closed the HA connection")
+                    last_recv = trio.current_time()
+                    pending = dec.feed(data)
+
+    async def _transfer_native(
+        self, tcp: trio.SocketStream, dec: HaSlaveSideDecoder, reported: int
+    ) -> None:
+        """TRANSFER in a native thread (issue 16): it receives, appends, records epochs, moves
+        the confirm offset and acks, with `_apply`'s rules; this task only hears of progress,
+        one wake-up for any number of batches, and tells the role core and parked pulls."""
+        native = self.store.native
+        loop = HaSlaveLoop(
+            native,
+            self.epochs,
+            tcp.socket.fileno(),
+            dec.take_buffered(),
+            reported,
+            self.controller_mode,
+            max(1, int(self.heartbeat_s * 1000)),
+            max(1, int(self.housekeeping_s * 1000)),
+        )
+        told = (native.max_offset, native.confirm_offset)
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(loop.wake_fd)
+                max_off, confirm, _grew, visible, _n, _acked, end, why = loop.take()
+                if (max_off, confirm) != told:
+                    told = (max_off, confirm)
+                    self.on_event(ev.LogGrew(max_off, confirm))
+                if visible and self.on_visible is not None:
+                    self.on_visible()
+                if end is not None:
+                    raise _loop_error(end, why or end)
+        finally:
+            loop.stop()
+            # The thread must be gone before anyone else touches this store as a slave or a
+            # master (a new session's truncation, a promotion): wait, even when cancelled.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(loop.join)
 
     def _truncate(self, master_max: int, master_entries: list[tuple[int, int]]) -> None:
         native = self.store.native
@@ -243,6 +295,26 @@ class HaSlave:
                 visible = True
         if visible and self.on_visible is not None:
             self.on_visible()
+
+
+#: Set to "0" in the broker's environment: the TRANSFER phase runs in Python (per buffer),
+#: as before issue 16. TLS connections always do.
+NATIVE_SLAVE_ENV = "RMQ_HA_NATIVE_HA"
+
+
+def native_slave_loop_enabled() -> bool:
+    return os.environ.get(NATIVE_SLAVE_ENV, "1") != "0"
+
+
+def _loop_error(kind: str, why: str) -> BaseException:
+    """The exception `run` expects for each way the native loop ends."""
+    if kind == "silent":
+        return trio.TooSlowError(why)
+    if kind in ("closed", "stopped"):
+        return trio.BrokenResourceError(why)
+    if kind == "io":
+        return OSError(why)
+    return ValueError(why)
 
 
 async def _first_record(
