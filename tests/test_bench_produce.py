@@ -53,7 +53,7 @@ def test_bench_produce_quick_json(tmp_path: Path) -> None:
         assert SIDE_KEYS <= set(side), side
         assert side["msgs_per_s"] > 0 and side["errors"] == 0, side
     assert case["ratio"] == pytest.approx(
-        case["rmq_ha"]["msgs_per_s"] / case["rocketmq"]["msgs_per_s"], rel=1e-2
+        case["rmq_ha"]["msgs_per_s"] / case["rocketmq"]["msgs_per_s"], rel=1e-2, abs=5e-4
     )
     assert r["ratio_1k_single"] == case["ratio"]
     assert r["goal_met"] == (case["ratio"] >= 1.0)
@@ -63,6 +63,7 @@ def test_bench_produce_quick_json(tmp_path: Path) -> None:
     assert case["cpu_ratio"] == pytest.approx(
         case["rmq_ha"]["broker_cpu_us_per_msg"] / case["rocketmq"]["broker_cpu_us_per_msg"],
         rel=1e-2,
+        abs=5e-4,  # the ratio is rounded to 3 places: a small one is off by more than 1 %
     )
     assert r["cpu_ratio_1k_single"] == case["cpu_ratio"]
     consume = r["consume"]
@@ -73,6 +74,6 @@ def test_bench_produce_quick_json(tmp_path: Path) -> None:
         assert side["msgs"] >= 5000, side  # every message stored is drained
         assert side["broker_cpu_us_per_msg"] is not None, side
     assert consume["ratio"] == pytest.approx(
-        consume["rmq_ha"]["msgs_per_s"] / consume["rocketmq"]["msgs_per_s"], rel=1e-2
+        consume["rmq_ha"]["msgs_per_s"] / consume["rocketmq"]["msgs_per_s"], rel=1e-2, abs=5e-4
     )
     assert list(tmp_path.iterdir()) == []  # work dirs removed
