@@ -1,4 +1,4 @@
-"""The slave's TRANSFER phase (issue 16): native (`HaSlaveLoop`, a thread per connection) and
+"""Replication loops (issue 16). The slave's TRANSFER phase: native (`HaSlaveLoop`, a thread per connection) and
 Python (`RMQ_HA_NATIVE_HA=0`, and every TLS connection) follow the same rules. A scripted
 master on loopback sends a handshake and TRANSFER records cut at awkward places; the slave is
 the real `HaSlave` on a real store and epoch file."""
@@ -285,3 +285,45 @@ async def test_pointing_the_slave_elsewhere_stops_the_native_thread_first(
         assert len(loops) == 1
         assert loops[0].take()[6] == "stopped"  # type: ignore[attr-defined]
         n.cancel_scope.cancel()
+
+
+# ---- a real group: the native loops are the ones replicating -----------------------------------
+
+
+def thread_names(pid: int) -> list[str]:
+    out = []
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out.append((t / "comm").read_text().strip())
+        except OSError:
+            pass  # the thread ended
+    return out
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("native", [True, False])
+async def test_a_group_replicates_through_the_native_loops(
+    tmp_path: Path, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three replicas: with the native loops on (the default), the master runs one streaming
+    thread per slave and each slave one receiving thread, and every acknowledged send is read
+    back; `RMQ_HA_NATIVE_HA=0` runs neither thread and replicates as well."""
+    from hautil import Acked, HaCluster, read_all, send_values
+
+    monkeypatch.setenv(slave_mod.NATIVE_SLAVE_ENV, "1" if native else "0")
+    c = HaCluster(tmp_path, replicas=3)
+    try:
+        await c.start()
+        m = await c.master()
+        await c.wait_sync_state_set(m, 3, timeout_s=60)
+        acked = Acked()
+        values = [f"n{i}-" + "z" * 200 for i in range(60)]
+        assert await send_values(c.ns_addrs[0], "TopicNativeHa", values, acked) == []
+        got = await read_all(c.ns_addrs[0], "TopicNativeHa")
+        assert set(values) <= set(got)
+        for i, b in enumerate(c.brokers):
+            names = thread_names(b.pid)
+            want = ("rmq-ha-master", 2) if i == m else ("rmq-ha-slave", 1)
+            assert names.count(want[0]) == (want[1] if native else 0), (i, m, names)
+    finally:
+        c.stop()

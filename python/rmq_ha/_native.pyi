@@ -294,6 +294,8 @@ class HaMasterSideDecoder:
     def feed(self, data: _Buffer) -> list[tuple[object, ...]]: ...
     @property
     def buffered(self) -> int: ...
+    def take_buffered(self) -> bytes:
+        """Hands over the bytes of an incomplete record and empties the buffer."""
 
 class HaSlaveSideDecoder:
     """Decodes the stream a slave receives from its master. Each record of `feed` is
@@ -308,6 +310,37 @@ class HaSlaveSideDecoder:
     def buffered(self) -> int: ...
     def take_buffered(self) -> bytes:
         """Hands over the bytes of an incomplete record and empties the buffer."""
+
+class HaMasterLoop:
+    """A master's streaming to one slave in a thread of its own: commitlog batches that never
+    cross an epoch, heartbeats, and the slave's acks (`broker/ha/master.py`'s `_write` and
+    `_read_acks` rules). `fd` is duplicated; `acks`: bytes the slave sent, not decoded yet."""
+
+    def __init__(
+        self,
+        store: Store,
+        epochs: EpochFile,
+        fd: int,
+        start: int,
+        acks: bytes,
+        controller_mode: bool,
+        batch_bytes: int,
+        heartbeat_ms: int,
+        write_timeout_ms: int,
+    ) -> None: ...
+    @property
+    def wake_fd(self) -> int:
+        """Readable when `take()` has news."""
+    def poke(self) -> None:
+        """The log grew: the thread sends what is new."""
+    def take(
+        self,
+    ) -> tuple[int | None, int | None, bool, int, str | None, str | None, bytes | None]:
+        """(ack, transferring, idle, pos, end_kind, end_message, leftover) since the previous
+        call; end_kind: None while running, else "stopped", "closed", "io", "protocol" or
+        "held" (quarantined bytes at `pos`: the caller goes on with `leftover`)."""
+    def stop(self) -> None: ...
+    def join(self) -> None: ...
 
 class HaSlaveLoop:
     """A slave's TRANSFER phase in a thread of its own (receive, append, epochs, confirm

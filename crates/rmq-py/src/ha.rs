@@ -119,6 +119,13 @@ struct Stream {
 }
 
 impl Stream {
+    /// The undecoded bytes, handed over; the stream goes on after them.
+    fn take<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let b = std::mem::take(&mut self.buf);
+        self.position += b.len() as u64;
+        PyBytes::new(py, &b)
+    }
+
     /// Appends `data` and runs `decode` over everything buffered; `decode` returns how many
     /// bytes it consumed. Only the leftover is copied when nothing was buffered before.
     fn feed<T>(
@@ -191,6 +198,11 @@ impl HaMasterSideDecoder {
     fn buffered(&self) -> usize {
         self.stream.buf.len()
     }
+
+    /// Hands over the bytes of an incomplete record (to `HaMasterLoop`) and empties the buffer.
+    fn take_buffered<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        self.stream.take(py)
+    }
 }
 
 fn slave_items<'py>(
@@ -257,9 +269,7 @@ impl HaSlaveSideDecoder {
 
     /// Hands over the bytes of an incomplete record (to `HaSlaveLoop`) and empties the buffer.
     fn take_buffered<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let b = std::mem::take(&mut self.stream.buf);
-        self.stream.position += b.len() as u64;
-        PyBytes::new(py, &b)
+        self.stream.take(py)
     }
 }
 

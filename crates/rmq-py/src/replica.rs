@@ -11,8 +11,12 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
-use rmq_store::replica::{run_slave_loop, Resume, SlaveEnd, SlaveLoopConfig, SlaveProgress};
+use rmq_store::replica::{
+    run_master_loop, run_slave_loop, MasterEnd, MasterLoopConfig, MasterProgress, Resume, SlaveEnd,
+    SlaveLoopConfig, SlaveProgress,
+};
 use rmq_wire::ha::MAX_TRANSFER_BODY;
 
 use crate::{EpochFile, Store};
@@ -181,14 +185,7 @@ impl HaSlaveLoop {
         Option<&'static str>,
         Option<String>,
     ) {
-        let mut buf = [0u8; 64];
-        loop {
-            // SAFETY: reads into a valid 64-byte buffer from our own non-blocking pipe.
-            let n = unsafe { libc::read(self.wake_r.as_raw_fd(), buf.as_mut_ptr().cast(), 64) };
-            if n <= 0 {
-                break;
-            }
-        }
+        drain(self.wake_r.as_raw_fd());
         self.shared.with(|r| {
             let p = r.progress;
             r.progress.grew = false;
@@ -233,6 +230,242 @@ impl Drop for HaSlaveLoop {
     }
 }
 
+fn eventfd() -> PyResult<OwnedFd> {
+    // SAFETY: creates a new eventfd; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(os_err("eventfd"));
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[derive(Default)]
+struct MasterReport {
+    progress: MasterProgress,
+    end: Option<MasterEnd>,
+}
+
+struct MasterShared {
+    stop: AtomicBool,
+    /// The thread is about to sleep or sleeping: a `poke` must write to `data`.
+    waiting: AtomicBool,
+    sock: OwnedFd,
+    /// Written by `poke` when the log grew; the thread polls it.
+    data: OwnedFd,
+    wake_w: OwnedFd,
+    report: Mutex<MasterReport>,
+}
+
+impl MasterShared {
+    fn with<T>(&self, f: impl FnOnce(&mut MasterReport) -> T) -> T {
+        let mut g = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut g)
+    }
+    fn wake(&self) {
+        let b = [1u8];
+        // SAFETY: 1 byte from a valid buffer to our own non-blocking pipe; a full pipe
+        // already means "there is news".
+        let _ = unsafe { libc::write(self.wake_w.as_raw_fd(), b.as_ptr().cast(), 1) };
+    }
+    fn halt(&self) {
+        self.stop.store(true, Ordering::Release);
+        // SAFETY: shutdown on our own descriptor; it only wakes the thread's poll/read/write.
+        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+}
+
+/// A master's streaming to one slave in a thread: commitlog batches (never across an epoch),
+/// heartbeats, and the slave's acks, reported in batches.
+#[pyclass(frozen, module = "rmq_ha._native")]
+struct HaMasterLoop {
+    shared: Arc<MasterShared>,
+    wake_r: OwnedFd,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[pymethods]
+impl HaMasterLoop {
+    /// Starts streaming on socket `fd` (duplicated) from `start`; `acks`: bytes the slave
+    /// sent that are not decoded yet.
+    #[new]
+    #[pyo3(signature = (store, epochs, fd, start, acks, controller_mode, batch_bytes,
+        heartbeat_ms, write_timeout_ms))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        store: Py<Store>,
+        epochs: Py<EpochFile>,
+        fd: RawFd,
+        start: u64,
+        acks: Vec<u8>,
+        controller_mode: bool,
+        batch_bytes: usize,
+        heartbeat_ms: u64,
+        write_timeout_ms: u64,
+    ) -> PyResult<Self> {
+        if heartbeat_ms == 0 || write_timeout_ms == 0 || batch_bytes == 0 {
+            return Err(PyValueError::new_err(
+                "heartbeat_ms, write_timeout_ms and batch_bytes must be positive",
+            ));
+        }
+        let sock = dup_cloexec(fd)?;
+        let data = eventfd()?;
+        let (wake_r, wake_w) = wake_pipe()?;
+        let shared = Arc::new(MasterShared {
+            stop: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
+            sock,
+            data,
+            wake_w,
+            report: Mutex::new(MasterReport::default()),
+        });
+        let cfg = MasterLoopConfig {
+            controller_mode,
+            batch_bytes,
+            heartbeat: Duration::from_millis(heartbeat_ms),
+            write_timeout: Duration::from_millis(write_timeout_ms),
+        };
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("rmq-ha-master".into())
+            .spawn(move || {
+                let st = &store.get().inner;
+                let ep = &epochs.get().inner;
+                let end = run_master_loop(
+                    st,
+                    ep,
+                    sh.sock.as_raw_fd(),
+                    sh.data.as_raw_fd(),
+                    &cfg,
+                    start,
+                    acks,
+                    &sh.stop,
+                    &sh.waiting,
+                    &mut |p| {
+                        sh.with(|r| {
+                            let q = &mut r.progress;
+                            q.pos = p.pos;
+                            if p.transferring.is_some() {
+                                q.transferring = p.transferring;
+                                q.idle = false;
+                            }
+                            if p.ack.is_some() {
+                                q.ack = p.ack;
+                            }
+                            q.idle |= p.idle;
+                        });
+                        sh.wake();
+                    },
+                );
+                sh.with(|r| r.end = Some(end));
+                sh.wake();
+            })
+            .map_err(|e| PyOSError::new_err(format!("cannot start the HA master thread: {e}")))?;
+        Ok(HaMasterLoop {
+            shared,
+            wake_r,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Readable when `take()` has news.
+    #[getter]
+    fn wake_fd(&self) -> RawFd {
+        self.wake_r.as_raw_fd()
+    }
+
+    /// The log grew: the thread sends what is new (a syscall only when it sleeps).
+    fn poke(&self) {
+        // pairs with the loop's fence: the append before this call is seen, or `waiting` is
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !self.shared.waiting.load(Ordering::SeqCst) {
+            return;
+        }
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a valid buffer to our own eventfd; a saturated counter
+        // (EAGAIN) already means "poked".
+        let _ = unsafe { libc::write(self.shared.data.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// `(ack, transferring, idle, pos, end_kind, end_message, leftover)` since the previous
+    /// call: the slave's latest ack or None, the master's max offset at the latest transfer
+    /// or None, whether it is idle now (nothing left to send), the next offset to send, and
+    /// how the loop ended (None while running; "stopped", "closed", "io", "protocol", or
+    /// "held": quarantined bytes at `pos`, the caller goes on from there with `leftover`).
+    #[allow(clippy::type_complexity)]
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> (
+        Option<u64>,
+        Option<u64>,
+        bool,
+        u64,
+        Option<&'static str>,
+        Option<String>,
+        Option<Bound<'py, PyBytes>>,
+    ) {
+        drain(self.wake_r.as_raw_fd());
+        self.shared.with(|r| {
+            let p = r.progress;
+            r.progress.ack = None;
+            r.progress.transferring = None;
+            r.progress.idle = false;
+            let leftover = match &r.end {
+                Some(MasterEnd::Held { leftover, .. }) => Some(PyBytes::new(py, leftover)),
+                _ => None,
+            };
+            let pos = match &r.end {
+                Some(MasterEnd::Held { pos, .. }) => *pos,
+                _ => p.pos,
+            };
+            (
+                p.ack,
+                p.transferring,
+                p.idle,
+                pos,
+                r.end.as_ref().map(MasterEnd::kind),
+                r.end.as_ref().map(MasterEnd::message),
+                leftover,
+            )
+        })
+    }
+
+    /// Asks the loop to end (at once when it is blocked on the socket).
+    fn stop(&self) {
+        self.shared.halt();
+    }
+
+    /// Waits (GIL released) for the thread to end; call after `stop` or after an end.
+    fn join(&self, py: Python<'_>) -> PyResult<()> {
+        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            py.detach(|| h.join())
+                .map_err(|_| PyOSError::new_err("the HA master thread panicked"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for HaMasterLoop {
+    fn drop(&mut self) {
+        self.shared.halt();
+    }
+}
+
+/// Empties our own non-blocking wake-up pipe.
+fn drain(fd: RawFd) {
+    let mut buf = [0u8; 64];
+    loop {
+        // SAFETY: reads into a valid 64-byte buffer from our own non-blocking pipe.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<HaSlaveLoop>()
+    m.add_class::<HaSlaveLoop>()?;
+    m.add_class::<HaMasterLoop>()
 }

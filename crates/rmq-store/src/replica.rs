@@ -17,7 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rmq_wire::ha::{
-    decode_master_packets_with_limit, encode_slave_ack, MasterPacket, TransferHeader,
+    decode_master_packets_with_limit, decode_slave_packets, encode_slave_ack,
+    encode_transfer_header, MasterPacket, SlavePacket, TransferHeader,
 };
 
 use crate::epoch::EpochFile;
@@ -368,11 +369,349 @@ pub fn run_slave_loop(
     }
 }
 
+// ---- the master side -------------------------------------------------------------------------
+
+/// The master's per-slave loop settings.
+#[derive(Debug, Clone)]
+pub struct MasterLoopConfig {
+    pub controller_mode: bool,
+    /// Largest TRANSFER body (haTransferBatchSize).
+    pub batch_bytes: usize,
+    /// A header-only heartbeat when nothing was sent for this long.
+    pub heartbeat: Duration,
+    /// A write that cannot finish in this long (a slave that stopped reading) ends the loop.
+    pub write_timeout: Duration,
+}
+
+/// What the master loop reports: the latest of each since the previous report.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct MasterProgress {
+    /// The master's max offset when it last sent bytes (a `Transferring` event), if it did.
+    pub transferring: Option<u64>,
+    /// The slave's latest ack, if one came.
+    pub ack: Option<u64>,
+    /// Nothing is left to send right now (a `SlaveIdle` event).
+    pub idle: bool,
+    /// The next offset to send.
+    pub pos: u64,
+}
+
+/// Why a master loop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MasterEnd {
+    Stopped,
+    /// The slave closed the connection.
+    Closed,
+    Io(String),
+    /// The slave sent something it must not (a second handshake, bad framing), or the log
+    /// has no epoch for what must be sent.
+    Protocol(String),
+    /// The bytes at `pos` are quarantined here: the caller takes the connection over from
+    /// `pos` (its repair path), with `leftover` undecoded bytes the slave sent.
+    Held {
+        pos: u64,
+        leftover: Vec<u8>,
+    },
+}
+
+impl MasterEnd {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MasterEnd::Stopped => "stopped",
+            MasterEnd::Closed => "closed",
+            MasterEnd::Io(_) => "io",
+            MasterEnd::Protocol(_) => "protocol",
+            MasterEnd::Held { .. } => "held",
+        }
+    }
+    pub fn message(&self) -> String {
+        match self {
+            MasterEnd::Stopped => "stopped".into(),
+            MasterEnd::Closed => "slave closed the HA connection".into(),
+            MasterEnd::Io(m) | MasterEnd::Protocol(m) => m.clone(),
+            MasterEnd::Held { pos, .. } => format!("quarantined bytes at {pos}"),
+        }
+    }
+}
+
+fn slave_end_to_master(e: SlaveEnd) -> MasterEnd {
+    match e {
+        SlaveEnd::Stopped => MasterEnd::Stopped,
+        SlaveEnd::Closed | SlaveEnd::Silent => MasterEnd::Closed,
+        SlaveEnd::Io(m) => MasterEnd::Io(m),
+        SlaveEnd::Protocol(m) => MasterEnd::Protocol(m),
+    }
+}
+
+/// The epoch in force at `pos`: the last entry starting at or below it ((0, 0) if none).
+fn epoch_at(epochs: &Mutex<EpochFile>, pos: u64) -> Result<(i32, u64), String> {
+    let ef = epochs
+        .lock()
+        .map_err(|_| "epoch file lock poisoned".to_string())?;
+    let (e, s) = ef
+        .raw_entries()
+        .iter()
+        .take_while(|&&(_, s)| s <= pos)
+        .last()
+        .copied()
+        .unwrap_or((0, 0));
+    Ok((i32::try_from(e).unwrap_or(i32::MAX), s))
+}
+
+/// Streams the commitlog to one slave from `start` and reads its acks, as
+/// `broker/ha/master.py`'s `_write` and `_read_acks` do: batches of at most `batch_bytes` that
+/// never cross an epoch boundary, each with the epoch of its bytes and the confirm offset; a
+/// heartbeat after `heartbeat` without a send. `data_fd` becomes readable when the log grew
+/// (an eventfd the caller writes to); it is drained here. The caller need write to it only
+/// while `waiting` is set: the loop sets it before it sleeps and looks at the log again after
+/// setting it, so no append is missed. `notify` gets the progress whenever something changed;
+/// it must be cheap.
+#[allow(clippy::too_many_arguments)]
+pub fn run_master_loop(
+    store: &Store,
+    epochs: &Mutex<EpochFile>,
+    fd: RawFd,
+    data_fd: RawFd,
+    cfg: &MasterLoopConfig,
+    start: u64,
+    mut acks: Vec<u8>,
+    stop: &AtomicBool,
+    waiting: &AtomicBool,
+    notify: &mut dyn FnMut(MasterProgress),
+) -> MasterEnd {
+    let mut prog = MasterProgress {
+        pos: start,
+        ..MasterProgress::default()
+    };
+    let mut scratch = vec![0u8; 64 * 1024];
+    let mut last_send = Instant::now();
+    let mut was_idle = false;
+    let tick = Duration::from_millis(100);
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return MasterEnd::Stopped;
+        }
+        let mut changed = false;
+        // The slave's acks: everything readable now; the last one says all.
+        loop {
+            match read_some(fd, &mut scratch) {
+                Ok(ReadOutcome::Data(n)) => acks.extend_from_slice(&scratch[..n]),
+                Ok(ReadOutcome::WouldBlock) => break,
+                Ok(ReadOutcome::Eof) => {
+                    return if stop.load(Ordering::Acquire) {
+                        MasterEnd::Stopped
+                    } else {
+                        MasterEnd::Closed
+                    }
+                }
+                Err(e) => return MasterEnd::Io(format!("read: {e}")),
+            }
+        }
+        if !acks.is_empty() {
+            let (packets, used) = match decode_slave_packets(&acks) {
+                Ok(x) => x,
+                Err(e) => return MasterEnd::Protocol(format!("HA record: {}", e.error)),
+            };
+            for p in packets {
+                match p {
+                    SlavePacket::Ack { max_offset } => {
+                        prog.ack = Some(max_offset);
+                        changed = true;
+                    }
+                    SlavePacket::Handshake(_) => {
+                        return MasterEnd::Protocol(
+                            "a second handshake on a transferring connection".into(),
+                        )
+                    }
+                }
+            }
+            acks.drain(..used);
+        }
+        let end = store.max_offset();
+        let pos = prog.pos;
+        if pos < end {
+            let entry = match epochs.lock() {
+                Ok(ef) => ef.find_by_offset(pos),
+                Err(_) => return MasterEnd::Protocol("epoch file lock poisoned".into()),
+            };
+            let Some(entry) = entry else {
+                return MasterEnd::Protocol(format!("no epoch covers offset {pos}"));
+            };
+            let limit = end.min(entry.end_offset);
+            let buf = match store.read_range(pos, cfg.batch_bytes, limit) {
+                Ok(b) => b,
+                Err(crate::StoreError::Quarantined { .. }) => {
+                    if changed {
+                        notify(prog);
+                    }
+                    return MasterEnd::Held {
+                        pos,
+                        leftover: acks,
+                    };
+                }
+                Err(e) => return MasterEnd::Io(e.to_string()),
+            };
+            let body = buf.as_slice();
+            if body.is_empty() {
+                return MasterEnd::Protocol(format!("nothing readable at {pos} below {limit}"));
+            }
+            let confirm = if cfg.controller_mode {
+                store.confirm_offset()
+            } else {
+                end
+            };
+            let header = TransferHeader {
+                offset: pos,
+                epoch: i32::try_from(entry.epoch).unwrap_or(i32::MAX),
+                epoch_start_offset: entry.start_offset,
+                confirm_offset: confirm,
+            };
+            let head = match encode_transfer_header(&header, body.len()) {
+                Ok(h) => h,
+                Err(e) => return MasterEnd::Protocol(e.to_string()),
+            };
+            // The transfer is reported before its bytes go, as `_write` does.
+            prog.transferring = Some(end);
+            prog.idle = false;
+            was_idle = false;
+            notify(prog);
+            prog.transferring = None;
+            prog.ack = None;
+            if let Err(e) = write_all_vectored(fd, &head, body, cfg.write_timeout, stop) {
+                return slave_end_to_master(e);
+            }
+            prog.pos = pos + body.len() as u64;
+            last_send = Instant::now();
+            continue;
+        }
+        if !was_idle {
+            was_idle = true;
+            prog.idle = true;
+            changed = true;
+        }
+        if changed {
+            notify(prog);
+            prog.ack = None;
+            prog.idle = false;
+        }
+        if last_send.elapsed() >= cfg.heartbeat {
+            let (epoch, start_off) = match epoch_at(epochs, pos) {
+                Ok(x) => x,
+                Err(m) => return MasterEnd::Protocol(m),
+            };
+            let confirm = if cfg.controller_mode {
+                store.confirm_offset()
+            } else {
+                store.max_offset()
+            };
+            let h = TransferHeader {
+                offset: pos,
+                epoch,
+                epoch_start_offset: start_off,
+                confirm_offset: confirm,
+            };
+            let head = match encode_transfer_header(&h, 0) {
+                Ok(h) => h,
+                Err(e) => return MasterEnd::Protocol(e.to_string()),
+            };
+            if let Err(e) = write_all(fd, &head, cfg.write_timeout, stop) {
+                return slave_end_to_master(e);
+            }
+            last_send = Instant::now();
+        }
+        // Wait for an ack, new bytes, the next heartbeat or `tick` (to see `stop`).
+        let wait = cfg
+            .heartbeat
+            .saturating_sub(last_send.elapsed())
+            .min(tick)
+            .max(Duration::from_millis(1));
+        let mut fds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: data_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        waiting.store(true, Ordering::SeqCst);
+        // pairs with the fence in the caller's poke: either it sees `waiting` or this sees
+        // its append
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if store.max_offset() > prog.pos {
+            // appended after the look above, maybe before `waiting` was seen: no sleep
+            waiting.store(false, Ordering::SeqCst);
+            continue;
+        }
+        // SAFETY: `fds` holds two valid pollfd entries that live across the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        waiting.store(false, Ordering::SeqCst);
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return MasterEnd::Io(format!("poll: {e}"));
+            }
+        }
+        if fds[1].revents != 0 {
+            let mut b = [0u8; 8];
+            // SAFETY: reads at most 8 bytes into a valid buffer from our own eventfd/pipe.
+            let _ = unsafe { libc::read(data_fd, b.as_mut_ptr().cast(), b.len()) };
+        }
+    }
+}
+
+/// `head` then `body` with as few syscalls as the socket allows (one `writev` when it takes
+/// both; the body is never copied).
+fn write_all_vectored(
+    fd: RawFd,
+    head: &[u8],
+    body: &[u8],
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> Result<(), SlaveEnd> {
+    let iov = [
+        libc::iovec {
+            iov_base: head.as_ptr() as *mut libc::c_void,
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: body.as_ptr() as *mut libc::c_void,
+            iov_len: body.len(),
+        },
+    ];
+    // SAFETY: both iovecs point into buffers that stay alive and unchanged during the call;
+    // writev only reads them.
+    let n = unsafe { libc::writev(fd, iov.as_ptr(), 2) };
+    let done = if n < 0 {
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => 0,
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                return Err(SlaveEnd::Closed)
+            }
+            _ => return Err(SlaveEnd::Io(format!("write: {e}"))),
+        }
+    } else {
+        // n >= 0 and at most head.len() + body.len(), so the cast is lossless
+        n as usize
+    };
+    if done < head.len() {
+        write_all(fd, &head[done..], timeout, stop)?;
+        write_all(fd, body, timeout, stop)
+    } else {
+        write_all(fd, &body[done - head.len()..], timeout, stop)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::StoreConfig;
-    use rmq_wire::ha::{encode_transfer_header, SLAVE_ACK_LEN};
+    use rmq_wire::ha::SLAVE_ACK_LEN;
     use rmq_wire::message::MessageIn;
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
@@ -621,5 +960,103 @@ mod tests {
         );
         t.join().expect("t");
         assert_eq!(end, SlaveEnd::Stopped);
+    }
+
+    /// The master loop streams to the slave loop over a socket pair: the slave ends with the
+    /// master's log and epochs, the master hears the final ack and goes idle; bytes appended
+    /// later go out when the data descriptor is poked; stop ends both.
+    #[test]
+    fn master_and_slave_loops_replicate_a_log() {
+        let (md, sd, med, sed) = (
+            tempfile::tempdir().expect("t"),
+            tempfile::tempdir().expect("t"),
+            tempfile::tempdir().expect("t"),
+            tempfile::tempdir().expect("t"),
+        );
+        let master = std::sync::Arc::new(open(md.path(), true));
+        fill(&master, 50);
+        let mep = std::sync::Arc::new(epochs(med.path()));
+        mep.lock().expect("l").append(1, 0).expect("e1");
+        let half = master.max_offset();
+        mep.lock().expect("l").append(2, half).expect("e2");
+        fill(&master, 50);
+        let slave = std::sync::Arc::new(open(sd.path(), false));
+        let sep = std::sync::Arc::new(epochs(sed.path()));
+        let (a, b) = UnixStream::pair().expect("pair");
+        a.set_nonblocking(true).expect("nb");
+        b.set_nonblocking(true).expect("nb");
+        let (dr, dw) = UnixStream::pair().expect("data pair");
+        dr.set_nonblocking(true).expect("nb");
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let mcfg = MasterLoopConfig {
+            controller_mode: true,
+            batch_bytes: 1000,
+            heartbeat: Duration::from_millis(50),
+            write_timeout: Duration::from_secs(5),
+        };
+        let progress = std::sync::Arc::new(Mutex::new(Vec::<MasterProgress>::new()));
+        let (m2, e2, s2, p2) = (master.clone(), mep.clone(), stop.clone(), progress.clone());
+        let afd = a.as_raw_fd();
+        let dfd = dr.as_raw_fd();
+        let mt = std::thread::spawn(move || {
+            let waiting = AtomicBool::new(false);
+            run_master_loop(
+                &m2,
+                &e2,
+                afd,
+                dfd,
+                &mcfg,
+                0,
+                Vec::new(),
+                &s2,
+                &waiting,
+                &mut |p| p2.lock().expect("l").push(p),
+            )
+        });
+        let (sl2, se2, st2) = (slave.clone(), sep.clone(), stop.clone());
+        let bfd = b.as_raw_fd();
+        let stt = std::thread::spawn(move || {
+            run_slave_loop(
+                &sl2,
+                &se2,
+                bfd,
+                &cfg(true),
+                Resume::default(),
+                &st2,
+                &mut |_| {},
+            )
+        });
+        let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+            let t0 = Instant::now();
+            while !f() {
+                assert!(t0.elapsed() < Duration::from_secs(30), "timed out: {what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        wait_for("the first half", &|| {
+            slave.max_offset() == master.max_offset()
+        });
+        fill(&master, 30);
+        (&dw).write_all(&[1]).expect("poke");
+        wait_for("the appended bytes", &|| {
+            slave.max_offset() == master.max_offset()
+                && slave.confirm_offset() == master.max_offset()
+        });
+        let m = master.max_offset();
+        wait_for("the final ack and idle", &|| {
+            let p = progress.lock().expect("l");
+            p.iter().any(|x| x.ack == Some(m)) && p.iter().any(|x| x.idle && x.pos == m)
+        });
+        stop.store(true, Ordering::Release);
+        let (me, se) = (mt.join().expect("m"), stt.join().expect("s"));
+        assert_eq!(me, MasterEnd::Stopped);
+        assert_eq!(se, SlaveEnd::Stopped);
+        let x = master.read_range(0, 1 << 20, u64::MAX).expect("m");
+        let y = slave.read_range(0, 1 << 20, u64::MAX).expect("s");
+        assert_eq!(x.as_slice(), y.as_slice());
+        let got: Vec<_> = sep.lock().expect("l").raw_entries().to_vec();
+        assert_eq!(got, vec![(1, 0), (2, half)]);
+        // no batch crossed the epoch boundary: every transfer report is at or after a boundary
+        assert!(progress.lock().expect("l").iter().all(|p| p.pos <= m));
     }
 }

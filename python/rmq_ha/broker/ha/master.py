@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import ssl
 from collections.abc import Callable
 
@@ -24,13 +25,16 @@ import trio
 
 from rmq_ha._native import (
     EpochFile,
+    HaMasterLoop,
     HaMasterSideDecoder,
+    Store,
     encode_master_handshake,
     encode_transfer_header,
 )
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.ha.core import NO_LIMIT, FlowMonitor, HaCore
 from rmq_ha.broker.ha.slave import first_error as _leaf
+from rmq_ha.broker.ha.slave import loop_error as _loop_error
 from rmq_ha.errors import QuarantinedRecordError
 from rmq_ha.security.acl import AclConfig
 from rmq_ha.security.ha_auth import HaAuthError, authenticate_slave
@@ -41,6 +45,15 @@ from rmq_ha.store import AsyncStore
 log = logging.getLogger(__name__)
 
 RECV_BYTES = 64 * 1024
+#: A slave that takes no bytes for this long (a write cannot finish) is dropped.
+WRITE_TIMEOUT_MS = 30_000
+#: Set to "0" in the broker's environment: streaming to slaves runs in Python (per batch), as
+#: before issue 16. TLS connections and haFlowControlEnable always do.
+NATIVE_MASTER_ENV = "RMQ_HA_NATIVE_HA"
+
+
+def native_master_loop_enabled() -> bool:
+    return os.environ.get(NATIVE_MASTER_ENV, "1") != "0"
 
 
 class _Waiter:
@@ -105,6 +118,8 @@ class HaMaster:
         self.on_damaged: Callable[[int], None] = lambda _off: None
         self._repaired = trio.Event()
         self._held: set[tuple[int, int]] = set()
+        #: Native streaming loops by slave id (poked when the log grows).
+        self._loops: dict[int, HaMasterLoop] = {}
 
     # ---- called by the broker -------------------------------------------------------------
 
@@ -112,6 +127,8 @@ class HaMaster:
         """New bytes in the commitlog: wake the senders."""
         self._data.set()
         self._data = trio.Event()
+        for loop in self._loops.values():
+            loop.poke()
 
     async def wait_acked(self, offset: int, timeout_s: float) -> bool:
         """True once a write ending at `offset` is acknowledged as the mode requires; False
@@ -230,6 +247,11 @@ class HaMaster:
                     first_ack, start = await self._first_ack(stream, dec, rest, sync_last)
                     old = self.connections.pop(bid, None)
                     if old is not None:
+                        # A native loop holds its own descriptor of the old socket: stop it
+                        # too, or it would go on streaming there.
+                        old_loop = self._loops.pop(bid, None)
+                        if old_loop is not None:
+                            old_loop.stop()
                         await old.aclose()
                     self.connections[bid] = stream
                     self.needs[bid] = start
@@ -240,6 +262,18 @@ class HaMaster:
                     # (haSendHeartbeatInterval, 5 s by default; with minInSyncReplicas=2 the
                     # group refused every write until then).
                     self.on_event(ev.SlaveAcked(bid, first_ack, self.store.native.max_offset))
+                    if (
+                        isinstance(tcp, trio.SocketStream)
+                        and stream is tcp
+                        and self.flow_rate is None
+                        and isinstance(self.store.native, Store)
+                        and native_master_loop_enabled()
+                    ):
+                        held = await self._stream_native(tcp, dec, bid, start)
+                        if held is None:
+                            return
+                        # quarantined bytes at `held`: the repair path below takes over
+                        start = held
                     async with trio.open_nursery() as n:
                         n.start_soon(self._read_acks, stream, dec, bid)
                         await self._write(stream, bid, start)
@@ -255,6 +289,55 @@ class HaMaster:
                 del self.connections[broker_id]
                 self.needs.pop(broker_id, None)
                 self.on_event(ev.SlaveDisconnected(broker_id))
+
+    async def _stream_native(
+        self, tcp: trio.SocketStream, dec: HaMasterSideDecoder, bid: int, start: int
+    ) -> int | None:
+        """Streaming and acks in a native thread (issue 16) with `_write`'s and `_read_acks`'
+        rules; this task hears of progress in batches (one wake-up for any number of acks and
+        batches) and feeds the role core. Returns None when the connection ended, or the
+        offset of quarantined bytes the slave needs: `_write`'s repair path goes on from
+        there (with `dec` holding what the slave sent meanwhile)."""
+        native = self.store.native
+        assert isinstance(native, Store)
+        loop = HaMasterLoop(
+            native,
+            self.epochs,
+            tcp.socket.fileno(),
+            start,
+            dec.take_buffered(),
+            self.controller_mode,
+            self.batch_bytes,
+            max(1, self.heartbeat_interval_ms),
+            WRITE_TIMEOUT_MS,
+        )
+        self._loops[bid] = loop
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(loop.wake_fd)
+                ack, transferring, idle, pos, end, why, leftover = loop.take()
+                # In the order they happened: an ack in a report was read before its transfer.
+                if ack is not None:
+                    self._on_ack(bid, ack)
+                if transferring is not None:
+                    self.on_event(ev.Transferring(bid, transferring))
+                if idle:
+                    self.on_event(ev.SlaveIdle(bid))
+                if end == "held":
+                    if leftover:
+                        for rec in dec.feed(leftover):
+                            if rec[0] == "ack":
+                                self._on_ack(bid, int(rec[1]))  # type: ignore[call-overload]
+                    return pos
+                if end is not None:
+                    raise _loop_error(end, why or end)
+        finally:
+            if self._loops.get(bid) is loop:
+                del self._loops[bid]
+            loop.stop()
+            # No thread may write to this slave's socket once this task is done with it.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(loop.join)
 
     def _handshake(self) -> bytes:
         entries = [(e, s) for e, s, _ in self.epochs.entries()]

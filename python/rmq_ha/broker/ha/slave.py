@@ -231,7 +231,7 @@ class HaSlave:
                 if visible and self.on_visible is not None:
                     self.on_visible()
                 if end is not None:
-                    raise _loop_error(end, why or end)
+                    raise loop_error(end, why or end)
         finally:
             loop.stop()
             # The thread must be gone before anyone else touches this store as a slave or a
@@ -298,7 +298,7 @@ class HaSlave:
 
 
 #: Set to "0" in the broker's environment: the TRANSFER phase runs in Python (per buffer),
-#: as before issue 16. TLS connections always do.
+#: as before issue 16 (the master's streaming too, master.py). TLS connections always do.
 NATIVE_SLAVE_ENV = "RMQ_HA_NATIVE_HA"
 
 
@@ -306,7 +306,7 @@ def native_slave_loop_enabled() -> bool:
     return os.environ.get(NATIVE_SLAVE_ENV, "1") != "0"
 
 
-def _loop_error(kind: str, why: str) -> BaseException:
+def loop_error(kind: str, why: str) -> BaseException:
     """The exception `run` expects for each way the native loop ends."""
     if kind == "silent":
         return trio.TooSlowError(why)
