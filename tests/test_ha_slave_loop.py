@@ -1,12 +1,13 @@
-"""Replication loops (issue 16). The slave's TRANSFER phase: native (`HaSlaveLoop`, a thread per connection) and
-Python (`RMQ_HA_NATIVE_HA=0`, and every TLS connection) follow the same rules. A scripted
-master on loopback sends a handshake and TRANSFER records cut at awkward places; the slave is
-the real `HaSlave` on a real store and epoch file."""
+"""Replication loops (issue 16). The slave's TRANSFER phase, native (`HaSlaveLoop`, a thread
+per connection) and Python (`RMQ_HA_NATIVE_HA=0`, and every TLS connection), follows the same
+rules: a scripted master on loopback sends a handshake and TRANSFER records cut at awkward
+places to the real `HaSlave` on a real store and epoch file. Then a group of real processes
+replicates through the native loops of both sides."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +104,22 @@ def make_slave(tmp: Path, hk_ms: int = 3000) -> tuple[HaSlave, Store, EpochFile,
     return s, native, epochs, seen
 
 
+async def against(master: Master, slave: HaSlave, until: Callable[[], Awaitable[object]]) -> None:
+    """Runs `master` and `slave` (pointed at it) until `until()` returns (30 s at most)."""
+    async with trio.open_nursery() as n:
+        port = await n.start(master.serve)
+        n.start_soon(slave.run)
+        slave.set_master(f"127.0.0.1:{port}")
+        with trio.fail_after(30):
+            await until()
+        n.cancel_scope.cancel()
+
+
+async def until_confirm(native: Store, offset: int) -> None:
+    while native.confirm_offset < offset:
+        await trio.sleep(0.01)
+
+
 @pytest.fixture(params=["native", "python"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Runs a test on each path; counts the native loops started."""
@@ -156,15 +173,8 @@ async def test_a_stream_cut_anywhere_gives_the_masters_log_epochs_and_confirm(
 
     master = Master(script)
     slave, native, epochs, seen = make_slave(tmp_path)
-    async with trio.open_nursery() as n:
-        port = await n.start(master.serve)
-        n.start_soon(slave.run)
-        slave.set_master(f"127.0.0.1:{port}")
-        with trio.fail_after(30):
-            while native.confirm_offset < len(log):
-                await trio.sleep(0.01)
-        done.set()
-        n.cancel_scope.cancel()
+    await against(master, slave, lambda: until_confirm(native, len(log)))
+    done.set()
     assert bytes(native.read_range(0, SEG)) == log
     assert [(e, s) for e, s, _ in epochs.entries()] == [(1, 0), (2, half)]
     assert native.confirm_offset == len(log)
@@ -204,13 +214,7 @@ async def test_a_record_the_slave_must_not_apply_ends_the_session_and_it_reconne
 
     master = Master(script)
     slave, native, _epochs, _seen = make_slave(tmp_path)
-    async with trio.open_nursery() as n:
-        port = await n.start(master.serve)
-        n.start_soon(slave.run)
-        slave.set_master(f"127.0.0.1:{port}")
-        with trio.fail_after(30):
-            await second.wait()
-        n.cancel_scope.cancel()
+    await against(master, slave, second.wait)
     assert native.max_offset == len(log)  # what came before the bad record stays
     assert any(reason in r.getMessage() for r in caplog.records), [
         r.getMessage() for r in caplog.records
@@ -235,13 +239,7 @@ async def test_a_silent_master_is_left_after_the_housekeeping_interval(
 
     master = Master(script)
     slave, _native, _epochs, _seen = make_slave(tmp_path, hk_ms=400)
-    async with trio.open_nursery() as n:
-        port = await n.start(master.serve)
-        n.start_soon(slave.run)
-        slave.set_master(f"127.0.0.1:{port}")
-        with trio.fail_after(30):
-            await second.wait()
-        n.cancel_scope.cancel()
+    await against(master, slave, second.wait)
     assert any("silent" in r.getMessage() for r in caplog.records)
 
 
@@ -271,20 +269,16 @@ async def test_pointing_the_slave_elsewhere_stops_the_native_thread_first(
 
     master = Master(script)
     slave, native, _epochs, _seen = make_slave(tmp_path)
-    async with trio.open_nursery() as n:
-        port = await n.start(master.serve)
-        n.start_soon(slave.run)
-        slave.set_master(f"127.0.0.1:{port}")
-        with trio.fail_after(30):
-            while native.confirm_offset < len(log):
-                await trio.sleep(0.01)
+
+    async def promoted() -> None:
+        await until_confirm(native, len(log))
         slave.set_master(None)
-        with trio.fail_after(30):
-            while slave.status.state != "READY":
-                await trio.sleep(0.01)
-        assert len(loops) == 1
-        assert loops[0].take()[6] == "stopped"  # type: ignore[attr-defined]
-        n.cancel_scope.cancel()
+        while slave.status.state != "READY":
+            await trio.sleep(0.01)
+
+    await against(master, slave, promoted)
+    assert len(loops) == 1
+    assert loops[0].take()[6] == "stopped"  # type: ignore[attr-defined]
 
 
 # ---- a real group: the native loops are the ones replicating -----------------------------------

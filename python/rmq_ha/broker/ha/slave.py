@@ -165,24 +165,14 @@ class HaSlave:
             await stream.send_all(encode_slave_ack(reported))
             self.status.state = "TRANSFER"
             self.on_event(ev.SlaveFollowing())
-            for rec in rest:
-                if rec[0] != "transfer":
-                    raise ValueError(f"unexpected {rec[0]} record while transferring")
-                self._apply(rec)
-            if rest:
-                self.on_event(ev.LogGrew(native.max_offset, native.confirm_offset))
+            self._apply_all(rest)
             if self.tls is None and isinstance(native, Store) and native_slave_loop_enabled():
                 await self._transfer_native(tcp, dec, reported)
                 return
             pending: list[tuple[object, ...]] = []
             last_ack = last_recv = trio.current_time()
             while True:
-                for rec in pending:
-                    if rec[0] != "transfer":
-                        raise ValueError(f"unexpected {rec[0]} record while transferring")
-                    self._apply(rec)
-                if pending:
-                    self.on_event(ev.LogGrew(native.max_offset, native.confirm_offset))
+                self._apply_all(pending)
                 if (
                     native.max_offset != reported
                     or trio.current_time() - last_ack > self.heartbeat_s
@@ -262,6 +252,16 @@ class HaSlave:
             # elected before more bytes arrive (found by the group simulator, issue 14).
             self.on_event(ev.LogGrew(native.max_offset, native.confirm_offset))
         self.epochs.truncate_suffix_by_offset(point)
+
+    def _apply_all(self, records: list[tuple[object, ...]]) -> None:
+        """TRANSFER records in order, then one LogGrew for the role core."""
+        for rec in records:
+            if rec[0] != "transfer":
+                raise ValueError(f"unexpected {rec[0]} record while transferring")
+            self._apply(rec)
+        if records:
+            native = self.store.native
+            self.on_event(ev.LogGrew(native.max_offset, native.confirm_offset))
 
     def _apply(self, rec: tuple[object, ...]) -> None:
         _, offset, epoch, epoch_start, confirm, body = rec
