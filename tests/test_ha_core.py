@@ -264,3 +264,65 @@ async def test_master_wakes_only_acknowledged_writes_and_drops_timed_out_waiters
         c.replicas[2].ack = 300
         m.woke()
     assert done == {100: True, 200: True, 300: True}
+
+
+async def test_writes_waiting_without_a_task_are_released_in_batches_and_expire(
+    autojump_clock: object,
+) -> None:
+    """HaMaster.on_acked (the native send path's waits, issue 16): one `woke` releases every
+    write at or below the watermark, in offset order; a replaced HaCore fails every write
+    registered under the old one; a deadline fails a write; fired entries do not pile up."""
+    from typing import Any, cast
+
+    import trio
+
+    from rmq_ha.broker.ha.master import HaMaster
+
+    c = HaCore(self_id=1, all_ack=True, sync_state_set=frozenset({1, 2}))
+    c.replicas = {2: Replica(2, ack=0)}
+    core = [c]
+    m = HaMaster(
+        cast(Any, None),
+        cast(Any, None),
+        lambda: core[0],
+        lambda _e: None,
+        batch_bytes=1,
+        heartbeat_interval_ms=1000,
+        controller_mode=True,
+    )
+    got: list[tuple[int, bool]] = []
+
+    def wait(off: int, timeout_s: float = 100.0) -> None:
+        m.on_acked(off, timeout_s, lambda ok: got.append((off, ok)))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(m.expire_loop)
+        wait(0)  # acknowledged already: answered at once
+        assert got == [(0, True)]
+        for off in (300, 100, 200):
+            wait(off)
+        c.replicas[2].ack = 250
+        m.woke()
+        assert got[1:] == [(100, True), (200, True)]
+        # a deadline
+        wait(400, timeout_s=1.0)
+        await trio.sleep(2)
+        assert (400, False) in got and (300, True) not in got
+        # 1,000 writes that time out while replication is stalled: the heap stays bounded
+        for i in range(1000):
+            wait(1000 + i, timeout_s=0.5)
+            if i % 100 == 0:
+                await trio.sleep(1)
+        assert len(m._callbacks) < 300
+        # a new HaCore (a new term): what waits under the old one fails, new writes wait
+        core[0] = HaCore(self_id=1, all_ack=True, sync_state_set=frozenset({1, 2}))
+        core[0].replicas = {2: Replica(2, ack=0)}
+        core[0].epoch = c.epoch + 1
+        wait(10)
+        assert (300, False) in got
+        m.woke()
+        assert (10, True) not in got
+        core[0].replicas[2].ack = 10
+        m.woke()
+        assert got[-1] == (10, True)
+        n.cancel_scope.cancel()

@@ -8,7 +8,7 @@ and parked pulls are components of their own with small APIs of their own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,6 +93,10 @@ class Replication(Protocol):
     def after_append(self) -> None: ...
 
     async def wait_replicated(self, end_offset: int) -> ReplicationOutcomeLike: ...
+
+    def when_replicated(
+        self, end_offset: int, done: Callable[[ReplicationOutcomeLike], None]
+    ) -> None: ...
 
 
 class SpecialRouting(Protocol):

@@ -234,6 +234,19 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise RemotingClosedError(f"connection to {self.peer} is closed") from None
 
+    def send_nowait(self, cmd: RemotingCommand) -> bool:
+        """`send` from synchronous code: False when the frame could not be queued now (the
+        write queue is full: call `send` from a task; or the connection is closed)."""
+        if self.closed:
+            return False
+        if self.signer is not None and not cmd.flag & FLAG_RESPONSE:
+            self.signer(cmd)
+        try:
+            self._send.send_nowait(cmd.to_wire())
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
     async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Sends a request and waits for its response. A timeout or a closed connection means
         the outcome is unknown (not definite)."""

@@ -66,6 +66,25 @@ class _Waiter:
         self.cancelled = False
 
 
+class _Callback:
+    """A producer's write waiting for its acks without a task (issue 16: released in batches
+    by `woke`, or failed by `expire_loop` at its deadline)."""
+
+    __slots__ = ("done", "fired")
+
+    def __init__(self, done: Callable[[bool], None]) -> None:
+        self.done = done
+        self.fired = False
+
+    def fire(self, ok: bool) -> None:
+        if not self.fired:
+            self.fired = True
+            try:
+                self.done(ok)
+            except Exception:  # one producer's answer must not stop the others'
+                log.exception("answering a replicated write failed")
+
+
 class HaMaster:
     """Streams the commitlog to connected slaves and reports what happens to the role core.
 
@@ -120,6 +139,14 @@ class HaMaster:
         self._held: set[tuple[int, int]] = set()
         #: Native streaming loops by slave id (poked when the log grows).
         self._loops: dict[int, HaMasterLoop] = {}
+        #: Writes waiting without a task (`on_acked`): by offset, and by deadline.
+        self._callbacks: list[tuple[int, int, _Callback]] = []
+        #: The HaCore and epoch every write in `_callbacks` was registered under.
+        self._cb_core: HaCore | None = None
+        self._cb_epoch = 0
+        self._cb_fired = 0  # fired by expiry, still in `_callbacks`
+        self._deadlines: list[tuple[float, int, _Callback]] = []
+        self._armed = trio.Event()
 
     # ---- called by the broker -------------------------------------------------------------
 
@@ -154,6 +181,73 @@ class HaMaster:
                     if not w.event.is_set():
                         self._drop(w)
         return False
+
+    def on_acked(self, offset: int, timeout_s: float, done: Callable[[bool], None]) -> None:
+        """`wait_acked` without a task: `done(True)` once a write ending at `offset` is
+        acknowledged as the mode requires, `done(False)` after `timeout_s` or when the role
+        core replaced its HaCore or leads another epoch. Called from `woke` (many at once)
+        or from `expire_loop`, which must be running (`HaService.run`); at once when the
+        write is acknowledged already."""
+        core = self.core()
+        cb = _Callback(done)
+        if core.write_acked(offset):
+            cb.fire(True)
+            return
+        if core is not self._cb_core or core.epoch != self._cb_epoch:
+            # every write waiting now was registered under another HaCore or epoch
+            self._fail_all_callbacks()
+            self._cb_core, self._cb_epoch = core, core.epoch
+        seq = next(self._seq)
+        heapq.heappush(self._callbacks, (offset, seq, cb))
+        deadline = trio.current_time() + timeout_s
+        if not self._deadlines or deadline < self._deadlines[0][0]:
+            self._armed.set()  # the expiry task sleeps until a later deadline, or for ever
+        heapq.heappush(self._deadlines, (deadline, seq, cb))
+
+    async def expire_loop(self) -> None:
+        """Fails the `on_acked` writes whose deadline passed."""
+        while True:
+            self._armed = trio.Event()
+            if self._deadlines:
+                with trio.move_on_at(self._deadlines[0][0]):
+                    await self._armed.wait()
+            else:
+                await self._armed.wait()
+            now = trio.current_time()
+            expired = 0
+            while self._deadlines and self._deadlines[0][0] <= now:
+                cb = heapq.heappop(self._deadlines)[2]
+                expired += not cb.fired
+                cb.fire(False)
+            if not self._deadlines:
+                self._callbacks = []  # every one has fired
+                self._cb_fired = 0
+                continue
+            # Fired entries leave the offset heap when the watermark passes them; while it
+            # does not (a stalled replica), drop them in bulk so the heap stays bounded.
+            self._cb_fired += expired
+            if self._cb_fired > max(64, len(self._callbacks) // 2):
+                self._callbacks = [e for e in self._callbacks if not e[2].fired]
+                heapq.heapify(self._callbacks)
+                self._cb_fired = 0
+
+    def _release(self) -> None:
+        """The `on_acked` writes the current HaCore acknowledges now fire True; all of them
+        fire False when it is not the HaCore (or epoch) they were registered under (see
+        `wait_acked`)."""
+        core = self.core()
+        if core is not self._cb_core or core.epoch != self._cb_epoch:
+            self._fail_all_callbacks()
+            return
+        mark = core.ack_watermark()
+        heap = self._callbacks
+        while heap and heap[0][0] <= mark:
+            heapq.heappop(heap)[2].fire(True)
+
+    def _fail_all_callbacks(self) -> None:
+        old, self._callbacks = self._callbacks, []
+        for _, _, cb in old:
+            cb.fire(False)
 
     def _drop(self, w: _Waiter) -> None:
         """A producer stopped waiting (timeout): its entry goes when the heap is mostly such
@@ -190,6 +284,8 @@ class HaMaster:
         """An ack arrived or the set changed: the producers whose writes are now acknowledged
         re-check (all of them when the role core replaced its HaCore or leads another epoch,
         so that they give up). One watermark per call, not one check per waiting producer."""
+        if self._callbacks:
+            self._release()
         if not self._waiters:
             return
         core = self.core()

@@ -160,6 +160,7 @@ class HaService:
         """Serves slaves while `accepting()` (this broker is master) and runs the HA client."""
         async with trio.open_nursery() as n:
             n.start_soon(self.master.serve, self.listeners, accepting)
+            n.start_soon(self.master.expire_loop)
             n.start_soon(self.slave.run)
 
     # ---- replication for producers (ports.Replication) ----------------------------------
@@ -172,6 +173,26 @@ class HaService:
     def sync_master(self) -> bool:
         """Whether producers wait for replicas (controller mode always does, like RocketMQ)."""
         return self.controller_mode or self.cfg.broker_role is BrokerRole.SYNC_MASTER
+
+    def when_replicated(self, end_offset: int, done: Callable[[ReplicationOutcome], None]) -> None:
+        """`wait_replicated` without a task: `done` is called once, maybe at once, maybe
+        later with many others in one batch (issue 16)."""
+        if not self.sync_master():
+            done(ReplicationOutcome(True))
+            return
+        if not self.controller_mode and not slave_ok(
+            len(self.master.connections),
+            end_offset,
+            self.master.core().best_ack(),
+            self.cfg.ha_max_gap_not_in_sync_bytes,
+        ):
+            done(ReplicationOutcome(False, "no-slave"))
+            return
+        self.master.on_acked(
+            end_offset,
+            self.cfg.slave_timeout_ms / 1000,
+            lambda ok: done(ReplicationOutcome(ok, "" if ok else "timeout")),
+        )
 
     async def wait_replicated(self, end_offset: int) -> ReplicationOutcome:
         if not self.sync_master():

@@ -15,6 +15,7 @@ dispatcher, which runs them here.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -32,7 +33,7 @@ from rmq_ha._native import (
     decode_stored_record,
 )
 from rmq_ha.broker.metrics import MESSAGE_SIZE_BUCKETS
-from rmq_ha.broker.ports import Ports, SpecialRouting
+from rmq_ha.broker.ports import Ports, ReplicationOutcomeLike, SpecialRouting
 from rmq_ha.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.config import FlushDiskType
 from rmq_ha.errors import (
@@ -172,9 +173,40 @@ class NativeSends:
             self._after(conn, touched, topics, answered, started)
             if deferred:
                 assert self._spawn is not None
+                no_flush_wait = self._p.cfg.flush_disk_type is not FlushDiskType.SYNC_FLUSH
                 for t, end_offset, wait, request in deferred:
-                    self._spawn(self._finish, (conn, t, end_offset, wait, request, started))
+                    if not no_flush_wait:
+                        self._spawn(self._finish, (conn, t, end_offset, wait, request, started))
+                    elif not wait:
+                        self._answer(conn, t, request, started, Resp.SUCCESS)
+                    else:
+                        # No task per send: answered when replication settles, with the
+                        # others its acks release (issue 16).
+                        answer = functools.partial(
+                            self._answer_replicated, conn, t, request, started
+                        )
+                        self._p.replication.when_replicated(end_offset, answer)
         return frames, used, out
+
+    def _answer_replicated(
+        self,
+        conn: Connection,
+        t: WireTuple,
+        request: int,
+        started: float,
+        outcome: ReplicationOutcomeLike,
+    ) -> None:
+        self._answer(conn, t, request, started, replication_code(outcome))
+
+    def _answer(
+        self, conn: Connection, t: WireTuple, request: int, started: float, code: int
+    ) -> None:
+        resp = RemotingCommand.from_wire(t)
+        resp.code = code
+        self._p.traffic.answered(request, code, (time.perf_counter() - started) * 1000)
+        if not conn.send_nowait(resp) and not conn.closed:
+            assert self._spawn is not None
+            self._spawn(_send_later, (conn, resp))
 
     async def _finish(self, args: tuple[Connection, WireTuple, int, bool, int, float]) -> None:
         conn, t, end_offset, wait, request, started = args
@@ -364,16 +396,24 @@ async def wait_outcome(p: Ports, end_offset: int, wait: bool) -> int:
             # client treats as a send that may or may not survive a crash.
             return Resp.FLUSH_DISK_TIMEOUT
     if wait:
-        outcome = await p.replication.wait_replicated(end_offset)
-        if not outcome.ok:
-            # Stored here but not (yet) on enough replicas: the client must treat the send as
-            # possibly lost on a failover, exactly as RocketMQ reports it.
-            return (
-                Resp.SLAVE_NOT_AVAILABLE
-                if outcome.reason == "no-slave"
-                else Resp.FLUSH_SLAVE_TIMEOUT
-            )
+        return replication_code(await p.replication.wait_replicated(end_offset))
     return Resp.SUCCESS
+
+
+def replication_code(outcome: ReplicationOutcomeLike) -> int:
+    """SUCCESS, or, for a write stored here but not (yet) on enough replicas, RocketMQ's
+    code: the client must treat the send as possibly lost on a failover."""
+    if outcome.ok:
+        return Resp.SUCCESS
+    return Resp.SLAVE_NOT_AVAILABLE if outcome.reason == "no-slave" else Resp.FLUSH_SLAVE_TIMEOUT
+
+
+async def _send_later(args: tuple[Connection, RemotingCommand]) -> None:
+    conn, resp = args
+    try:
+        await conn.send(resp)
+    except RemotingClosedError:
+        pass
 
 
 #: How the role's refusal of a write reaches the client (RocketMQ's answers).
