@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import trio
 from rmq_jepsen.launch import Proc
 
 from hautil import Acked, HaCluster, send_values
@@ -85,6 +86,10 @@ async def test_a_failover_logs_one_line_per_operator_event_and_nothing_per_messa
         ]
         assert len(after_kill) > len(elections), c.logs()
         await c.wait_sync_state_set(m2, 2)
+        # The status shows a proposed set at once; the line comes with the controller's answer.
+        with trio.move_on_after(30):
+            while not find(new, "INFO", r"^SyncStateSet is now \[\d+, \d+\]"):
+                await trio.sleep(0.1)
         assert find(new, "INFO", r"^SyncStateSet is now \[\d+, \d+\]"), lines(new)
         # Nothing at ERROR on the surviving brokers through a clean failover.
         for i, b in enumerate(c.brokers):

@@ -103,7 +103,10 @@ class Scraper:
         try:
             line["m"] = pick(await fetch(addr, self.interval_s * 0.8))
             line["up"] = 1
-        except (OSError, trio.TooSlowError, ValueError) as e:
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError) as e:
+            # A target that is down, slow, killed mid-answer (a reset: BrokenResourceError,
+            # which is not an OSError) or answers nonsense is down for this scrape; the
+            # campaign goes on (a reset once ended a whole campaign).
             line["up"] = 0
             line["error"] = type(e).__name__ if isinstance(e, trio.TooSlowError) else str(e)
             self.failed += 1

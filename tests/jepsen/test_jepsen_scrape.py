@@ -4,6 +4,7 @@ as down, and the campaign's roles are configured to serve an endpoint each."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -51,6 +52,36 @@ async def test_scraper_keeps_the_wanted_families_and_marks_a_dead_target_down(
     assert "rocketmq_messages_in_total" not in m
     assert down["node"] == "gone" and down["up"] == 0 and down["error"]
     assert sc.summary() == {"targets": 2, "scrapes": 2, "failed": 1, "interval_s": 0.5}
+
+
+@pytest.mark.timeout(30)
+async def test_a_target_reset_mid_answer_is_down_not_fatal(tmp_path: Path) -> None:
+    """A broker killed while it answers resets the connection: that scrape is down and the
+    scraper goes on (found when a killed broker ended a whole campaign)."""
+    import socket
+    import struct
+
+    async def resetter(stream: trio.SocketStream) -> None:
+        await stream.receive_some(1024)
+        await stream.send_all(b"HTTP/1.0 200 OK\r\n")
+        # SO_LINGER 0: close() sends RST, as a killed process's kernel does with unread data
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        stream.socket.close()
+
+    out = tmp_path / "metrics.jsonl"
+    async with trio.open_nursery() as n:
+        (listener,) = await n.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), resetter, 0
+        )
+        port = listener.socket.getsockname()[1]
+        sc = Scraper({"b0": f"127.0.0.1:{port}"}, out, lambda: 0, interval_s=1.0)
+        with open(out, "w") as f:
+            for _ in range(3):
+                await sc.one("b0", f"127.0.0.1:{port}", f)
+        n.cancel_scope.cancel()
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["up"] for x in lines] == [0, 0, 0]
+    assert sc.failed == 3
 
 
 @pytest.mark.timeout(30)
