@@ -9,7 +9,10 @@ heartbeat every ``haSendHeartbeatInterval``. Connections, transfers and acks go 
 as events (`on_event`); `HaCore` there moves the confirm offset and proposes SyncStateSet
 changes, and its actions wake producers waiting for replication (`woke`).
 
-The codec is Rust (`rmq_ha._native`, HA wire format); this module only moves bytes.
+The codec is Rust (`rmq_ha._native`, HA wire format). After the handshake the streaming and
+the ack reading run in a native thread per slave (`HaMasterLoop`, issue 16), except on TLS
+connections, with ``haFlowControlEnable`` or ``RMQ_HA_NATIVE_HA=0``, where `_write` and
+`_read_acks` here do it; producers' waits are released in batches (`on_acked`, `woke`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,11 @@ logs agree on (``find_consistent_point``). When there is no such point the logs 
 history: the slave refuses to sync, says so in its status and log, and retries later — it
 never wipes data on its own; an operator decides. In TRANSFER it appends each batch at exactly
 its offset, records a new epoch when a header carries one, moves its confirm offset to
-min(master's confirm offset, its own max offset) and acks its max offset.
+min(master's confirm offset, its own max offset) and acks its max offset; with nothing received
+for ``haHousekeepingInterval`` it reconnects.
+
+TRANSFER runs in a native thread (`HaSlaveLoop`, issue 16) with the same rules; this module
+keeps the handshake and the Python loop for TLS connections and ``RMQ_HA_NATIVE_HA=0``.
 """
 
 from __future__ import annotations
