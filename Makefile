@@ -56,8 +56,8 @@ test-py: dev wheelhouse ## pytest, incl. the Java/Go client interop suite agains
 ifeq ($(strip $(PYTEST_ARGS)),)
 	RMQ_INTEROP_IMPL=rmq_ha $(VPY) -m pytest -q --ignore=tests/spark
 	# tests/spark in its own pytest process: late in one long process the shared Spark session
-	# hung now and then (the JVM's DAG scheduler blocked in PythonAccumulatorV2.merge; cause
-	# open, docs/PERF.md); alone it has not.
+	# hung now and then (the JVM's DAG scheduler blocked in PythonAccumulatorV2.merge). A check
+	# runs no Python task any more, which removes that path (docs/PERF.md); kept apart anyway.
 	$(VPY) -m pytest -q tests/spark
 else
 	RMQ_INTEROP_IMPL=rmq_ha $(VPY) -m pytest -q $(PYTEST_ARGS)

@@ -767,17 +767,18 @@ mod tests {
         }
     }
 
+    /// `N` fresh temporary directories.
+    fn tmps<const N: usize>() -> [tempfile::TempDir; N] {
+        std::array::from_fn(|_| tempfile::tempdir().expect("tempdir"))
+    }
+
     fn epochs(dir: &Path) -> Mutex<EpochFile> {
         Mutex::new(EpochFile::open(&dir.join("epoch")).expect("epochs").0)
     }
 
     #[test]
     fn apply_follows_slave_py_rules() {
-        let (md, sd, ed) = (
-            tempfile::tempdir().expect("t"),
-            tempfile::tempdir().expect("t"),
-            tempfile::tempdir().expect("t"),
-        );
+        let [md, sd, ed] = tmps();
         let master = open(md.path(), true);
         fill(&master, 20);
         let slave = open(sd.path(), false);
@@ -813,8 +814,7 @@ mod tests {
         assert!(e.contains("below our last epoch 3"), "{e}");
         assert!(apply_transfer(&slave, &ep, true, &h(0, -1, 0), b"").is_err());
         // classic mode: appended bytes are visible, no confirm offset
-        let sd2 = tempfile::tempdir().expect("t");
-        let ed2 = tempfile::tempdir().expect("t");
+        let [sd2, ed2] = tmps();
         let classic = open(sd2.path(), true);
         let ep2 = epochs(ed2.path());
         let a = apply_transfer(&classic, &ep2, false, &h(0, 0, 0), bytes).expect("apply");
@@ -831,7 +831,7 @@ mod tests {
     /// and acks of the final max; a bad record ends the loop with the reason.
     #[test]
     fn the_loop_applies_a_stream_split_anywhere_and_acks() {
-        let md = tempfile::tempdir().expect("t");
+        let [md] = tmps();
         let master = open(md.path(), true);
         fill(&master, 40);
         let max = master.max_offset();
@@ -854,10 +854,7 @@ mod tests {
         }
         stream.extend(transfer(max, epoch, 0, max, b""));
         for cut in [1usize, 7, 36, 37, 500, 4096] {
-            let (sd, ed) = (
-                tempfile::tempdir().expect("t"),
-                tempfile::tempdir().expect("t"),
-            );
+            let [sd, ed] = tmps();
             let slave = open(sd.path(), false);
             let ep = epochs(ed.path());
             let (mut ours, theirs) = UnixStream::pair().expect("pair");
@@ -907,10 +904,7 @@ mod tests {
 
     #[test]
     fn the_loop_ends_on_a_bad_record_silence_and_stop() {
-        let (sd, ed) = (
-            tempfile::tempdir().expect("t"),
-            tempfile::tempdir().expect("t"),
-        );
+        let [sd, ed] = tmps();
         let slave = open(sd.path(), false);
         let ep = epochs(ed.path());
         let stop = AtomicBool::new(false);
@@ -967,12 +961,7 @@ mod tests {
     /// later go out when the data descriptor is poked; stop ends both.
     #[test]
     fn master_and_slave_loops_replicate_a_log() {
-        let (md, sd, med, sed) = (
-            tempfile::tempdir().expect("t"),
-            tempfile::tempdir().expect("t"),
-            tempfile::tempdir().expect("t"),
-            tempfile::tempdir().expect("t"),
-        );
+        let [md, sd, med, sed] = tmps();
         let master = std::sync::Arc::new(open(md.path(), true));
         fill(&master, 50);
         let mep = std::sync::Arc::new(epochs(med.path()));
@@ -1073,11 +1062,7 @@ mod tests {
             framed in proptest::prelude::any::<bool>(),
             cut in 1usize..700,
         ) {
-            let (md, sd, ed) = (
-                tempfile::tempdir().expect("t"),
-                tempfile::tempdir().expect("t"),
-                tempfile::tempdir().expect("t"),
-            );
+            let [md, sd, ed] = tmps();
             let master = open(md.path(), true);
             fill(&master, 20);
             let mut log = master.read_range(0, 1 << 20, u64::MAX).expect("r").as_slice().to_vec();
