@@ -288,6 +288,10 @@ async def test_isolated_master_with_one_slave_does_not_move_confirm_offset(
             if stm and stm["confirmOffset"] == stm["maxOffset"]:
                 break
             await trio.sleep(0.1)
+    # The master's status shows each connected slave's last ack (the killed one is gone).
+    ids = {i: (await c.status(i) or {}).get("brokerId") for i in (s1,)}
+    assert set(stm["replicaAcks"]) == {str(ids[s1])}, stm["replicaAcks"]
+    assert stm["replicaAcks"][str(ids[s1])] >= stm["confirmOffset"]
 
 
 async def send_values_direct(

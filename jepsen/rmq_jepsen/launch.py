@@ -33,6 +33,30 @@ LOOPBACK = "127.0.0.1"
 RMQ_HA: list[str] = [sys.executable, "-m", "rmq_ha.cli"]
 
 
+#: How long `Proc.wait_stopped` waits for a SIGSTOPped group to stop.
+STOP_TIMEOUT_S = 30.0
+
+
+def _group_stopped(pgid: int) -> bool:
+    """Whether every thread of every process in group `pgid` is stopped (or exiting)."""
+    found = False
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:  # fields after the name: state, ppid, pgrp, ...
+                continue
+            found = True
+            for t in (d / "task").iterdir():
+                state = (t / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state not in ("T", "t", "Z", "X"):
+                    return False
+        except (OSError, IndexError, ValueError):
+            continue  # the process or thread ended meanwhile
+    return found
+
+
 class LaunchError(RuntimeError):
     """A process did not come up."""
 
@@ -322,9 +346,29 @@ class Proc:
     # ---- signals and stopping -----------------------------------------------------------------
 
     def signal(self, sig: int) -> None:
-        """`sig` to the process group, while the process runs."""
+        """`sig` to the process group, while the process runs. SIGSTOP returns once every
+        thread of the group has stopped (see `wait_stopped`)."""
         if self.alive:
             self._killpg(sig)
+            if sig == signal.SIGSTOP:
+                self.wait_stopped()
+
+    def wait_stopped(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Waits until every thread of the process group is stopped (Linux; elsewhere a
+        no-op). kill() returns before that: a group stop wakes one thread, and the others
+        stop only once it has run, so on a busy machine a native thread (the broker's
+        replication loops) went on receiving and acknowledging for a while after SIGSTOP
+        returned, and a test that paused a replica saw a write acknowledged through it."""
+        p = self.popen
+        if p is None or not Path("/proc/self/task").is_dir():
+            return
+        deadline = time.monotonic() + timeout_s
+        while not _group_stopped(p.pid):
+            if self._exited():
+                return
+            if time.monotonic() > deadline:
+                raise LaunchError(f"{self.describe()}: not stopped {timeout_s} s after SIGSTOP")
+            time.sleep(0.001)  # polling /proc: there is no event for another process's stop
 
     def wait(self, timeout_s: float | None = None) -> int:
         """Waits for the process to exit (raises subprocess.TimeoutExpired); its exit code."""

@@ -399,6 +399,7 @@ class Broker:
             "masterEpoch": s.epoch,
             "syncStateSet": sorted(self.core.ha.effective_set()) if self.core.is_master else [],
             "committedSyncStateSet": sorted(self.core.ha.sync_state_set),
+            "replicaAcks": {str(b): r.ack for b, r in sorted(self.core.ha.replicas.items())},
             "fence": s.fence,
             "slaveState": slave.state,
             "refused": slave.refused,
