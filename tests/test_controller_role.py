@@ -284,6 +284,42 @@ def test_heartbeat_table_keeps_the_best_progress_and_expires() -> None:
     assert table.drop_connection(conn) == [key]
 
 
+def test_heartbeat_table_does_not_hold_its_own_pause_against_the_brokers() -> None:
+    """A controller paused longer than the heartbeat timeout failed over every group on
+    resume: whichever of its tasks ran first saw every broker expired, before the heartbeats
+    waiting in its sockets were read. With a StallCredit the table adds the time it did not
+    run to every entry (at its first look after the pause, whatever looks); a broker that
+    stopped beating still expires one timeout after the resume."""
+    from rmq_ha.clock import StallCredit
+
+    def table_at(now: list[int], credit: bool) -> HeartbeatTable:
+        t = HeartbeatTable(lambda: now[0], StallCredit(stall_ms=1000) if credit else None)
+        h = BrokerHeartbeatRequestHeader(
+            cluster_name="c", broker_addr="a:1", broker_name="b", broker_id=1, epoch=1,
+            max_offset=0, confirm_offset=0, heartbeat_timeout_mills=1500,
+        )  # fmt: skip
+        t.on_heartbeat(h)
+        return t
+
+    for credit in (True, False):
+        now = [1000]
+        t = table_at(now, credit)
+        key = next(iter(t.entries))
+        for _ in range(3):  # the watchdog's looks while the node runs
+            now[0] += 200
+            assert t.tick() == 0
+        now[0] += 10_000  # SIGSTOP for 10 s, then SIGCONT: the scan looks first
+        if credit:
+            assert t.expire() == [] and t.is_alive(key)
+            assert t.stalls is not None and t.stalls.last_ms == 10_000
+            for _ in range(8):  # the node runs again: 1.6 s of the watchdog's looks
+                now[0] += 200
+                assert t.tick() == 0
+            assert t.expire() == [key], "a broker silent since the resume still expires"
+        else:
+            assert t.expire() == [key]
+
+
 def test_heartbeat_table_a_restarted_broker_replaces_its_progress_issue_13() -> None:
     """A heartbeat on a new connection (the broker restarted, maybe with a torn log) replaces
     the old (epoch, maxOffset): the old values describe a log that may no longer exist, and

@@ -148,3 +148,21 @@ def test_a_prime_slave_registers_its_topics_read_only() -> None:
     t2 = RouteTable()
     reg(t2, "s:1", 1, 0, topics={"T": qd(4)}, enable_acting_master=False)
     assert t2.route("T") is None, "without acting master a slave's topics are not routed"
+
+
+def test_a_stall_of_the_name_server_is_credited_to_the_brokers() -> None:
+    """clock.StallCredit: the time a paused name server did not run does not expire its
+    brokers (their heartbeats wait in the socket buffers); one that really stopped beating
+    expires a timeout after the resume."""
+    from rmq_ha.clock import StallCredit
+
+    t = RouteTable()
+    stalls = StallCredit(stall_ms=1000)
+    reg(t, "m:1", 0, 0, timeout_ms=1500)
+    for now in (0, 200, 400):
+        assert stalls.observe(now) == 0
+    lost = stalls.observe(10_400)  # paused for 10 s
+    assert lost == 10_000 and stalls.stalls == 1
+    t.credit(lost, 10_400)
+    assert t.scan(10_400) == [], "expired by the name server's own pause"
+    assert [a for a, _ in t.scan(11_901)] == ["m:1"], "no heartbeat since: expires after all"

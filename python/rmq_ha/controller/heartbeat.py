@@ -9,6 +9,12 @@ log may now be shorter) replaces it, since the old values describe a log that ma
 exist. The catch-up position (issue 13) always comes from the latest heartbeat. Not-alive
 entries are dropped by `expire` (the periodic scan) and when the broker's connection closes
 (`drop_connection`, RocketMQ's BrokerHousekeepingService).
+
+Time this node did not run (paused, starved) does not count against the brokers when a
+`StallCredit` is given (`rmq_ha.clock`): the controller node passes one and looks at the
+clock every `STALL_TICK_S` (`tick`), so on resume the brokers whose heartbeats waited in the
+socket buffers are not expired, and their groups not failed over, before those heartbeats are
+read. RocketMQ's manager has no such credit.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rmq_ha.clock import StallCredit
 from rmq_ha.controller.elect import DEFAULT_ELECTION_PRIORITY, BrokerKey, BrokerLiveInfo
 from rmq_ha.protocol.headers import BrokerHeartbeatRequestHeader
 
@@ -63,15 +70,36 @@ def _or(value: int | None, default: int) -> int:
 
 
 class HeartbeatTable:
-    def __init__(self, now_ms: Callable[[], int] = monotonic_ms) -> None:
+    def __init__(
+        self, now_ms: Callable[[], int] = monotonic_ms, stalls: StallCredit | None = None
+    ) -> None:
         self.now_ms = now_ms
         self.entries: dict[BrokerKey, LiveEntry] = {}
+        self.stalls = stalls
+
+    def now(self) -> int:
+        """The clock, after a stall of this process (if any) was credited to every entry."""
+        now = self.now_ms()
+        if self.stalls is not None:
+            lost = self.stalls.observe(now)
+            if lost:
+                for e in self.entries.values():
+                    e.last_update_ms = min(now, e.last_update_ms + lost)
+        return now
+
+    def tick(self) -> int:
+        """A look at the clock (the watchdog's): the stall credited by it (ms), or 0."""
+        before = self.stalls.stalls if self.stalls is not None else 0
+        self.now()
+        if self.stalls is None or self.stalls.stalls == before:
+            return 0
+        return self.stalls.last_ms
 
     def on_heartbeat(self, h: BrokerHeartbeatRequestHeader, conn: object | None = None) -> bool:
         """Records one heartbeat (brokerId must be set); True when the broker is new."""
         assert h.broker_id is not None
         key = BrokerKey(h.cluster_name, h.broker_name, h.broker_id)
-        now = self.now_ms()
+        now = self.now()
         epoch, max_offset = _or(h.epoch, -1), _or(h.max_offset, -1)
         timeout = _or(h.heartbeat_timeout_mills, DEFAULT_HEARTBEAT_TIMEOUT_MS)
         priority = _or(h.election_priority, DEFAULT_ELECTION_PRIORITY)
@@ -102,16 +130,16 @@ class HeartbeatTable:
 
     def is_alive(self, key: BrokerKey) -> bool:
         entry = self.entries.get(key)
-        return entry is not None and entry.alive(self.now_ms())
+        return entry is not None and entry.alive(self.now())
 
     def view(self) -> dict[BrokerKey, BrokerLiveInfo]:
         """The live entries, as the state machine's election policy reads them."""
-        now = self.now_ms()
+        now = self.now()
         return {k: e.info() for k, e in self.entries.items() if e.alive(now)}
 
     def expire(self) -> list[BrokerKey]:
         """Drops and returns the entries whose heartbeat timed out."""
-        now = self.now_ms()
+        now = self.now()
         dead = [k for k, e in self.entries.items() if not e.alive(now)]
         for key in dead:
             del self.entries[key]

@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from rmq_ha.clock import STALL_TICK_S, StallCredit
 from rmq_ha.config import ControllerConfig
 from rmq_ha.controller import config_admin, wire
 from rmq_ha.controller.elect import BrokerKey, scan_need_reelect
@@ -175,7 +176,8 @@ class ControllerNode:
         self.node_id = cfg.controller_dleger_self_id
         self.policy = PolicyConfig(enable_elect_unclean_master=cfg.enable_elect_unclean_master)
         self.sm = ControllerStateMachine()
-        self.live = HeartbeatTable(monotonic_ms)
+        # time this node does not run is not held against the brokers (clock.StallCredit)
+        self.live = HeartbeatTable(monotonic_ms, StallCredit())
         self.client = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
         self.driver = RaftDriver(
             self.node_id,
@@ -266,6 +268,7 @@ class ControllerNode:
             await nursery.start(self.driver.run)
             nursery.start_soon(self._scan_not_active_loop)
             nursery.start_soon(self._scan_inactive_master_loop)
+            nursery.start_soon(self._watch_clock)
             log.info("controller %s ready on %s", self.node_id, self.address)
             task_status.started(self.address)
 
@@ -564,6 +567,24 @@ class ControllerNode:
             for key in self.live.expire():
                 log.warning("broker %s: heartbeat expired", key)
                 self._on_broker_inactive(key)
+
+    async def _watch_clock(self) -> None:
+        """Looks at the clock every STALL_TICK_S, so that a pause of this node is credited to
+        the brokers' heartbeats before any scan or election reads them (heartbeat.py), and
+        logs each stall, whichever look credited it."""
+        stalls = self.live.stalls
+        seen = 0
+        while True:
+            await trio.sleep(STALL_TICK_S)
+            self.live.tick()
+            if stalls is not None and stalls.stalls != seen:
+                seen = stalls.stalls
+                log.warning(
+                    "controller %s did not run for %d ms (paused or starved): brokers' "
+                    "heartbeats are not judged by that time",
+                    self.node_id,
+                    stalls.last_ms,
+                )
 
     async def _scan_inactive_master_loop(self) -> None:
         """scanInactiveMasterAndTriggerReelect, leader only."""

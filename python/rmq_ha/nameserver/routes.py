@@ -220,6 +220,12 @@ class RouteTable:
         del lv
         return change
 
+    def credit(self, stall_ms: int, now_ms: int) -> None:
+        """This name server did not run for `stall_ms` (clock.StallCredit): that time does not
+        count against the brokers' heartbeats."""
+        for lv in self.live.values():
+            lv.last_update_ms = min(now_ms, lv.last_update_ms + stall_ms)
+
     def scan(self, now_ms: int) -> list[tuple[str, MinIdChange | None]]:
         """Unregisters brokers whose heartbeat expired; returns their addresses and the min-id
         changes that caused."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from rmq_ha import faults
-from rmq_ha.clock import wall_ms
+from rmq_ha.clock import STALL_TICK_S, StallCredit, monotonic_ms, wall_ms
 from rmq_ha.config import ControllerConfig, NamesrvConfig
 from rmq_ha.metrics import Families, SnapshotCollector, endpoint, registry_of, serve_metrics
 from rmq_ha.nameserver.routes import MinIdChange, RouteTable
@@ -73,6 +73,7 @@ class Nameserver:
         self.cfg = cfg
         self.now_ms = now_ms
         self.routes = RouteTable(default_timeout_ms=cfg.broker_channel_expired_time_ms)
+        self._stalls = StallCredit()
         self.kv: dict[str, dict[str, str]] = {}
         d = Dispatcher("namesrv", guard_of(cfg, "namesrv"))
         d.register(RC.REGISTER_BROKER, self.register_broker)
@@ -182,6 +183,7 @@ class Nameserver:
             if self.controller is not None:
                 await nursery.start(self.controller.run)
             nursery.start_soon(self._scan_loop)
+            nursery.start_soon(self._watch_clock)
             log.info("name server ready on %s", self.address)
             task_status.started(self.address)
 
@@ -198,9 +200,28 @@ class Nameserver:
             out += self.controller.metrics_families()
         return out
 
+    def _credit_stall(self) -> None:
+        """A pause of this process is not held against the brokers (clock.StallCredit): on
+        resume their heartbeats wait in the socket buffers, and the scan must not expire
+        them first."""
+        lost = self._stalls.observe(monotonic_ms())
+        if lost:
+            log.warning(
+                "name server did not run for %d ms (paused or starved): brokers' heartbeats "
+                "are not judged by that time",
+                lost,
+            )
+            self.routes.credit(lost, self.now_ms())
+
+    async def _watch_clock(self) -> None:
+        while True:
+            await trio.sleep(STALL_TICK_S)
+            self._credit_stall()
+
     async def _scan_loop(self) -> None:
         while True:
             await trio.sleep(self.cfg.scan_not_active_broker_interval_ms / 1000)
+            self._credit_stall()
             for addr, change in self.routes.scan(self.now_ms()):
                 log.warning("broker %s expired (no heartbeat): unregistered", addr)
                 self._broker_conns.pop(addr, None)
