@@ -119,7 +119,7 @@ public final class BenchConsumer implements BenchMain.Bench {
             cpu0 = BenchProducer.cpuTicks(cpuPids);
             c.assign(mqs);
             for (MessageQueue mq : mqs) {
-                c.seek(mq, 0);
+                seek(c, mq);
             }
             long deadline = t0 + (long) (timeout * 1e9);
             while (received < count && System.nanoTime() < deadline) {
@@ -151,10 +151,35 @@ public final class BenchConsumer implements BenchMain.Bench {
         r.put("msgsPerSec", seconds > 0 ? Math.round(received / seconds) : 0);
         r.put("bytesPerSec", seconds > 0 ? Math.round(received * (double) bodySize / seconds) : 0);
         r.put("errors", errors.get());
+        r.put("seekRetries", seekRetries);
         if (cpuPids.length > 0) {
             r.put("brokerCpuTicks", cpu0 < 0 || cpu1 < 0 ? null : cpu1 - cpu0);
         }
         return r;
+    }
+
+    /** Times a seek (min/max offset lookups) was retried: see {@link #seek}. */
+    int seekRetries;
+
+    /**
+     * Seeks to offset 0, retrying a failed lookup a few times. On a loaded machine the client's
+     * connection to a real RocketMQ broker was once found closed at the first lookup after the
+     * fill ("send request failed"); the client drops such a channel and connects again on the
+     * next request, as an application's retry would. The retries are reported.
+     */
+    void seek(DefaultLitePullConsumer c, MessageQueue mq) throws Exception {
+        for (int attempt = 1; ; attempt++) {
+            try {
+                c.seek(mq, 0);
+                return;
+            } catch (org.apache.rocketmq.client.exception.MQClientException e) {
+                if (attempt >= 5) {
+                    throw e;
+                }
+                seekRetries++;
+                Thread.sleep(100L * attempt);
+            }
+        }
     }
 
     /** Stores `count` messages: fillThreads threads claim batches from a shared counter. */
