@@ -32,6 +32,9 @@ log = logging.getLogger("rmq_jepsen.control")
 
 T = TypeVar("T")
 
+#: How long `Remote.signal(pid, "STOP")` waits for every thread of the process to stop.
+STOP_WAIT_S = 10.0
+
 
 @dataclass(frozen=True)
 class Host:
@@ -233,8 +236,19 @@ class Remote(ABC):
         return int(r.out.strip())
 
     def signal(self, pid: int, sig: str) -> bool:
-        """kill -SIG pid; False if there is no such process."""
-        r = self.run(f"kill -{sig} {int(pid)}", check=False)
+        """kill -SIG pid; False if there is no such process. STOP returns once every thread
+        of the process is stopped (up to STOP_WAIT_S; `ps -L`): kill returns before a group
+        stop is complete, and a broker's native threads would go on replicating meanwhile,
+        so the pause's window would start before the process stopped (rmq_jepsen.launch)."""
+        cmd = f"kill -{sig} {int(pid)}"
+        if sig == "STOP":
+            tries = int(STOP_WAIT_S / 0.01)
+            cmd += (
+                f" && for i in $(seq {tries}); do"
+                f" ps -L -o stat= -p {int(pid)} 2>/dev/null | grep -qv '^[TtZX]' || exit 0;"
+                " sleep 0.01; done; exit 0"
+            )
+        r = self.run(cmd, check=False)
         return r.rc == 0
 
     def proc_state(self, pid: int) -> str | None:

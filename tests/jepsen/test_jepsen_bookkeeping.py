@@ -297,3 +297,43 @@ async def test_heal_journal_drops_a_left_over_partition_chain(tmp_path):
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
     assert ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+BUSY_THREADS = r"""
+import threading, time
+def spin():
+    while True:
+        sum(range(1000))
+for _ in range(8):
+    threading.Thread(target=spin, daemon=True).start()
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
+def test_remote_stop_returns_once_every_thread_is_stopped(tmp_path):
+    """The nemesis's pause (Remote.signal STOP) returns once every thread of the process has
+    stopped: kill returns before a group stop is complete, and a broker's native replication
+    threads would go on meanwhile (rmq_jepsen.launch.Proc.wait_stopped does the same for
+    local processes). Eight busy threads: without the wait, some still ran when the check
+    looked in 1 of 3 tries here (the shell's own exit gives them time)."""
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-c", BUSY_THREADS])
+    try:
+        task = f"/proc/{p.pid}/task"
+        deadline = time.monotonic() + 30
+        while len(os.listdir(task)) < 9 and time.monotonic() < deadline:
+            time.sleep(0.01)  # waiting for the threads to exist (condition, not timing)
+        remote = LocalRemote(Host("n1", "127.0.0.1"))
+        assert remote.signal(p.pid, "STOP")
+        states = [
+            open(f"{task}/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in os.listdir(task)
+        ]
+        assert set(states) <= {"T", "t"}, states
+        assert remote.signal(p.pid, "CONT")
+    finally:
+        p.kill()
+        p.wait()
