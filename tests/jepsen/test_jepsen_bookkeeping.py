@@ -10,6 +10,7 @@ import subprocess
 import threading
 
 import pytest
+from procutil import busy_program, thread_states
 from rmq_jepsen import generator as gen
 from rmq_jepsen.control import Control, Host, LocalRemote, Remote
 from rmq_jepsen.db import DB, TOPOLOGIES, ClusterView
@@ -98,7 +99,8 @@ async def test_pause_records_the_pid_to_resume_before_stopping_it(rig):
 
     view.masters = masters
     await nem.start(_ev("pause-master"))
-    stops = [(cmd, j) for _, cmd, j in seen if cmd.startswith("kill -STOP")]
+    # the kill, then the wait for every thread to stop (Remote.signal)
+    stops = [(cmd.split(" && ")[0], j) for _, cmd, j in seen if cmd.startswith("kill -STOP")]
     assert stops == [(f"kill -STOP {db.by_name['broker-a-1'].pid}", stops[0][1])]
     undo = stops[0][1]["RUN1:1"]["undo"]
     assert undo == [
@@ -299,17 +301,6 @@ async def test_heal_journal_drops_a_left_over_partition_chain(tmp_path):
     assert ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
-BUSY_THREADS = r"""
-import threading, time
-def spin():
-    while True:
-        sum(range(1000))
-for _ in range(8):
-    threading.Thread(target=spin, daemon=True).start()
-time.sleep(60)
-"""
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
 def test_remote_stop_returns_once_every_thread_is_stopped(tmp_path):
@@ -321,7 +312,7 @@ def test_remote_stop_returns_once_every_thread_is_stopped(tmp_path):
     import sys
     import time
 
-    p = subprocess.Popen([sys.executable, "-c", BUSY_THREADS])
+    p = subprocess.Popen([sys.executable, "-c", busy_program()])
     try:
         task = f"/proc/{p.pid}/task"
         deadline = time.monotonic() + 30
@@ -329,9 +320,7 @@ def test_remote_stop_returns_once_every_thread_is_stopped(tmp_path):
             time.sleep(0.01)  # waiting for the threads to exist (condition, not timing)
         remote = LocalRemote(Host("n1", "127.0.0.1"))
         assert remote.signal(p.pid, "STOP")
-        states = [
-            open(f"{task}/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in os.listdir(task)
-        ]
+        states = thread_states(p.pid)
         assert set(states) <= {"T", "t"}, states
         assert remote.signal(p.pid, "CONT")
     finally:

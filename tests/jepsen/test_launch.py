@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from procutil import busy_program, thread_states
 from rmq_jepsen.launch import (
     LogMatch,
     NotReady,
@@ -102,28 +103,6 @@ def test_a_paused_process_is_alive_and_still_stops(tmp_path: Path) -> None:
         p.kill()
 
 
-#: Eight threads busy in user space, and a child process: a group stop has work to do.
-BUSY = r"""
-import subprocess, sys, threading, time
-def spin():
-    while True:
-        sum(range(1000))
-for _ in range(8):
-    threading.Thread(target=spin, daemon=True).start()
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-print("child", child.pid, flush=True)
-print("up", flush=True)
-time.sleep(300)
-"""
-
-
-def _states(pid: int) -> list[str]:
-    return [
-        (t / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        for t in Path(f"/proc/{pid}/task").iterdir()
-    ]
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_sigstop_returns_once_every_thread_of_the_group_has_stopped(tmp_path: Path) -> None:
     """kill() returns before a group stop is complete: it wakes one thread, the rest stop
@@ -133,7 +112,7 @@ def test_sigstop_returns_once_every_thread_of_the_group_has_stopped(tmp_path: Pa
     are still running when kill() returns in most runs."""
     p = Proc(
         "busy",
-        [sys.executable, "-c", BUSY],
+        [sys.executable, "-c", busy_program(with_child=True)],
         tmp_path / "busy.log",
         LogMatch(re.compile(r"^up$", re.M)),
         stdout="log",
@@ -145,7 +124,7 @@ def test_sigstop_returns_once_every_thread_of_the_group_has_stopped(tmp_path: Pa
         p.signal(signal.SIGSTOP)
         pid = p.popen.pid if p.popen is not None else -1
         for who in (pid, child):
-            states = _states(who)
+            states = thread_states(who)
             assert set(states) <= {"T", "t"}, f"pid {who}: thread states {states} after SIGSTOP"
         p.signal(signal.SIGCONT)
     finally:
