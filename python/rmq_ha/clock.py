@@ -38,18 +38,16 @@ class StallCredit:
     def __init__(self, stall_ms: int = STALL_MS) -> None:
         self.stall_ms = stall_ms
         self._seen_ms: int | None = None
-        #: Stalls credited so far, the last and the longest (ms; for logs and metrics).
+        #: Stalls credited so far, and the last one (ms), for the warning that names it.
         self.stalls = 0
         self.last_ms = 0
-        self.longest_ms = 0
 
     def observe(self, now_ms: int) -> int:
         """The stall to credit (ms) since the previous look, or 0."""
-        prev, self._seen_ms = self._seen_ms, max(now_ms, self._seen_ms or now_ms)
+        prev = self._seen_ms
+        self._seen_ms = now_ms if prev is None else max(prev, now_ms)
         if prev is None or now_ms - prev <= self.stall_ms:
             return 0
-        gap = now_ms - prev
         self.stalls += 1
-        self.last_ms = gap
-        self.longest_ms = max(self.longest_ms, gap)
-        return gap
+        self.last_ms = now_ms - prev
+        return self.last_ms
