@@ -3,7 +3,10 @@
 * ``values`` (one row per message value): what happened to it, from its send (invoke,
   completion, acknowledged position) and from every read of it. Most analyses are a filter
   and a count over this frame; building it is the one big shuffle.
-* ``positions`` (one row per (queue, offset)): the values seen there, from acks and reads.
+* ``position_rows`` (one row per (queue, offset, value) seen, from acks and reads) and
+  ``position_stats`` (per queue: offsets holding something, rows, highest offset read; a
+  bitmap of offsets per queue, no shuffle of the rows). ``positions`` groups by (queue,
+  offset) only the queues where some offset holds two values.
 * ``reads``: every message delivered by a poll or drain, with the delivering op.
 * ``pairs``: non-send client ops (poll, drain, offsets, metadata) paired invoke -> completion.
 
@@ -15,6 +18,7 @@ reads: the completion index of the poll, then the message's place in it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
 from pyspark import StorageLevel
@@ -75,6 +79,8 @@ class Frames:
         self._groups: list[str] | None = None
         self._values: DataFrame | None = None
         self._positions: DataFrame | None = None
+        self._position_rows: DataFrame | None = None
+        self._position_stats: dict[str, Any] | None = None
         self._pairs: DataFrame | None = None
         self._drain: dict[str, Any] | None = None
 
@@ -336,12 +342,14 @@ class Frames:
         return bool(self.stats()["special"]["rollbacks"])
 
     # positions -------------------------------------------------------------------------
-    def positions(self) -> DataFrame:
-        """One row per (qh, off): smallest and largest value seen there, and whether any
-        read saw it. Values seen at one position come from ``values`` (no second shuffle of
-        every read); the rare values seen at several positions are re-read from the ops."""
-        if self._positions is not None:
-            return self._positions
+    def position_rows(self) -> DataFrame:
+        """One row per distinct (qh, off, v) seen, from acks and reads, with whether a read
+        saw it (``read``); a null ``v`` is an unparseable read. Values seen at one position
+        come from ``values`` (no second shuffle of every read); the rare values seen at
+        several positions, and the null reads, are re-read from the ops (and kept). The rest
+        is a scan of the cached ``values``."""
+        if self._position_rows is not None:
+            return self._position_rows
         v = self.values()
         single = v.where(
             F.col("v").isNotNull()
@@ -359,52 +367,151 @@ class Frames:
             & F.col("qh_min").isNotNull()
             & ((F.col("qh_min") != F.col("qh_max")) | (F.col("off_min") != F.col("off_max")))
         ).select("v")
-        acks = (
-            self._send_events()
-            .where((F.col("kind") == OK) & F.col("qh").isNotNull())
-            .select("v", "qh", "off", F.lit(False).alias("read"))
+        # a clean history has no value at two positions and no null read (value_counts
+        # says so, no scan): then nothing is re-read. Otherwise the few such values, and
+        # the polls holding a null, are picked out of the ops in one scan, before any
+        # explode, and kept
+        vc = value_counts(self)
+        few = (
+            [int(r["v"]) for r in multi_v.limit(MULTI_INLINE + 1).collect()]
+            if vc["at_two_offsets"]
+            else []
         )
-        # a clean history has no value at two positions and no null read: then no read is
-        # re-read; a few such values prefilter the polls holding them before any explode
-        few = [int(r["v"]) for r in multi_v.limit(MULTI_INLINE + 1).collect()]
-        has_nulls = bool(
-            v.where(F.col("v").isNull() & ((F.col("n_read") + F.col("n_drain")) > 0))
-            .limit(1)
-            .count()
-        )
+        inline = bool(few) and len(few) <= MULTI_INLINE
+        has_nulls = vc["null_reads"] > 0
         msg_values = F.col("value.messages.value")
-        cond: Column | None = None
-        if few and len(few) <= MULTI_INLINE:
-            cond = F.arrays_overlap(msg_values, F.array(*[F.lit(x).cast("long") for x in few]))
+        read_cond: Column | None = None
+        if inline:
+            read_cond = F.arrays_overlap(msg_values, F.array(*[F.lit(x).cast("long") for x in few]))
         elif few:
-            cond = F.lit(True)
+            read_cond = F.lit(True)
         if has_nulls:
             null_cond = F.size(F.array_compact(msg_values)) < F.size(msg_values)
-            cond = null_cond if cond is None else (cond | null_cond)
-        if cond is None:
-            # built in the JVM: createDataFrame([]) would parallelize a Python list, the only
-            # Python tasks the check would run (see empty_frame)
-            rds = empty_frame(self.spark, v="long", qh="long", off="long", read="boolean")
+            read_cond = null_cond if read_cond is None else (read_cond | null_cond)
+        is_read = F.col("f").isin(*READ_FS) & (F.col("type") == "ok")
+        is_send = F.col("f") == "send"
+        if read_cond is None and not few:
+            # built in the JVM: createDataFrame([]) would parallelize a Python list, the
+            # only Python tasks the check would run (see empty_frame)
+            rare = empty_frame(self.spark, qh="long", off="long", v="long", read="boolean")
         else:
-            sub = Frames(self.ops.where(cond), self.cfg)
+            want = F.lit(False)
+            if few:
+                want = want | (
+                    is_send & (F.col("value.value").isin(*few) if inline else F.lit(True))
+                )
+            if read_cond is not None:
+                want = want | (is_read & read_cond)
+            picked = self.ops.where(want)
+            # kept when it is a few polls and sends; thousands of values at two positions
+            # re-read every send and poll (rare; a broken history), and are not kept
+            sub = Frames(self.persist(picked) if inline or not few else picked, self.cfg)
             sub._stats = self.stats()
-            rds = sub.reads().select("v", "qh", "off", F.lit(True).alias("read"))
-        if few:
-            multi = acks.unionByName(rds).join(F.broadcast(multi_v), "v", "left_semi")
-        else:
-            multi = rds.where(F.lit(False))
-        # null values (unparseable reads) have no row in values' single set: keep them
-        nulls = rds.where(F.col("v").isNull())
-        p = (
-            single.unionByName(multi)
-            .unionByName(nulls)
-            .groupBy("qh", "off")
-            .agg(
-                F.min("v").alias("vmin"),
-                F.max("v").alias("vmax"),
-                F.sum(F.when(F.col("v").isNull(), 1).otherwise(0)).alias("nnull"),
-                _flag(F.col("read")).alias("read"),
+            acks = (
+                sub._send_events()
+                .where((F.col("kind") == OK) & F.col("qh").isNotNull())
+                .select("v", "qh", "off", F.lit(False).alias("read"))
             )
+            rds = sub.reads().select("v", "qh", "off", F.lit(True).alias("read"))
+            if few:
+                multi = acks.unionByName(rds).join(F.broadcast(multi_v), "v", "left_semi")
+            else:
+                multi = rds.where(F.lit(False))
+            # null values (unparseable reads) have no row in values' single set: keep them
+            nulls = rds.where(F.col("v").isNull())
+            rare = self.persist(
+                multi.unionByName(nulls)
+                .groupBy("qh", "off", "v")
+                .agg(F.max(F.col("read").cast("int")).cast("boolean").alias("read"))
+            )
+        self._position_rows = single.unionByName(rare)
+        return self._position_rows
+
+    def position_stats(self) -> dict[str, Any]:
+        """Per queue: how many distinct offsets hold something, how many (offset, value)
+        rows there are, and the highest offset a read saw; from one aggregation over
+        ``position_rows`` by (queue, block of offsets) with a bitmap of the block's offsets
+        (no shuffle of the rows).
+
+        A block whose rows outnumber its offsets has an offset holding two values (or a
+        value and an unparseable read): a ``suspect`` block, the only ones ``positions``
+        then groups row by row."""
+        if self._position_stats is not None:
+            return self._position_stats
+        c = F.col
+        blocks = self.persist(
+            self.position_rows()
+            .select(
+                "qh",
+                F.bitmap_bucket_number("off").alias("b"),
+                F.bitmap_bit_position("off").alias("bit"),
+                F.when(c("read"), c("off")).alias("read_off"),
+            )
+            .groupBy("qh", "b")
+            .agg(
+                F.bitmap_count(F.bitmap_construct_agg("bit")).alias("positions"),
+                F.count(F.lit(1)).alias("rows"),
+                F.max("read_off").alias("max_read"),
+            )
+        )
+        rows = (
+            blocks.groupBy("qh")
+            .agg(
+                F.sum("positions").alias("positions"),
+                F.sum("rows").alias("rows"),
+                F.max("max_read").alias("max_read"),
+            )
+            .collect()
+        )
+        queues = {
+            int(r["qh"]): {
+                "positions": int(r["positions"]),
+                "rows": int(r["rows"]),
+                "max_read": None if r["max_read"] is None else int(r["max_read"]),
+            }
+            for r in rows
+            if r["qh"] is not None
+        }
+        suspect = [
+            (int(r["qh"]), int(r["b"]))
+            for r in blocks.where(c("rows") > c("positions"))
+            .select("qh", "b")
+            .limit(MULTI_INLINE + 1)
+            .collect()
+        ]
+        self._position_stats = {
+            "positions": sum(q["positions"] for q in queues.values()),
+            "queues": queues,
+            "suspect": sorted(suspect),
+        }
+        return self._position_stats
+
+    def positions(self) -> DataFrame:
+        """One row per (qh, off) of the suspect blocks of offsets (``position_stats``):
+        smallest and largest value seen there, how many unparseable reads, and whether any
+        read saw it. Every other block holds one value per offset."""
+        if self._positions is not None:
+            return self._positions
+        suspect = self.position_stats()["suspect"]
+        rows = self.position_rows()
+        if not suspect:
+            rows = rows.where(F.lit(False))
+        elif len(suspect) <= MULTI_INLINE:
+            block = F.bitmap_bucket_number("off")
+            by_queue: dict[int, list[int]] = {}
+            for qh, b in suspect:
+                by_queue.setdefault(qh, []).append(b)
+            rows = rows.where(
+                reduce(
+                    lambda x, y: x | y,
+                    [(F.col("qh") == qh) & block.isin(*bs) for qh, bs in by_queue.items()],
+                )
+            )
+        p = rows.groupBy("qh", "off").agg(
+            F.min("v").alias("vmin"),
+            F.max("v").alias("vmax"),
+            F.sum(F.when(F.col("v").isNull(), 1).otherwise(0)).alias("nnull"),
+            _flag(F.col("read")).alias("read"),
         )
         self._positions = self.persist(p)
         return self._positions

@@ -181,30 +181,56 @@ def line_is_bad(has_raw: bool) -> Column:
     return reduce(lambda a, b: a | b, conds)
 
 
-def pairing_problems(ops: DataFrame) -> DataFrame:
+def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
     """Rows (pos, index, problem) for client ops that break invoke / completion pairing
     (``rmq_ha.history.pairing_error``): per process, in index order, ops alternate invoke
-    and completion of the same f, in the file in that order, with no index twice."""
+    and completion of the same f, in the file in that order, with no index twice.
+
+    This is a sort of every client op by (process, index), the costliest part of the
+    validation; its rows are kept narrow (numbers, f): the type as a flag, and, when every
+    row comes from ``one_file`` (that file's name as the rows carry it), the position as
+    its two numbers instead of the struct with the file name. Several files keep the struct
+    (files are ordered by name)."""
     c = F.col
     # sorted by index alone (a long); the file order is compared, not sorted by
     w = Window.partitionBy("process").orderBy("index")
-    o = ops.where(c("process") >= 0).select("process", "index", "type", "f", POS)
+    if one_file is not None:
+        here = [c(POS)["split"].alias("_split"), c(POS)["row"].alias("_row")]
+    else:
+        here = [c(POS)]
+    o = ops.where(c("process") >= 0).select(
+        "process", "index", "type", (c("type") == "invoke").alias("inv"), "f", *here
+    )
     o = o.select(
         "*",
-        F.lag("type").over(w).alias("ptype"),
+        F.lag("inv").over(w).alias("pinv"),
         F.lag("f").over(w).alias("pf"),
         F.lag("index").over(w).alias("pindex"),
-        F.lag(POS).over(w).alias("ppos"),
+        *(
+            [F.lag("_split").over(w).alias("psplit"), F.lag("_row").over(w).alias("prow")]
+            if one_file is not None
+            else [F.lag(POS).over(w).alias("ppos")]
+        ),
     )
+    if one_file is not None:
+        after = (c("psplit") > c("_split")) | (
+            (c("psplit") == c("_split")) & (c("prow") > c("_row"))
+        )
+        pos = F.struct(
+            F.lit(one_file).alias("file"), c("_split").alias("split"), c("_row").alias("row")
+        )
+    else:
+        after = c("ppos") > c(POS)
+        pos = c(POS)
     pre = _msg("op %d: process %d: ", c("index"), c("process"))
-    inv = c("type") == "invoke"
+    inv = c("inv")
     rules = [
         (
             c("pindex") == c("index"),
             _msg("index %d appears twice for the process", c("index")),
         ),
         (
-            c("ppos") > c(POS),
+            after,
             _msg(
                 "index %d does not follow the process's previous op (index %d) in the file",
                 c("index"),
@@ -212,30 +238,35 @@ def pairing_problems(ops: DataFrame) -> DataFrame:
             ),
         ),
         (
-            inv & (c("ptype") == "invoke"),
+            inv & c("pinv"),
             _msg("invoke while its %s invoke (index %d) has not completed", c("pf"), c("pindex")),
         ),
         (
-            ~inv & (c("ptype").isNull() | (c("ptype") != "invoke")),
+            ~inv & (c("pinv").isNull() | ~c("pinv")),
             _msg("%s of %s without an invoke", c("type"), c("f")),
         ),
         (
             ~inv & (c("pf") != c("f")),
             _msg(
-                "%s of %s completes a %s invoke (index %d)", c("type"), c("f"), c("pf"), c("pindex")
+                "%s of %s completes a %s invoke (index %d)",
+                c("type"),
+                c("f"),
+                c("pf"),
+                c("pindex"),
             ),
         ),
     ]
     # filter on the conditions alone (booleans): the messages are formatted for bad ops only
     bad = reduce(lambda a, b: a | b, [F.coalesce(cond, F.lit(False)) for cond, _ in rules])
     why = F.coalesce(*[F.when(cond, msg) for cond, msg in rules])
-    return o.where(bad).select(POS, "index", F.concat(pre, why).alias("problem"))
+    return o.where(bad).select(pos.alias(POS), "index", F.concat(pre, why).alias("problem"))
 
 
 def check(ops: DataFrame, name: str = "history") -> None:
     """Raise HistoryInvalid naming the first problems (file and line) of ``ops``, a history
     loaded by ``rmq_check.load.load``; return if every line follows the schema."""
     cols = set(ops.columns)
+    one_file: str | None = name
     if POS not in cols:  # a DataFrame built elsewhere: order by index
         ops = ops.withColumn(
             POS,
@@ -245,12 +276,14 @@ def check(ops: DataFrame, name: str = "history") -> None:
                 F.col("index").alias("row"),
             ),
         )
+    else:
+        one_file = _single_file(ops)
     has_raw = RAW in cols
     raw = F.col(RAW) if has_raw else F.lit(None).cast("string")
     lines = ops.where(line_is_bad(has_raw)).select(
         POS, F.lit(0).alias("kind"), line_problem(has_raw).alias("problem"), raw.alias("raw")
     )
-    pairs = pairing_problems(ops).select(
+    pairs = pairing_problems(ops, one_file).select(
         POS, F.lit(1).alias("kind"), "problem", F.lit(None).cast("string").alias("raw")
     )
     bad = lines.unionByName(pairs)
@@ -276,6 +309,19 @@ def check(ops: DataFrame, name: str = "history") -> None:
             what = explain(r["raw"]) or what
         probs.append(Problem(loc, what))
     raise HistoryInvalid(probs, total)
+
+
+def _single_file(ops: DataFrame) -> str | None:
+    """The file name every row's position carries, when the history is one file (its
+    usual shape); None for several files, or rows that are not read from files."""
+    try:
+        files = ops.inputFiles()
+    except Exception:  # a plan with no file relation to list
+        return None
+    if len(files) != 1:
+        return None
+    first = ops.select(F.col(POS)["file"].alias("file")).limit(1).collect()
+    return str(first[0]["file"]) if first and first[0]["file"] is not None else None
 
 
 def explain(raw: str) -> str:

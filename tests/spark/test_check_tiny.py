@@ -119,6 +119,36 @@ def test_inconsistent_offsets_from_acks_and_reads(hist, run_check):
     )
 
 
+def test_positions_are_counted_per_offset_and_a_clean_log_has_no_inconsistency(hist, run_check):
+    """Offsets far apart (other blocks of the per-queue offset bitmap), two queues, a value
+    read twice at its offset: every offset holds one value, and the count of positions is
+    the distinct (queue, offset) pairs."""
+    for v, (q, off) in enumerate([(0, 0), (0, 1), (0, 40_000), (1, 0), (1, 70_000)], start=1):
+        hist.send(1, v, q=q, off=off)
+    reads = [(0, 0, 1), (0, 1, 2), (0, 40_000, 3), (1, 0, 4), (1, 70_000, 5)]
+    hist.poll(10, reads)
+    hist.drain(20, reads)
+    r = run_check(hist, only=["inconsistent-offsets"])["analyses"]["inconsistent-offsets"]
+    assert (r["valid"], r["count"], r["positions"]) == (True, 0, 5)
+
+
+def test_an_unparseable_read_beside_a_value_is_an_inconsistent_offset(hist, run_check):
+    """A null read where a value was acked: that offset holds two things. Null reads alone
+    at an offset (nothing acked or read there) are unexpected, not inconsistent. Another
+    block of the same queue holds a second inconsistency (two values)."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    hist.send(1, 3, off=50_000)
+    hist.poll(10, [(0, 0, None), (0, 1, 2), (0, 2, None), (0, 50_000, 9)])
+    hist.drain(20, [(0, 0, 1), (0, 1, 2), (0, 2, None), (0, 50_000, 3)])
+    r = run_check(hist, only=["inconsistent-offsets"])["analyses"]["inconsistent-offsets"]
+    assert (r["valid"], r["count"], r["positions"]) == (False, 2, 4)
+    assert [(e["off"], e["vmin"], e["vmax"], e["nnull"]) for e in r["examples"]] == [
+        (0, 1, 1, 1),
+        (50_000, 3, 9, 0),
+    ]
+
+
 def test_key_order_follows_real_time_send_order(hist, run_check):
     # key a: 1 then 2 (sequential) delivered 2 then 1: one late value per group that sees it
     hist.send(1, 1, key="a", off=1)

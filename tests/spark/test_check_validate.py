@@ -480,3 +480,51 @@ def test_pairing_is_checked_by_both_readers(spark, tmp_path, monkeypatch):
     )
     assert len(list(h.read(p))) == 5
     validate.check(load(spark, p))
+
+
+def test_pairing_names_the_line_and_orders_several_files_by_name(spark, tmp_path):
+    """One file: the pairing sort carries the position as numbers, and the problem still
+    names its line. Several files (a Parquet directory): file order is the files' names, so
+    a completion in an earlier file than its invoke breaks the pairing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rmq_check import validate
+    from rmq_check.load import load
+    from rmq_check.schema import SCHEMA
+
+    def op(i: int, p: int, t: str) -> dict[str, Any]:
+        return {
+            "index": i,
+            "time_ns": i,
+            "process": p,
+            "type": t,
+            "f": "poll",
+            "value": {"topic": "T", "group": "g", "messages": []},
+        }
+
+    p = tmp_path / "history.jsonl"
+    p.write_text(
+        "\n".join(json.dumps(x) for x in [op(0, 2, "invoke"), op(2, 1, "ok"), op(1, 1, "invoke")])
+        + "\n"
+    )
+    with pytest.raises(validate.HistoryInvalid, match=r"history.jsonl:2: op 2: process 1") as e:
+        validate.check(load(spark, p))
+    assert "does not follow" in str(e.value)
+
+    d = tmp_path / "parts"
+    d.mkdir()
+
+    def write(name: str, rows: list[dict[str, Any]]) -> None:
+        pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), d / name)
+
+    # file a holds process 1's completion, file b its invoke (index order says b first)
+    write("part-a.parquet", [op(0, 2, "invoke"), op(3, 1, "ok")])
+    write("part-b.parquet", [op(2, 1, "invoke"), op(4, 2, "ok")])
+    with pytest.raises(
+        validate.HistoryInvalid,
+        match=r"part-a.parquet row 2: op 3: process 1: index 3 does not follow",
+    ):
+        validate.check(load(spark, d))
+    write("part-a.parquet", [op(0, 2, "invoke"), op(2, 1, "invoke")])
+    write("part-b.parquet", [op(3, 1, "ok"), op(4, 2, "ok")])
+    validate.check(load(spark, d))

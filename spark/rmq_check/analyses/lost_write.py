@@ -15,12 +15,20 @@ from rmq_check.core import Frames, example_rows, value_counts, value_flags
 def run(fr: Frames) -> dict[str, Any]:
     if value_counts(fr)["lost"] == 0:
         return result(True if fr.drain_complete() else UNKNOWN, 0, [], definite=0, undecided=0)
-    p = fr.positions()
-    qmax = p.where(F.col("read") == 1).groupBy("qh").agg(F.max("off").alias("max_read_off"))
+    # the highest offset a read saw on each queue (position_stats), as a lookup
+    qmax = {qh: q["max_read"] for qh, q in fr.position_stats()["queues"].items()}
+    pairs = sorted((k, v) for k, v in qmax.items() if v is not None)
+    max_read = (
+        F.element_at(
+            F.create_map(*[F.lit(x).cast("long") for kv in pairs for x in kv]), F.col("ack_qh")
+        )
+        if pairs
+        else F.lit(None).cast("long")
+    )
     lw = (
         fr.values()
         .where(value_flags(fr)["lost"] & F.col("ack_qh").isNotNull())
-        .join(F.broadcast(qmax), F.col("ack_qh") == F.col("qh"))
+        .select("*", max_read.alias("max_read_off"))
         .where(F.col("ack_off") <= F.col("max_read_off"))
         .select(
             "v",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result, verdict
 from rmq_check.core import DRAIN_GID, POS_BITS, Frames, example_rows, qhash
@@ -56,38 +56,38 @@ def key_order(fr: Frames) -> dict[str, Any]:
         return result(
             UNKNOWN, 0, [], applies=False, keys=nkeys, keys_checked=0, reason="no ordered keys"
         )
-    # one row per acknowledged keyed value with its first delivery to every group (fd<g>),
-    # shuffled once by key; each group's running maximum is a window over that partitioning
-    # (one sort per group, no per-group union and no second shuffle for the key filter)
+    # one row per acknowledged keyed value with its first delivery to every group (fd<g>)
     groups = range(0, fr.tracked_groups() + 1)
     a = acked.where(F.greatest(*[c(f"fd{g}").isNotNull() for g in groups])).select(
         "key", "v", "inv_idx", "comp_idx", *[f"fd{g}" for g in groups]
     )
-    if fr.cfg.order == "auto":
-        a = a.join(ordered_keys.select("key"), "key", "left_semi")
-    cols = [
-        F.struct(
-            F.lit(g).alias("gid"),
-            c(f"fd{g}").alias("fd"),
-            F.coalesce(
-                F.max(F.when(c(f"fd{g}").isNotNull(), c("inv_idx"))).over(
-                    Window.partitionBy("key")
-                    .orderBy(f"fd{g}")
-                    .rowsBetween(Window.unboundedPreceding, -1)
-                )
-                > c("comp_idx"),
-                F.lit(False),
-            ).alias("late"),
-        ).alias(f"s{g}")
-        for g in groups
-    ]
-    x = a.select("key", "v", "comp_idx", *cols)
-    bad = fr.persist(
-        x.select(
-            "key", "v", "comp_idx", F.explode(F.array(*[c(f"s{g}") for g in groups])).alias("s")
+    if fr.cfg.order == "auto" and checked < nkeys:
+        # some keys landed on several queues: only the others are checked
+        ok_keys = ordered_keys.select("key")
+        a = a.join(
+            F.broadcast(ok_keys) if nkeys <= BROADCAST_LIMIT else ok_keys, "key", "left_semi"
         )
-        .where(c("s.fd").isNotNull() & c("s.late"))
-        .select(c("s.gid").alias("gid"), "key", "v", c("s.fd").alias("fd"), "comp_idx")
+    # one row per (key, group, first delivery) and one window over them, partitioned by
+    # (key, group) and ordered by the delivery: the running maximum of the send invokes
+    # delivered before a value, against that value's completion (one shuffle, one sort of
+    # narrow rows, whatever the number of groups)
+    d = a.select(
+        "key",
+        "v",
+        "inv_idx",
+        "comp_idx",
+        F.explode(
+            F.array(*[F.struct(F.lit(g).alias("gid"), c(f"fd{g}").alias("fd")) for g in groups])
+        ).alias("s"),
+    ).where(c("s.fd").isNotNull())
+    d = d.select("key", c("s.gid").alias("gid"), c("s.fd").alias("fd"), "v", "inv_idx", "comp_idx")
+    earlier = (
+        Window.partitionBy("key", "gid").orderBy("fd").rowsBetween(Window.unboundedPreceding, -1)
+    )
+    bad = fr.persist(
+        d.select("*", F.max("inv_idx").over(earlier).alias("before"))
+        .where(c("before") > c("comp_idx"))
+        .select("gid", "key", "v", "fd", "comp_idx")
     )
     n = bad.count()
     ex: list[dict[str, Any]] = []
@@ -142,62 +142,66 @@ def key_order(fr: Frames) -> dict[str, Any]:
     return result(verdict(n), n, ex, keys=nkeys, keys_checked=checked, per_group=per_group)
 
 
+def _all_equal(arr: Column, nullable: bool = False) -> Column:
+    """Every element of ``arr`` is the same (min == max: no hash set per poll); with
+    ``nullable``, all null or none null, as ``size(array_distinct(arr)) == 1`` says."""
+    same = F.array_min(arr) == F.array_max(arr)
+    if not nullable:
+        return same
+    present = F.size(F.array_compact(arr))
+    return F.coalesce(same, F.lit(True)) & ((present == 0) | (present == F.size(arr)))
+
+
 def segments(fr: Frames) -> DataFrame:
     """Deliveries cut into runs, one row per run: (process, gid, qh, first, last, dpos, v).
 
     A poll whose messages all come from one queue at strictly consecutive increasing offsets
     (the common case) is one run, checked with array functions and never exploded; any other
     poll is exploded into one run per message. Order anomalies can then only sit between
-    runs, so the window sorts one row per poll instead of one per message."""
+    runs, so the window sorts one row per poll instead of one per message. One scan of the
+    polls: each yields an array of runs (one, or one per message), exploded once."""
     c = F.col
     m = c("value.messages")
     offs = m.getField("queue_offset")
     n = F.size(m)
     first = F.try_element_at(offs, F.lit(1))
     one_queue = (
-        (F.size(F.array_distinct(m.getField("queue_id"))) == 1)
-        & (F.size(F.array_distinct(m.getField("topic"))) == 1)
-        & (F.size(F.array_distinct(m.getField("broker"))) == 1)
+        _all_equal(m.getField("queue_id"))
+        & _all_equal(m.getField("topic"))
+        & _all_equal(m.getField("broker"), nullable=True)
     )
     clean = one_queue & first.isNotNull() & (offs == F.sequence(first, first + n - 1))
-    ops = fr.ops.where(c("f").isin("poll", "drain") & (c("type") == "ok") & (n > 0)).select(
+    head = F.try_element_at(m, F.lit(1))
+
+    def run(x: Column, last: Column, pos: Column) -> Column:
+        return F.struct(
+            qhash(x.getField("topic"), x.getField("broker"), x.getField("queue_id")).alias("qh"),
+            x.getField("queue_offset").alias("first"),
+            last.alias("last"),
+            pos.cast("long").alias("pos"),
+            x.getField("value").alias("v"),
+        )
+
+    whole = F.array(run(head, F.try_element_at(offs, F.lit(-1)), F.lit(0)))
+    # a lambda is interpreted, not generated code: only the few unclean polls reach it
+    each = F.transform(m, lambda x, i: run(x, x.getField("queue_offset"), i))
+    gid = F.when(c("f") == "drain", F.lit(DRAIN_GID)).otherwise(fr.gid(c("value.group")))
+    rows = fr.ops.where(c("f").isin("poll", "drain") & (c("type") == "ok") & (n > 0)).select(
         "index",
         "process",
-        "f",
-        c("value.group").alias("group"),
-        m.alias("m"),
-        clean.alias("clean"),
-    )
-    gid = F.when(c("f") == "drain", F.lit(DRAIN_GID)).otherwise(fr.gid(c("group")))
-    head = F.try_element_at(c("m"), F.lit(1))
-    runs = ops.where(c("clean")).select(
-        "process",
         gid.alias("gid"),
-        qhash(head.getField("topic"), head.getField("broker"), head.getField("queue_id")).alias(
-            "qh"
-        ),
-        head.getField("queue_offset").alias("first"),
-        F.try_element_at(c("m.queue_offset"), F.lit(-1)).alias("last"),
-        (c("index") * F.lit(1 << POS_BITS)).alias("dpos"),
-        head.getField("value").alias("v"),
+        F.explode(F.when(clean, whole).otherwise(each)).alias("s"),
+    )
+    return rows.where(c("s.first").isNotNull()).select(
+        "process",
+        "gid",
+        c("s.qh").alias("qh"),
+        c("s.first").alias("first"),
+        c("s.last").alias("last"),
+        (c("index") * F.lit(1 << POS_BITS) + c("s.pos")).alias("dpos"),
+        c("s.v").alias("v"),
         c("index").alias("idx"),
     )
-    single = (
-        ops.where(~c("clean"))
-        .select("index", "process", "f", "group", F.posexplode("m").alias("pos", "x"))
-        .where(c("x.queue_offset").isNotNull())
-        .select(
-            "process",
-            gid.alias("gid"),
-            qhash(c("x.topic"), c("x.broker"), c("x.queue_id")).alias("qh"),
-            c("x.queue_offset").alias("first"),
-            c("x.queue_offset").alias("last"),
-            (c("index") * F.lit(1 << POS_BITS) + c("pos")).alias("dpos"),
-            c("x.value").alias("v"),
-            c("index").alias("idx"),
-        )
-    )
-    return runs.unionByName(single)
 
 
 def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -220,7 +224,9 @@ def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
     skip_ex: list[dict[str, Any]] = []
     n_skip = 0
     if n_c:
-        p = fr.positions().select(c("qh").alias("pqh"), c("off").alias("poff"))
+        # any offset known to hold something (acked or read), row by row: a gap is a skip
+        # when one exists, so the rows need no grouping
+        p = fr.position_rows().select(c("qh").alias("pqh"), c("off").alias("poff"))
         cs = cands.select("dpos", "qh", "prev_off", "off")
         cs = F.broadcast(cs) if n_c <= BROADCAST_LIMIT else cs
         hit = (
