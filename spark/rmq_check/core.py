@@ -4,9 +4,10 @@
   completion, acknowledged position) and from every read of it. Most analyses are a filter
   and a count over this frame; building it is the one big shuffle.
 * ``position_rows`` (one row per (queue, offset, value) seen, from acks and reads) and
-  ``position_stats`` (per queue: offsets holding something, rows, highest offset read; a
-  bitmap of offsets per queue, no shuffle of the rows). ``positions`` groups by (queue,
-  offset) only the queues where some offset holds two values.
+  ``position_stats`` (per queue: offsets holding something, rows, highest offset read; from
+  a bitmap of offsets per block of 32,768 offsets of a queue, no shuffle of the rows).
+  ``positions`` groups by (queue, offset) only the blocks where some offset holds two
+  values.
 * ``reads``: every message delivered by a poll or drain, with the delivering op.
 * ``pairs``: non-send client ops (poll, drain, offsets, metadata) paired invoke -> completion.
 
