@@ -37,7 +37,10 @@ The consume case (--consume-msgs N, 0 = off): BenchConsumer (same jar) stores N 
 --consume-size bytes in batches (unmeasured), then one DefaultLitePullConsumer assigned every
 queue (no rebalance) drains the topic from offset 0; msgs/s and broker CPU per message from the
 assignment to the last message, per broker in the same rounds, and the ratio rmq_ha / RocketMQ
-(goal >= 1.0x).
+(goal >= 1.0x). A drain that falls short names, per queue, the messages it got and the highest
+offset among them.
+
+A case that fails keeps its broker's work dir (logs, store) and prints where; --keep keeps all.
 
 Needs a SOURCE CHECKOUT of rmq_ha (tests/interop/: the Java harness and the real RocketMQ pom;
 found from an editable install, the current directory or $RMQ_HA_SOURCE), a JDK (java 17+) and
@@ -438,9 +441,9 @@ def _consume(
     argv = ["--namesrv", namesrv, "--topic", "Bench_consume", "--count", str(n)]
     argv += ["--body-size", str(args.consume_size), "--queues", str(args.queues)]
     argv += ["--timeout", str(args.consume_timeout), "--cpu-pids", ",".join(map(str, pids))]
-    return _java(
-        jar, workdir, "BenchConsumer", "Bench_consume", argv, args.consume_timeout * 3, jvm
-    )
+    # the drain's deadline, plus the JVM's start and the unmeasured fill
+    limit = args.consume_timeout * 3 + 120
+    return _java(jar, workdir, "BenchConsumer", "Bench_consume", argv, limit, jvm)
 
 
 def threads_list(args: argparse.Namespace) -> list[int]:
@@ -520,6 +523,7 @@ def _run(args: argparse.Namespace) -> int:
     runs: dict[str, dict[Any, list[dict[str, Any]]]] = {i: {c: [] for c in keys} for i in impls}
     root = Path(tempfile.mkdtemp(prefix="rmq-bench-produce-", dir=args.dir))
     t_start = time.monotonic()
+    failed_dirs: list[Path] = []
     try:
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("building the Java load generator", total=None)
@@ -547,11 +551,15 @@ def _run(args: argparse.Namespace) -> int:
                     )
                     for c, side in one.items():
                         runs[impl][c].append(side)
-                    if not args.keep:
+                    if any("failure" in side for side in one.values()):
+                        # a failed case keeps its broker's log and store to look at
+                        failed_dirs.append(workdir)
+                    elif not args.keep:
                         shutil.rmtree(workdir, ignore_errors=True)
     finally:
-        if args.keep:
-            console.print(f"work dirs and logs kept in {root}")
+        if args.keep or failed_dirs:
+            kept = [str(root)] if args.keep else [str(d) for d in failed_dirs]
+            console.print(f"work dirs and logs kept in {', '.join(kept)}")
         else:
             shutil.rmtree(root, ignore_errors=True)
 

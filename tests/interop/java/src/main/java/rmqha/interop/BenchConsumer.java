@@ -6,6 +6,7 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
@@ -14,6 +15,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
@@ -123,7 +125,13 @@ public final class BenchConsumer implements BenchMain.Bench {
             }
             long deadline = t0 + (long) (timeout * 1e9);
             while (received < count && System.nanoTime() < deadline) {
-                received += c.poll(1000).size();
+                List<MessageExt> got = c.poll(1000);
+                received += got.size();
+                for (MessageExt m : got) {
+                    long[] q = perQueue.computeIfAbsent(m.getQueueId(), k -> new long[] {0, -1});
+                    q[0]++;
+                    q[1] = Math.max(q[1], m.getQueueOffset());
+                }
             }
             t1 = System.nanoTime();
             cpu1 = BenchProducer.cpuTicks(cpuPids);
@@ -131,8 +139,15 @@ public final class BenchConsumer implements BenchMain.Bench {
             c.shutdown();
         }
         if (received < count) {
+            // which queue fell short, and where: the consumer's view, to set beside the
+            // broker's log and store (the bench keeps a failed case's work dir)
+            StringBuilder where = new StringBuilder();
+            for (Map.Entry<Integer, long[]> e : perQueue.entrySet()) {
+                where.append(String.format(" q%d: %d msgs, last offset %d;",
+                    e.getKey(), e.getValue()[0], e.getValue()[1]));
+            }
             throw new IllegalStateException(
-                "drained " + received + " of " + count + " messages in " + timeout + " s");
+                "drained " + received + " of " + count + " messages in " + timeout + " s;" + where);
         }
         double seconds = (t1 - t0) / 1e9;
         Map<String, Object> r = new LinkedHashMap<>();
@@ -157,6 +172,9 @@ public final class BenchConsumer implements BenchMain.Bench {
         }
         return r;
     }
+
+    /** Per queue id: messages received and the highest queue offset among them. */
+    final Map<Integer, long[]> perQueue = new TreeMap<>();
 
     /** Times a seek (min/max offset lookups) was retried: see {@link #seek}. */
     int seekRetries;
