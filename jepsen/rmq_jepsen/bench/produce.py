@@ -231,8 +231,6 @@ def _side(data: dict[str, Any], broker_cores: float) -> dict[str, Any]:
         "broker_cores": round(broker_cores, 2),
         "broker_cpu_us_per_msg": cpu_us_per_msg(data.get("brokerCpuTicks"), data["msgs"], clk),
         **({"error_samples": data["errorSamples"]} if data.get("errorSamples") else {}),
-        # the consume case's retried offset lookups (BenchConsumer.seek), when there were any
-        **({"seek_retries": data["seekRetries"]} if data.get("seekRetries") else {}),
     }
 
 

@@ -28,8 +28,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *       synchronously (not measured);
  *   <li>drain: one started DefaultLitePullConsumer (a fresh group, pull batch --pull-batch,
  *       auto commit) fetches the topic's queues; then the clock (and the brokers' CPU,
- *       --cpu-pids) starts, it assigns itself every queue (no rebalance), seeks each to offset
- *       0 and polls until it has received --count messages or --timeout seconds passed.
+ *       --cpu-pids) starts, it assigns itself every queue (no rebalance) and polls from the
+ *       first offset (a fresh group, CONSUME_FROM_FIRST_OFFSET; no seek: see {@link #run})
+ *       until it has received --count messages or --timeout seconds passed.
  * </ol>
  *
  * <pre>
@@ -119,10 +120,13 @@ public final class BenchConsumer implements BenchMain.Bench {
             Collection<MessageQueue> mqs = c.fetchMessageQueues(topic);
             t0 = System.nanoTime();
             cpu0 = BenchProducer.cpuTicks(cpuPids);
+            // No seek(mq, 0) after assign: assign starts each queue's pull task at once, so a
+            // seek races with pulls already in flight. On a loaded machine one queue then
+            // drained from offset 32, 192 or 448 instead of 0 (every other queue whole, and
+            // the later offsets of that queue read): the head of the queue was never pulled
+            // again. A fresh group with CONSUME_FROM_FIRST_OFFSET starts every queue at its
+            // first offset without a seek.
             c.assign(mqs);
-            for (MessageQueue mq : mqs) {
-                seek(c, mq);
-            }
             long deadline = t0 + (long) (timeout * 1e9);
             while (received < count && System.nanoTime() < deadline) {
                 List<MessageExt> got = c.poll(1000);
@@ -166,7 +170,6 @@ public final class BenchConsumer implements BenchMain.Bench {
         r.put("msgsPerSec", seconds > 0 ? Math.round(received / seconds) : 0);
         r.put("bytesPerSec", seconds > 0 ? Math.round(received * (double) bodySize / seconds) : 0);
         r.put("errors", errors.get());
-        r.put("seekRetries", seekRetries);
         if (cpuPids.length > 0) {
             r.put("brokerCpuTicks", cpu0 < 0 || cpu1 < 0 ? null : cpu1 - cpu0);
         }
@@ -175,30 +178,6 @@ public final class BenchConsumer implements BenchMain.Bench {
 
     /** Per queue id: messages received and the highest queue offset among them. */
     final Map<Integer, long[]> perQueue = new TreeMap<>();
-
-    /** Times a seek (min/max offset lookups) was retried: see {@link #seek}. */
-    int seekRetries;
-
-    /**
-     * Seeks to offset 0, retrying a failed lookup a few times. On a loaded machine the client's
-     * connection to a real RocketMQ broker was once found closed at the first lookup after the
-     * fill ("send request failed"); the client drops such a channel and connects again on the
-     * next request, as an application's retry would. The retries are reported.
-     */
-    void seek(DefaultLitePullConsumer c, MessageQueue mq) throws Exception {
-        for (int attempt = 1; ; attempt++) {
-            try {
-                c.seek(mq, 0);
-                return;
-            } catch (org.apache.rocketmq.client.exception.MQClientException e) {
-                if (attempt >= 5) {
-                    throw e;
-                }
-                seekRetries++;
-                Thread.sleep(100L * attempt);
-            }
-        }
-    }
 
     /** Stores `count` messages: fillThreads threads claim batches from a shared counter. */
     void fill() throws Exception {
