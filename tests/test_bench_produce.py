@@ -82,7 +82,8 @@ def test_bench_produce_quick_json(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_a_failed_case_keeps_its_broker_dir_and_says_where(tmp_path: Path) -> None:
     """A consume case that cannot drain in time (a zero deadline here) fails the run, names
-    the queues it read, and leaves that broker's log and store in place to look at."""
+    every assigned queue with what it gave (nothing here), and leaves that broker's log and
+    store in place to look at."""
     cmd = [sys.executable, "-m", "rmq_ha.cli", "bench", "produce", "--quick", "--json"]
     cmd += ["--impls", "rmq_ha", "--consume-timeout", "0", "--dir", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
@@ -90,6 +91,8 @@ def test_a_failed_case_keeps_its_broker_dir_and_says_where(tmp_path: Path) -> No
     r = json.loads(proc.stdout)
     failure = r["consume"]["rmq_ha"]["failure"]
     assert "drained 0 of 5000 messages in 0.0 s;" in failure, failure
+    for q in range(8):
+        assert f"q{q}: 0 msgs, last offset -1;" in failure, failure
     assert "work dirs and logs kept in" in proc.stderr
     kept = [p for p in tmp_path.glob("rmq-bench-produce-*/rmq_ha-0") if p.is_dir()]
     assert len(kept) == 1 and str(kept[0]) in proc.stderr.replace("\n", ""), proc.stderr

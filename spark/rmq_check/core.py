@@ -66,10 +66,6 @@ def empty_frame(spark: Any, **columns: str) -> DataFrame:
     return df
 
 
-def _flag(cond: Column) -> Column:
-    return F.max(F.when(cond, 1).otherwise(0))
-
-
 class Frames:
     def __init__(self, ops: DataFrame, cfg: Config) -> None:
         self.ops = ops
@@ -489,8 +485,8 @@ class Frames:
 
     def positions(self) -> DataFrame:
         """One row per (qh, off) of the suspect blocks of offsets (``position_stats``):
-        smallest and largest value seen there, how many unparseable reads, and whether any
-        read saw it. Every other block holds one value per offset."""
+        smallest and largest value seen there, and how many unparseable reads. Every other
+        block holds one value per offset."""
         if self._positions is not None:
             return self._positions
         suspect = self.position_stats()["suspect"]
@@ -512,7 +508,6 @@ class Frames:
             F.min("v").alias("vmin"),
             F.max("v").alias("vmax"),
             F.sum(F.when(F.col("v").isNull(), 1).otherwise(0)).alias("nnull"),
-            _flag(F.col("read")).alias("read"),
         )
         self._positions = self.persist(p)
         return self._positions

@@ -187,10 +187,9 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
     and completion of the same f, in the file in that order, with no index twice.
 
     This is a sort of every client op by (process, index), the costliest part of the
-    validation; its rows are kept narrow (numbers, f): the type as a flag, and, when every
-    row comes from ``one_file`` (that file's name as the rows carry it), the position as
-    its two numbers instead of the struct with the file name. Several files keep the struct
-    (files are ordered by name)."""
+    validation; when every row comes from ``one_file`` (that file's name as the rows carry
+    it), the position travels as its two numbers instead of the struct with the file name.
+    Several files keep the struct (files are ordered by name)."""
     c = F.col
     # sorted by index alone (a long); the file order is compared, not sorted by
     w = Window.partitionBy("process").orderBy("index")
@@ -198,12 +197,10 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
         here = [c(POS)["split"].alias("_split"), c(POS)["row"].alias("_row")]
     else:
         here = [c(POS)]
-    o = ops.where(c("process") >= 0).select(
-        "process", "index", "type", (c("type") == "invoke").alias("inv"), "f", *here
-    )
+    o = ops.where(c("process") >= 0).select("process", "index", "type", "f", *here)
     o = o.select(
         "*",
-        F.lag("inv").over(w).alias("pinv"),
+        F.lag("type").over(w).alias("ptype"),
         F.lag("f").over(w).alias("pf"),
         F.lag("index").over(w).alias("pindex"),
         *(
@@ -223,7 +220,7 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
         after = c("ppos") > c(POS)
         pos = c(POS)
     pre = _msg("op %d: process %d: ", c("index"), c("process"))
-    inv = c("inv")
+    inv = c("type") == "invoke"
     rules = [
         (
             c("pindex") == c("index"),
@@ -238,11 +235,11 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
             ),
         ),
         (
-            inv & c("pinv"),
+            inv & (c("ptype") == "invoke"),
             _msg("invoke while its %s invoke (index %d) has not completed", c("pf"), c("pindex")),
         ),
         (
-            ~inv & (c("pinv").isNull() | ~c("pinv")),
+            ~inv & (c("ptype").isNull() | (c("ptype") != "invoke")),
             _msg("%s of %s without an invoke", c("type"), c("f")),
         ),
         (

@@ -122,11 +122,15 @@ public final class BenchConsumer implements BenchMain.Bench {
             cpu0 = BenchProducer.cpuTicks(cpuPids);
             // No seek(mq, 0) after assign: assign starts each queue's pull task at once, so a
             // seek races with pulls already in flight. On a loaded machine one queue then
-            // drained from offset 32, 192 or 448 instead of 0 (every other queue whole, and
+            // drained from offset 192 or 448 instead of 0 (every other queue whole, and
             // the later offsets of that queue read): the head of the queue was never pulled
             // again. A fresh group with CONSUME_FROM_FIRST_OFFSET starts every queue at its
             // first offset without a seek.
             c.assign(mqs);
+            for (MessageQueue mq : mqs) {
+                // every assigned queue is reported, a queue that gave nothing too
+                perQueue.put(mq.getQueueId(), new long[] {0, -1});
+            }
             long deadline = t0 + (long) (timeout * 1e9);
             while (received < count && System.nanoTime() < deadline) {
                 List<MessageExt> got = c.poll(1000);
