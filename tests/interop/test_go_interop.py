@@ -49,6 +49,10 @@ def test_consume_failure_goes_to_retry(
     scenarios.failures(CLIENT, live, tmp_path, names, ser)
 
 
+def test_tag_filter(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.tag_filter(CLIENT, live, tmp_path, names, ser)
+
+
 def test_offset_resume(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
     scenarios.offset_resume(CLIENT, live, tmp_path, names, ser)
 

@@ -46,7 +46,7 @@ const (
 
 type opts struct {
 	scenario, namesrv, topic, group, serialize, prefix, broker string
-	accessKey, secretKey                                       string
+	accessKey, secretKey, tags, subscription                   string
 	count, timeoutSec, keys, batchSize, bodySize, failEvery    int
 	retryDelayLevel, queues                                    int
 }
@@ -89,6 +89,8 @@ func main() {
 	fs.IntVar(&o.queues, "queues", 0, "route: create the topic with this many queues")
 	fs.StringVar(&o.accessKey, "access-key", "", "ACL access key (the client's credentials option)")
 	fs.StringVar(&o.secretKey, "secret-key", "", "ACL secret key")
+	fs.StringVar(&o.tags, "tags", "TagA", "comma-separated tags sends rotate through (message i: tag i % n)")
+	fs.StringVar(&o.subscription, "subscription", "*", "the push consumer's tag expression")
 	if err := fs.Parse(os.Args[2:]); err != nil || o.namesrv == "" || o.topic == "" {
 		fmt.Fprintln(os.Stderr, "usage error: --namesrv and --topic are required")
 		os.Exit(2)
@@ -261,7 +263,14 @@ func bodyOK(b []byte) bool {
 
 func (r *run) message(id, key string) *primitive.Message {
 	m := primitive.NewMessage(r.o.topic, r.body(id))
-	m.WithTag("TagA")
+	tags := strings.Split(r.o.tags, ",")
+	n := 0
+	if i := strings.LastIndexByte(id, '-'); i >= 0 {
+		if v, err := strconv.Atoi(id[i+1:]); err == nil {
+			n = v
+		}
+	}
+	m.WithTag(tags[n%len(tags)])
 	m.WithKeys([]string{key})
 	m.WithProperty(userProp, id)
 	return m
@@ -556,7 +565,7 @@ func (r *run) consumePush(orderly bool) error {
 	if err != nil {
 		return err
 	}
-	err = c.Subscribe(r.o.topic, consumer.MessageSelector{}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	err = c.Subscribe(r.o.topic, consumer.MessageSelector{Type: consumer.TAG, Expression: r.o.subscription}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		for _, m := range msgs {
 			r.addReceived(receivedRecord(m))
 			d.add(bodyID(m.Body))

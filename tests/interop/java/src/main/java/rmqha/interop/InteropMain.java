@@ -1,6 +1,7 @@
 package rmqha.interop;
 
 import java.io.PrintStream;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -37,6 +38,7 @@ import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageConst;
+import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
@@ -60,7 +62,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * java -jar interop-java.jar SCENARIO --namesrv ADDR --topic T --group G --count N
  *      [--serialize JSON|ROCKETMQ] [--timeout SECONDS] [--prefix P] [--keys K] [--batch-size B]
  *      [--body-size BYTES] [--fail-every F] [--retry-delay-level L] [--queues Q]
- *      [--interval-ms MS] [--consume-delay-ms MS]
+ *      [--interval-ms MS] [--consume-delay-ms MS] [--tags T1,T2,..] [--subscription EXPR]
  * </pre>
  *
  * Scenarios: send-sync, send-async, send-oneway, send-batch, send-orderly, consume-push-concurrent,
@@ -69,6 +71,11 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * 2 answers UNKNOW and commits when the broker checks), orderly-failover (an ordered producer and
  * an orderly push consumer in one process, run while the test kills and restarts a master; see
  * orderlyFailover).
+ *
+ * --tags: the tags sends rotate through (message i gets tag i % n; default TagA).
+ * --subscription: the push consumer's tag expression (default *). Every PULL_MESSAGE answer
+ * that carried messages is decoded as it came off the wire, before the client's own tag
+ * filter, and its tags are counted in "wireTags": what the broker chose to send.
  */
 public final class InteropMain {
     static final String CLIENT_VERSION = "5.5.0";
@@ -94,6 +101,8 @@ public final class InteropMain {
     int delayLevel = 1;
     int intervalMs = 20;
     int consumeDelayMs = 40;
+    String[] tags = {"TagA"};
+    String subscription = "*";
     String accessKey;
     String secretKey;
 
@@ -106,6 +115,8 @@ public final class InteropMain {
     final Map<String, Map<Integer, AtomicInteger>> requests = new ConcurrentHashMap<>();
     /** PULL_MESSAGE answers that carried messages (FOUND), per broker address. */
     final Map<String, AtomicInteger> pullsFound = new ConcurrentHashMap<>();
+    /** Tags of the messages in PULL_MESSAGE answers, before the client filters them. */
+    final Map<String, AtomicInteger> wireTags = new ConcurrentHashMap<>();
     /** Queues ("brokerName:queueId") each broker address granted in a LOCK_BATCH_MQ answer. */
     final Map<String, Set<String>> locksGranted = new ConcurrentHashMap<>();
     /** --access-key/--secret-key: the real client's ACL hook signs every request after counting. */
@@ -130,6 +141,16 @@ public final class InteropMain {
             }
             if (request.getCode() == RequestCode.PULL_MESSAGE && response.getCode() == ResponseCode.SUCCESS) {
                 pullsFound.computeIfAbsent(remoteAddr, k -> new AtomicInteger()).incrementAndGet();
+                if (response.getBody() != null) {
+                    try {
+                        for (MessageExt m : MessageDecoder.decodes(ByteBuffer.wrap(response.getBody()), false)) {
+                            wireTags.computeIfAbsent(String.valueOf(m.getTags()), k -> new AtomicInteger())
+                                .incrementAndGet();
+                        }
+                    } catch (RuntimeException e) {
+                        errors.add(describe(e));
+                    }
+                }
             } else if (request.getCode() == RequestCode.LOCK_BATCH_MQ
                 && response.getCode() == ResponseCode.SUCCESS && response.getBody() != null) {
                 try {
@@ -179,6 +200,9 @@ public final class InteropMain {
             reqs.put(peer, c);
         });
         m.result.put("requests", reqs); // negative code = sent oneway
+        Map<String, Object> wt = new TreeMap<>();
+        m.wireTags.forEach((t, n) -> wt.put(t, n.get()));
+        m.result.put("wireTags", wt);
         m.result.put("sent", m.sent);
         m.result.put("received", m.received);
         m.result.put("errors", m.errors);
@@ -219,6 +243,8 @@ public final class InteropMain {
                 case "--consume-delay-ms": consumeDelayMs = Integer.parseInt(v); break;
                 case "--access-key": accessKey = v; break;
                 case "--secret-key": secretKey = v; break;
+                case "--tags": tags = v.split(","); break;
+                case "--subscription": subscription = v; break;
                 default: throw new IllegalArgumentException("unknown option " + k);
             }
         }
@@ -322,7 +348,16 @@ public final class InteropMain {
     }
 
     Message message(String id, String key) {
-        Message msg = new Message(topic, "TagA", key, body(id));
+        int dash = id.lastIndexOf('-');
+        int n = 0;
+        if (dash >= 0) {
+            try {
+                n = Integer.parseInt(id.substring(dash + 1));
+            } catch (NumberFormatException e) {
+                n = 0;
+            }
+        }
+        Message msg = new Message(topic, tags[n % tags.length], key, body(id));
         msg.putUserProperty(USER_PROP, id);
         return msg;
     }
@@ -610,7 +645,7 @@ public final class InteropMain {
         c.setNamesrvAddr(namesrv);
         c.setInstanceName(instance("push"));
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        c.subscribe(topic, "*");
+        c.subscribe(topic, subscription);
         c.setConsumeThreadMin(threads);
         c.setConsumeThreadMax(threads);
         c.setConsumeMessageBatchMaxSize(1);
