@@ -349,3 +349,29 @@ def transaction(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str
     got = _run(client, "consume-push-concurrent", cluster, tmp, names, ser, count=len(committed))
     check_received(cluster, names.topic, _moved(committed), got.received)
     assert {r["body"] for r in got.received} == {s["body"] for s in committed}
+
+
+def sql92_refused(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """A push consumer with an SQL92 selector does not start: the broker answers
+    CHECK_CLIENT_CONFIG as RocketMQ does with property filters off (its default), and the
+    client's start fails with that remark. Nothing is consumed."""
+    sent = _run(client, "send-sync", cluster, tmp, names, ser, count=3)
+    check_sent(sent, 3)
+    got = _run(
+        client,
+        "consume-push-concurrent",
+        cluster,
+        tmp,
+        names,
+        ser,
+        count=3,
+        extra=["--sql", "a > 5"],
+        check=False,
+        timeout=20,
+    )
+    assert got.returncode == 1 and got.received == [], got.describe()
+    msgs = [e.get("message", "") for e in got.data["errors"]]
+    assert any(
+        "CODE: 1 " in m and "does not support consumer to filter message by SQL92" in m
+        for m in msgs
+    ), msgs

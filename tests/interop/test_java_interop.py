@@ -78,3 +78,9 @@ def test_delayed_message(live: Cluster, tmp_path: Path, names: Names, ser: str) 
 
 def test_transaction_producer(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
     scenarios.transaction(CLIENT, live, tmp_path, names, ser)
+
+
+def test_sql92_selector_is_refused_at_start(
+    live: Cluster, tmp_path: Path, names: Names, ser: str
+) -> None:
+    scenarios.sql92_refused(CLIENT, live, tmp_path, names, ser)

@@ -241,6 +241,16 @@ class SubscriptionData(JsonModel):
 
 
 @dataclass(slots=True)
+class CheckClientRequestBody(JsonModel):
+    """CHECK_CLIENT_CONFIG (46) body: a consumer asks, before it starts, whether the broker
+    can filter by its subscription's expression type."""
+
+    client_id: str = ""
+    group: str = ""
+    subscription_data: SubscriptionData | None = None
+
+
+@dataclass(slots=True)
 class ProducerData(JsonModel):
     group_name: str = ""
 

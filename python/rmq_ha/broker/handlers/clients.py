@@ -1,6 +1,6 @@
-"""Client connections: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, and the
-NOTIFY_CONSUMER_IDS_CHANGED pushes when a group's membership changes (a connection closed, a
-client expired or unregistered)."""
+"""Client connections: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
+CHECK_CLIENT_CONFIG, and the NOTIFY_CONSUMER_IDS_CHANGED pushes when a group's membership
+changes (a connection closed, a client expired or unregistered)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,12 @@ from rmq_ha.protocol.headers import (
     NotifyConsumerIdsChangedRequestHeader,
     UnregisterClientRequestHeader,
 )
-from rmq_ha.protocol.models import GetConsumerListByGroupResponseBody, HeartbeatData
+from rmq_ha.protocol.models import (
+    CheckClientRequestBody,
+    ExpressionType,
+    GetConsumerListByGroupResponseBody,
+    HeartbeatData,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +84,24 @@ def register(d: Dispatcher, p: Ports) -> None:
         body = GetConsumerListByGroupResponseBody(consumer_id_list=ids)
         return cmd.response(Resp.SUCCESS, None, None, body.to_json())
 
+    async def check_client_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        # Tag expressions are filtered here; SQL92 (property) filters are not implemented,
+        # and the answer is the one a RocketMQ broker gives with enablePropertyFilter=false
+        # (its default): the consumer's start fails with this remark.
+        try:
+            body = CheckClientRequestBody.from_json(cmd.body) if cmd.body else None
+        except (ValueError, TypeError) as e:
+            return cmd.response(Resp.SYSTEM_ERROR, f"bad CHECK_CLIENT_CONFIG body: {e}")
+        sub = body.subscription_data if body is not None else None
+        etype = (sub.expression_type or ExpressionType.TAG) if sub is not None else None
+        if etype is not None and etype.upper() != ExpressionType.TAG:
+            return cmd.response(
+                Resp.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {etype}",
+            )
+        return cmd.response(Resp.SUCCESS)
+
     d.register(RC.HEART_BEAT, heartbeat)
+    d.register(RC.CHECK_CLIENT_CONFIG, check_client_config)
     d.register(RC.UNREGISTER_CLIENT, unregister_client)
     d.register(RC.GET_CONSUMER_LIST_BY_GROUP, consumer_list)

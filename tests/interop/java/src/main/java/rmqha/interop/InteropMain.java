@@ -21,6 +21,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
@@ -73,7 +74,8 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * orderlyFailover).
  *
  * --tags: the tags sends rotate through (message i gets tag i % n; default TagA).
- * --subscription: the push consumer's tag expression (default *). Every PULL_MESSAGE answer
+ * --subscription: the push consumer's tag expression (default *); --sql EXPR subscribes with
+ * an SQL92 selector instead. Every PULL_MESSAGE answer
  * that carried messages is decoded as it came off the wire, before the client's own tag
  * filter, and its tags are counted in "wireTags": what the broker chose to send.
  */
@@ -103,6 +105,7 @@ public final class InteropMain {
     int consumeDelayMs = 40;
     String[] tags = {"TagA"};
     String subscription = "*";
+    String sql;
     String accessKey;
     String secretKey;
 
@@ -245,6 +248,7 @@ public final class InteropMain {
                 case "--secret-key": secretKey = v; break;
                 case "--tags": tags = v.split(","); break;
                 case "--subscription": subscription = v; break;
+                case "--sql": sql = v; break;
                 default: throw new IllegalArgumentException("unknown option " + k);
             }
         }
@@ -645,7 +649,11 @@ public final class InteropMain {
         c.setNamesrvAddr(namesrv);
         c.setInstanceName(instance("push"));
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        c.subscribe(topic, subscription);
+        if (sql != null) {
+            c.subscribe(topic, MessageSelector.bySql(sql));
+        } else {
+            c.subscribe(topic, subscription);
+        }
         c.setConsumeThreadMin(threads);
         c.setConsumeThreadMax(threads);
         c.setConsumeMessageBatchMaxSize(1);
