@@ -153,6 +153,17 @@ def tag_filter(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str)
         assert set(wire) <= {"TagA", "TagC"} and sum(wire.values()) >= len(want), wire
 
 
+def broadcast(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """Two push consumers of one group in BROADCASTING mode (the client keeps the offsets):
+    each gets every message, intact, at the offset its send was acknowledged at."""
+    sent = _run(client, "send-sync", cluster, tmp, names, ser)
+    check_sent(sent, COUNT)
+    got = _run(client, "consume-push-broadcast", cluster, tmp, names, ser)
+    for i in (0, 1):
+        mine = [r for r in got.received if r["consumer"] == i]
+        check_received(cluster, names.topic, sent.sent, mine)
+
+
 def lite_pull(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
     sent = _run(client, "send-sync", cluster, tmp, names, ser)
     check_sent(sent, COUNT)

@@ -56,6 +56,12 @@ def test_tag_filter(live: Cluster, tmp_path: Path, names: Names, ser: str) -> No
     scenarios.tag_filter(CLIENT, live, tmp_path, names, ser)
 
 
+def test_broadcast_consumers_each_get_everything(
+    live: Cluster, tmp_path: Path, names: Names, ser: str
+) -> None:
+    scenarios.broadcast(CLIENT, live, tmp_path, names, ser)
+
+
 def test_offset_resume(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
     scenarios.offset_resume(CLIENT, live, tmp_path, names, ser)
 

@@ -42,6 +42,7 @@ import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.remoting.RPCHook;
@@ -67,7 +68,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * </pre>
  *
  * Scenarios: send-sync, send-async, send-oneway, send-batch, send-orderly, consume-push-concurrent,
- * consume-push-orderly, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route,
+ * consume-push-orderly, consume-push-broadcast, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route,
  * send-delayed (--delay-level), send-transaction (body n: n % 3 == 0 commits, 1 rolls back,
  * 2 answers UNKNOW and commits when the broker checks), orderly-failover (an ordered producer and
  * an orderly push consumer in one process, run while the test kills and restarts a master; see
@@ -285,6 +286,7 @@ public final class InteropMain {
             case "send-orderly": sendOrderly(); break;
             case "consume-push-concurrent": consumePush(false); break;
             case "consume-push-orderly": consumePush(true); break;
+            case "consume-push-broadcast": consumeBroadcast(); break;
             case "consume-pull": consumePull(); break;
             case "consume-lite-pull": consumeLitePull(); break;
             case "consume-with-failures": consumeWithFailures(); break;
@@ -707,6 +709,45 @@ public final class InteropMain {
             }
         } finally {
             c.shutdown();
+        }
+    }
+
+    /** Two push consumers of one group in BROADCASTING mode (offsets kept by the client):
+     * each must get every message; received records carry "consumer" (0 or 1). */
+    void consumeBroadcast() throws Exception {
+        List<Set<String>> seen = new ArrayList<>();
+        List<DefaultMQPushConsumer> cs = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            Set<String> distinct = ConcurrentHashMap.newKeySet();
+            seen.add(distinct);
+            DefaultMQPushConsumer c = pushConsumer(2);
+            c.setMessageModel(MessageModel.BROADCASTING);
+            final int idx = i;
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    Map<String, Object> r = receivedRecord(m);
+                    r.put("consumer", idx);
+                    received.add(r);
+                    distinct.add(bodyId(m.getBody()));
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            cs.add(c);
+        }
+        try {
+            for (DefaultMQPushConsumer c : cs) {
+                c.start();
+            }
+            long until = deadline();
+            for (Set<String> distinct : seen) {
+                if (!await(distinct, count, until)) {
+                    timeoutError(distinct, count);
+                }
+            }
+        } finally {
+            for (DefaultMQPushConsumer c : cs) {
+                c.shutdown();
+            }
         }
     }
 
