@@ -54,6 +54,7 @@ version-1 history reads unchanged):
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -327,6 +328,10 @@ ONLY_ON: Final[dict[str, tuple[str, ...]]] = {
 }
 #: Integer fields that may not be negative (process: -1 is the nemesis, checked apart).
 NON_NEGATIVE: Final = ("index", "time_ns")
+#: The checker orders deliveries by (index, place in the op) packed into one 64-bit number:
+#: an index below 2**43 and at most 2**20 messages per op keep that exact.
+MAX_INDEX: Final = (1 << 43) - 1
+MAX_MESSAGES: Final = 1 << 20
 _INT_RANGE: Final = {"int": 1 << 31, "bigint": 1 << 63}
 
 
@@ -387,6 +392,13 @@ def validate(op: Op) -> None:
     for name in NON_NEGATIVE:
         if getattr(op, name) < 0:
             raise HistoryError(f"{pre}{name} {getattr(op, name)} is negative")
+    if op.index > MAX_INDEX:
+        raise HistoryError(f"{pre}index {op.index} is above {MAX_INDEX} (2^43 - 1)")
+    if op.value.messages is not None and len(op.value.messages) > MAX_MESSAGES:
+        raise HistoryError(
+            f"{pre}value.messages holds {len(op.value.messages)} messages, "
+            f"more than {MAX_MESSAGES} in one op"
+        )
     if op.process == NEMESIS_PROCESS:
         if op.f not in NEMESIS_FS:
             raise HistoryError(f"{pre}nemesis f {op.f!r} is not one of {NEMESIS_FS}")
@@ -432,6 +444,54 @@ class Pairing:
             raise HistoryError(f"op {op.index}: process {op.process}: {why}")
 
 
+class Seen:
+    """Integers seen so far, as sorted disjoint runs [lo, hi]: a history's indexes (dense)
+    and its send values (runs per producer) take a few runs, not one entry each."""
+
+    def __init__(self) -> None:
+        self._lo: list[int] = []
+        self._hi: list[int] = []
+
+    def add(self, x: int) -> bool:
+        """Adds ``x``; False if it was already there."""
+        lo, hi = self._lo, self._hi
+        if hi and x == hi[-1] + 1:  # the common case: the next of the last run
+            hi[-1] = x
+            return True
+        i = bisect.bisect_right(lo, x) - 1  # the run starting at or before x
+        if i >= 0 and x <= hi[i]:
+            return False
+        joins_left = i >= 0 and hi[i] + 1 == x
+        joins_right = i + 1 < len(lo) and lo[i + 1] == x + 1
+        if joins_left and joins_right:
+            hi[i] = hi[i + 1]
+            del lo[i + 1], hi[i + 1]
+        elif joins_left:
+            hi[i] = x
+        elif joins_right:
+            lo[i + 1] = x
+        else:
+            lo.insert(i + 1, x)
+            hi.insert(i + 1, x)
+        return True
+
+
+class Unique:
+    """History-wide uniqueness (both readers apply it): no index twice, and no value sent by
+    two send invokes (a run's values are unique)."""
+
+    def __init__(self) -> None:
+        self._index = Seen()
+        self._sent = Seen()
+
+    def feed(self, op: Op) -> None:
+        if not self._index.add(op.index):
+            raise HistoryError(f"op {op.index}: index {op.index} appears twice in the history")
+        v = op.value.value
+        if op.f == "send" and op.type == "invoke" and v is not None and not self._sent.add(v):
+            raise HistoryError(f"op {op.index}: value {v} is sent twice (values are unique)")
+
+
 def pairing_error(type_: str, f: str, index: int, prev: tuple[str, str, int] | None) -> str:
     """What is wrong with an op of a client process given the previous op of that process
     (type, f, index), or "" (the rule both readers apply)."""
@@ -465,7 +525,9 @@ def read(path: str | Path) -> Iterator[Op]:
     """Parse a JSONL history, validating every line (its fields' types, the rules above) and
     the invoke / completion pairing of each process; errors name the file and line number."""
     pairing = Pairing()
-    with open(path, encoding="utf-8") as f:
+    unique = Unique()
+    # utf-8-sig: a byte-order mark some editors write is skipped (Spark's reader skips it too)
+    with open(path, encoding="utf-8-sig") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -476,6 +538,7 @@ def read(path: str | Path) -> Iterator[Op]:
                     raise HistoryError(f"not JSON ({e})") from e
                 op = Op.from_json(d)
                 pairing.feed(op)
+                unique.feed(op)
             except (HistoryError, TypeError) as e:
                 raise HistoryError(f"{path}:{lineno}: {e}") from e
             yield op

@@ -127,5 +127,5 @@ def lost_duplicated(path: str | Path) -> dict[str, int]:
         "lost": len(acked - read),
         "duplicated": len(at_two | redelivered),
         "redelivered": len(redelivered),
-        "at_two_offsets": len(at_two),
+        "at_two_positions": len(at_two),
     }

@@ -26,10 +26,15 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from rmq_ha import history as h
+
 INVOKE, OK, FAIL, INFO, READ, DRAIN_READ, OK_WEAK = 0, 1, 2, 3, 4, 5, 6
 DRAIN_GID = 0  # the final drain's reads are group 0; consumer groups are 1..n
 MAX_GROUPS = 61  # consumer groups with their own bit in a 64-bit mask (the rest share bit 62)
-POS_BITS = 20  # messages per op kept apart in dpos
+#: Messages per op kept apart in dpos = index * 2^POS_BITS + place: validation bounds the
+#: index and the messages per op (rmq_ha.history.MAX_INDEX / MAX_MESSAGES) so it fits 63 bits.
+POS_BITS = h.MAX_MESSAGES.bit_length() - 1
+assert (h.MAX_INDEX + 1) << POS_BITS <= 1 << 63
 MULTI_INLINE = 10_000  # values at several positions matched inline before exploding reads
 SEND_OK = "SEND_OK"
 TXN_ROLLED_BACK = ("rollback", "unknown-rollback")
@@ -371,7 +376,7 @@ class Frames:
         vc = value_counts(self)
         few = (
             [int(r["v"]) for r in multi_v.limit(MULTI_INLINE + 1).collect()]
-            if vc["at_two_offsets"]
+            if vc["at_two_positions"]
             else []
         )
         inline = bool(few) and len(few) <= MULTI_INLINE
@@ -587,7 +592,7 @@ class Frames:
             )
             if not done:
                 why = (
-                    "no min/max offsets asked by the drain"
+                    "no ok answer to the drain's min/max offsets requests"
                     if lo is None or hi is None
                     else f"read to offset {top} of [{lo}, {hi})"
                     if top is not None
@@ -685,11 +690,11 @@ def value_flags(fr: Frames) -> dict[str, Column]:
         & (F.coalesce(c("gmask"), F.lit(0)).bitwiseAND(c("smask")) != c("smask")),
         "unexpected": read_any & (~nonnull | ~attempted),
         "redelivered": nonnull & (excess > 0),
-        "at_two_offsets": nonnull & F.coalesce(two_pos, F.lit(False)),
+        "at_two_positions": nonnull & F.coalesce(two_pos, F.lit(False)),
         "aborted": nonnull & read_any & (c("fail") == 1) & (c("ok") == 0),
         "recovered": nonnull & read_any & (c("ok") == 0) & (c("fail") == 0) & (c("inv") == 1),
     }
-    flags["duplicated"] = flags["redelivered"] | flags["at_two_offsets"]
+    flags["duplicated"] = flags["redelivered"] | flags["at_two_positions"]
     return flags
 
 

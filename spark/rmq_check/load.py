@@ -67,6 +67,8 @@ def session(
 def find_history(path: str | Path) -> Path:
     """The history file (or Parquet directory) of a run directory, or ``path`` itself."""
     p = Path(path)
+    if p.is_dir() and p.name in HISTORY_NAMES:
+        return p  # a history written as a directory of parts (history.jsonl/part-*.jsonl)
     if p.is_dir():
         for name in HISTORY_NAMES:
             if (p / name).exists():

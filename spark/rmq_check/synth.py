@@ -80,7 +80,7 @@ def expected(a: Anomalies) -> dict[str, int]:
         # a nonmonotonic repeat is also a second delivery to the group
         "duplicated": a.dup_redeliver + a.dup_offset + a.nonmonotonic,
         "redelivered": a.dup_redeliver + a.nonmonotonic,
-        "at-two-offsets": a.dup_offset,
+        "at-two-positions": a.dup_offset,
         "inconsistent-offsets": a.inconsistent,
         # both the consumer group and the drain see the swapped pair out of order
         "ordering": 2 * a.ordering,

@@ -27,6 +27,8 @@ from pyspark.sql.window import Window
 
 from rmq_ha import history as h
 
+#: Repeated keys joined back to the ops by broadcast up to this many.
+BROADCAST_LIMIT = 1_000_000
 #: Problems brought back to the driver (the first in file order is the one reported).
 SHOWN = 5
 #: Columns the loader adds beside the schema's (see ``rmq_check.load``).
@@ -112,6 +114,24 @@ def line_rules(has_raw: bool) -> list[tuple[Column, Column]]:
     )
     for name in h.NON_NEGATIVE:
         out.append((c(name) < 0, F.concat(pre, _msg(f"{name} %d is negative", c(name)))))
+    out.append(
+        (
+            c("index") > h.MAX_INDEX,
+            F.concat(pre, _msg(f"index %d is above {h.MAX_INDEX} (2^43 - 1)", c("index"))),
+        )
+    )
+    out.append(
+        (
+            F.size(v("messages")) > h.MAX_MESSAGES,
+            F.concat(
+                pre,
+                _msg(
+                    f"value.messages holds %d messages, more than {h.MAX_MESSAGES} in one op",
+                    F.size(v("messages")),
+                ),
+            ),
+        )
+    )
     nem = c("process") == h.NEMESIS_PROCESS
     out.append(
         (
@@ -259,6 +279,75 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
     return o.where(bad).select(pos.alias(POS), "index", F.concat(pre, why).alias("problem"))
 
 
+def _repeated(keys: DataFrame) -> DataFrame:
+    """The keys (column ``k``, a long) of ``keys`` that occur more than once. One aggregation
+    by block of 32,768 keys counts rows and distinct keys (a bitmap per block; no shuffle of
+    the rows); only blocks where they differ are grouped key by key."""
+    c = F.col
+    blocks = (
+        keys.groupBy(F.bitmap_bucket_number("k").alias("b"))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.bitmap_count(F.bitmap_construct_agg(F.bitmap_bit_position("k"))).alias("d"),
+        )
+        .where(c("n") > c("d"))
+        .select("b")
+        .limit(1001)
+        .collect()
+    )
+    if not blocks:
+        return keys.where(F.lit(False)).select("k")
+    suspect = keys
+    if len(blocks) <= 1000:
+        suspect = keys.where(F.bitmap_bucket_number("k").isin(*[int(r["b"]) for r in blocks]))
+    return suspect.groupBy("k").agg(F.count(F.lit(1)).alias("n")).where(c("n") > 1).select("k")
+
+
+def uniqueness_problems(ops: DataFrame) -> DataFrame | None:
+    """Rows (pos, index, problem) for ops whose index an earlier op (in file order) has, and
+    for send invokes of a value an earlier send invoke has (``rmq_ha.history.Unique``, which
+    refuses the later line too); None when there are none (the common case: two cheap
+    aggregations, nothing more). Lines that did not parse take no part."""
+    c = F.col
+    if CORRUPT in ops.columns:
+        ops = ops.where(~F.coalesce(c(CORRUPT), F.lit(False)))
+    out: list[DataFrame] = []
+
+    def later(rows: DataFrame, dup: DataFrame, problem: Column) -> DataFrame:
+        n = dup.count()
+        hit = rows.join(F.broadcast(dup) if n <= BROADCAST_LIMIT else dup, "k", "left_semi")
+        first = Window.partitionBy("k").orderBy(POS)
+        return (
+            hit.select("*", F.row_number().over(first).alias("_nth"))
+            .where(c("_nth") > 1)
+            .select(POS, "index", problem.alias("problem"))
+        )
+
+    idx = ops.where(c("index").isNotNull()).select(POS, "index", c("index").alias("k"))
+    dup_index = _repeated(idx.select("k"))
+    if dup_index.limit(1).count():
+        out.append(
+            later(
+                idx,
+                dup_index,
+                _msg("op %d: index %d appears twice in the history", c("index"), c("k")),
+            )
+        )
+    inv = ops.where(
+        (c("f") == "send") & (c("type") == "invoke") & c("value.value").isNotNull()
+    ).select(POS, "index", c("value.value").alias("k"))
+    dup_sent = _repeated(inv.select("k"))
+    if dup_sent.limit(1).count():
+        out.append(
+            later(
+                inv,
+                dup_sent,
+                _msg("op %d: value %d is sent twice (values are unique)", c("index"), c("k")),
+            )
+        )
+    return reduce(DataFrame.unionByName, out) if out else None
+
+
 def check(ops: DataFrame, name: str = "history") -> None:
     """Raise HistoryInvalid naming the first problems (file and line) of ``ops``, a history
     loaded by ``rmq_check.load.load``; return if every line follows the schema."""
@@ -284,6 +373,13 @@ def check(ops: DataFrame, name: str = "history") -> None:
         POS, F.lit(1).alias("kind"), "problem", F.lit(None).cast("string").alias("raw")
     )
     bad = lines.unionByName(pairs)
+    uniq = uniqueness_problems(ops)
+    if uniq is not None:
+        bad = bad.unionByName(
+            uniq.select(
+                POS, F.lit(2).alias("kind"), "problem", F.lit(None).cast("string").alias("raw")
+            )
+        )
     # a count first: it needs only the rules' booleans (the messages and the positions are
     # pruned from its plan), and a valid history, the common case, stops there; ordering the
     # bad lines by position costs about as much again

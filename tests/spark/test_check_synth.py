@@ -23,7 +23,7 @@ def counts(res: dict[str, Any]) -> dict[str, int]:
         "unexpected": a["unexpected"]["count"],
         "duplicated": a["duplicated"]["count"],
         "redelivered": a["duplicated"]["redelivered"],
-        "at-two-offsets": a["duplicated"]["at_two_offsets"],
+        "at-two-positions": a["duplicated"]["at_two_positions"],
         "inconsistent-offsets": a["inconsistent-offsets"]["count"],
         "ordering": o["count"],
         "nonmonotonic": o["nonmonotonic"]["count"],

@@ -379,6 +379,7 @@ def _corpus() -> list[tuple[str, dict[str, Any] | str]]:
         ("nemesis f", {"process": -1, "type": "info"}),
         ("process < -1", {"process": -2}),
         ("index >= 0", {"index": -1}),
+        ("index <= MAX_INDEX", {"index": h.MAX_INDEX + 1}),
         ("time_ns >= 0", {"time_ns": -5}),
         ("fail is definite", {"type": "fail", "definite": False}),
         ("unknown top field", {"extra": 1}),
@@ -396,6 +397,12 @@ def _corpus() -> list[tuple[str, dict[str, Any] | str]]:
     d = _base("poll", "ok")
     d["value"]["messages"] = [{"topic": "T", "queue_id": 0, "queue_offset": 0, "offs": 1}]
     out.append(("unknown message field", d))
+    d = _base("poll", "ok")
+    d["value"]["messages"] = [
+        {"topic": "T", "queue_id": 0, "queue_offset": i, "value": i}
+        for i in range(h.MAX_MESSAGES + 1)
+    ]
+    out.append(("at most MAX_MESSAGES per op", d))
     out.append(("not JSON", '{"index":0,'))
     out.append(("not an object", "[1, 2]"))
     return out
@@ -408,7 +415,15 @@ def test_every_rule_of_the_schema_is_applied_by_both_readers(spark, tmp_path, mo
     from rmq_check import validate
     from rmq_check.load import load
 
+    monkeypatch.setattr(h, "MAX_MESSAGES", 3)  # the corpus line holds 4, not 2^20 + 1
     corpus = _corpus()
+    for i, (_, x) in enumerate(corpus):
+        # each line breaks its own rule only: indexes and sent values unique in the file
+        if isinstance(x, dict) and x.get("index") == 0:
+            x["index"] = i
+        v = x.get("value") if isinstance(x, dict) else None
+        if isinstance(v, dict) and type(v.get("value")) is int:
+            v["value"] = 1000 + i
     lines = [x if isinstance(x, str) else json.dumps(x) for _, x in corpus]
     for (rule, _), line in zip(corpus, lines, strict=True):
         with pytest.raises((h.HistoryError, TypeError, ValueError)):
@@ -480,6 +495,81 @@ def test_pairing_is_checked_by_both_readers(spark, tmp_path, monkeypatch):
     )
     assert len(list(h.read(p))) == 5
     validate.check(load(spark, p))
+
+
+def _send(i: int, p: int, v: int, t: str = "invoke") -> str:
+    value: dict[str, Any] = {"topic": "T", "value": v}
+    if t == "ok":
+        value |= {"queue_id": 0, "queue_offset": v, "broker": "b0", "status": "SEND_OK"}
+    return json.dumps(
+        {"index": i, "time_ns": i, "process": p, "type": t, "f": "send", "value": value}
+    )
+
+
+@pytest.mark.parametrize(
+    ("why", "lines", "line", "message", "flagged"),
+    [
+        (
+            "an index two processes use",
+            [_send(0, 1, 1), _send(1, 1, 1, "ok"), _send(1, 2, 2), _send(2, 2, 2, "ok")],
+            3,
+            "index 1 appears twice in the history",
+            ["3"],
+        ),
+        (
+            "a value two sends send",
+            [_send(0, 1, 5), _send(1, 1, 5, "ok"), _send(2, 2, 5), _send(3, 2, 5, "ok")],
+            3,
+            "value 5 is sent twice",
+            ["3"],
+        ),
+    ],
+)
+def test_history_wide_uniqueness_is_checked_by_both_readers(
+    spark, tmp_path, capsys, why, lines, line, message, flagged
+):
+    """Indexes order deliveries (two ops with one index tie, and the key order found had no
+    example to show); values name messages (a value sent twice hides a loss behind a
+    duplicate). Both readers refuse such a history and name the later line."""
+    from rmq_check import validate
+    from rmq_check.load import load
+
+    d, p = _run(tmp_path, lines)
+    with pytest.raises(h.HistoryError, match=f":{line}: .*{message}"):
+        list(h.read(p))
+    with pytest.raises(validate.HistoryInvalid, match=message) as e:
+        validate.check(load(spark, p))
+    assert [x.where.rsplit(":", 1)[1] for x in e.value.problems] == flagged, why
+    rc, out, err = check_cli(capsys, d)
+    assert rc == 2 and message in err, (out, err)
+    _no_trace(err)
+
+
+def test_a_byte_order_mark_is_accepted_by_both_readers(spark, tmp_path, capsys):
+    """Some editors start a UTF-8 file with a BOM: both readers skip it (the lost send is
+    still found)."""
+    from rmq_check import validate
+    from rmq_check.load import load
+
+    d, p = _run(tmp_path, _lost_send_history())
+    p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())
+    assert len(list(h.read(p))) == len(_lost_send_history())
+    validate.check(load(spark, p))
+    rc, out, _ = check_cli(capsys, d)
+    assert rc == 1 and "lost" in out
+
+
+def test_a_history_written_as_a_directory_of_parts_is_read(spark, tmp_path, capsys):
+    """RUN/history.jsonl may be a directory of JSONL parts (as Spark writes): it is the
+    history, not a run directory to look into."""
+    lines = _lost_send_history()
+    d = tmp_path / "run"
+    parts = d / "history.jsonl"
+    parts.mkdir(parents=True)
+    (parts / "part-00000.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (parts / "part-00001.jsonl").write_text("\n".join(lines[3:]) + "\n")
+    rc, out, err = check_cli(capsys, d)
+    assert rc == 1 and "lost" in out, (out, err)
 
 
 def test_pairing_names_the_line_and_orders_several_files_by_name(spark, tmp_path):

@@ -64,7 +64,8 @@ def run(fr: Frames) -> dict[str, Any]:
         F.count(F.lit(1)).alias("reads"),
     )
     tol_ns = int(fr.cfg.delay_tolerance_ms * 1_000_000)
-    due = c("inv_t") + c("delay_ms") * F.lit(1_000_000)
+    # in double: any delay_ms the schema allows, without a 64-bit overflow
+    due = c("inv_t").cast("double") + c("delay_ms").cast("double") * F.lit(1e6)
     x = fr.persist(
         sends.join(per_v, "v", "left").select(
             "v",

@@ -38,7 +38,9 @@ def key_order(fr: Frames) -> dict[str, Any]:
         return result(UNKNOWN, 0, [], applies=False, reason="no keyed sends (or --order off)")
     v = fr.values()
     c = F.col
-    acked = v.where((c("ok") == 1) & c("key").isNotNull())
+    # acknowledged: SEND_OK or no status (a non-OK status, e.g. FLUSH_SLAVE_TIMEOUT, is kept
+    # apart, as lost does)
+    acked = v.where((c("ok") == 1) & (c("weak") == 0) & c("key").isNotNull())
     keys = acked.groupBy("key").agg(
         F.min("ack_qh").alias("q0"), F.max("ack_qh").alias("q1"), F.count(F.lit(1)).alias("n")
     )
@@ -170,7 +172,9 @@ def segments(fr: Frames) -> DataFrame:
         & _all_equal(m.getField("topic"))
         & _all_equal(m.getField("broker"), nullable=True)
     )
-    clean = one_queue & first.isNotNull() & (offs == F.sequence(first, first + n - 1))
+    # try_add: an offset near 2^63 makes the poll unclean (exploded), never an overflow
+    last = F.try_add(first, n - 1)
+    clean = one_queue & first.isNotNull() & last.isNotNull() & (offs == F.sequence(first, last))
     head = F.try_element_at(m, F.lit(1))
 
     def run(x: Column, last: Column, pos: Column) -> Column:
@@ -213,11 +217,11 @@ def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
         F.lag("idx").over(w).alias("prev_idx"),
     )
     x = x.withColumnRenamed("first", "off")
-    odd = fr.persist(x.where((c("off") <= c("prev_off")) | (c("off") > c("prev_off") + 1)))
+    gap = c("off") > F.try_add(c("prev_off"), F.lit(1))
+    odd = fr.persist(x.where((c("off") <= c("prev_off")) | gap))
     nonmono = odd.where(c("off") <= c("prev_off"))
-    cands = odd.where(c("off") > c("prev_off") + 1)
     n_nm = nonmono.count()
-    cands = odd.where(c("off") > c("prev_off") + 1)
+    cands = odd.where(gap)
     n_c = cands.count()
     cols = ["process", "gid", "qh", "prev_off", "off", "prev_idx", "idx", "v"]
     nm_ex = example_rows(nonmono.select(*cols).orderBy("idx"), fr.cfg.examples) if n_nm else []
