@@ -196,6 +196,11 @@ async def test_native_and_python_answer_byte_for_byte_alike(
         assert a == with_port(b, port), name
     assert len(records[True]) == 6
     assert records[True] == records[False]
+    # both paths name the cluster in every stored message, batches' messages included
+    # (RocketMQ's SendMessageProcessor; a request-reply consumer replies from it)
+    for r in records[True]:
+        props = r["properties"]
+        assert isinstance(props, bytes) and b"CLUSTER\x01DefaultCluster" in props, r
     ok = Resp.SLAVE_NOT_AVAILABLE if kw.get("broker_role") else Resp.SUCCESS
     codes = [decode_frames(f)[0][0][0] for f in got[True]]
     assert codes == [ok, ok, ok, ok, 13, 17, 16, 1, 13, 13, 13]

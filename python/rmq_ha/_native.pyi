@@ -227,6 +227,7 @@ class SendPath:
         *,
         max_message_size: int,
         size_buckets: list[int],
+        cluster: str = "",
     ) -> None: ...
     def set_topics(self, topics: list[tuple[str, int, int]]) -> None: ...
     def set_max_message_size(self, max_message_size: int) -> None: ...
@@ -282,6 +283,9 @@ def encode_transfer_header(
 ) -> bytes:
     """The 36-byte transfer header; the caller sends `body_size` bytes of commitlog after it
     (0: a heartbeat). ValueError when `body_size` exceeds 2**31 - 1."""
+
+def with_property(props: bytes, key: str, value: str) -> bytes:
+    """``props`` (``k\\x01v\\x02...``) with ``key`` set to ``value`` (replaced or appended)."""
 
 class HaMasterSideDecoder:
     """Decodes the stream a master receives from a slave. Each record of `feed` is

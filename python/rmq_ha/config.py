@@ -315,6 +315,9 @@ class BrokerConfig(SecurityKeys):
     auto_create_topic_enable: bool = rmq("autoCreateTopicEnable", True)
     default_topic_queue_nums: int = rmq("defaultTopicQueueNums", 4)
     max_message_size: int = rmq("maxMessageSize", 4 * 1024 * 1024)
+    store_reply_message_enable: bool = rmq(
+        "storeReplyMessageEnable", True, "request-reply answers are stored too, not only pushed"
+    )
     register_name_server_period_ms: int = rmq("registerNameServerPeriod", 30_000)
     broker_heartbeat_interval_ms: int = rmq("brokerHeartbeatInterval", 1000)
     broker_not_active_timeout_ms: int = rmq("brokerNotActiveTimeoutMillis", 10_000)

@@ -164,6 +164,20 @@ def broadcast(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) 
         check_received(cluster, names.topic, sent.sent, mine)
 
 
+def request_reply(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """DefaultMQProducer.request: every request reaches a push consumer carrying the broker's
+    CLUSTER property, whose reply (to <cluster>_REPLY_TOPIC) the broker pushes back to the
+    requester: each request returns its own answer."""
+    n = 10
+    got = _run(client, "request-reply", cluster, tmp, names, ser, count=n)
+    assert len(got.sent) == n, got.describe()
+    for s in got.sent:
+        assert s.get("reply") == "re:" + s["body"], (s, got.describe())
+        assert s["replyTopic"].endswith("_REPLY_TOPIC"), s
+    for r in got.received:
+        assert r["cluster"] and r["replyStatus"] == "SEND_OK", r
+
+
 def lite_pull(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
     sent = _run(client, "send-sync", cluster, tmp, names, ser)
     check_sent(sent, COUNT)

@@ -88,12 +88,13 @@ impl SendPath {
 #[pymethods]
 impl SendPath {
     #[new]
-    #[pyo3(signature = (store, store_host, *, max_message_size, size_buckets))]
+    #[pyo3(signature = (store, store_host, *, max_message_size, size_buckets, cluster=String::new()))]
     fn new(
         store: Py<Store>,
         store_host: &str,
         max_message_size: usize,
         size_buckets: Vec<u64>,
+        cluster: String,
     ) -> PyResult<Self> {
         let (ip, port) = self::store_host(store_host)?;
         if size_buckets.windows(2).any(|w| w[0] >= w[1]) {
@@ -110,6 +111,7 @@ impl SendPath {
                     store_ip: ip,
                     store_port: port,
                     size_buckets,
+                    cluster,
                 },
                 rng: 0x2545_F491_4F6C_DD1D,
                 defer: false,
@@ -226,7 +228,20 @@ impl SendPath {
     }
 }
 
+/// `props` with `key` set to `value` (rmq_wire::send::with_property): the Python send path
+/// stamps `CLUSTER` with the native path's code.
+#[pyfunction]
+fn with_property<'py>(
+    py: Python<'py>,
+    props: &[u8],
+    key: &str,
+    value: &str,
+) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &rmq_wire::send::with_property(props, key, value))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SendPath>()?;
+    m.add_function(wrap_pyfunction!(with_property, m)?)?;
     Ok(())
 }

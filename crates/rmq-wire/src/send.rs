@@ -73,6 +73,33 @@ pub struct SendConfig {
     pub store_port: u16,
     /// Bounds of the message-size histogram (`rocketmq_message_size`), ascending.
     pub size_buckets: Vec<u64>,
+    /// `brokerClusterName`: every stored message gets it as its `CLUSTER` property, as
+    /// RocketMQ's SendMessageProcessor puts it (a request-reply consumer addresses its reply
+    /// to `<cluster>_REPLY_TOPIC` from it). Empty: no property is added.
+    pub cluster: String,
+}
+
+/// `props` (RocketMQ's `key\x01value\x02...` string) with `key` set to `value`: an existing
+/// `key` property is replaced, else the pair is appended (each pair ends with `\x02`, as
+/// `MessageDecoder.messageProperties2String` writes them).
+pub fn with_property(props: &[u8], key: &str, value: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(props.len() + key.len() + value.len() + 3);
+    for pair in props.split(|&b| b == 2) {
+        if pair.is_empty() {
+            continue;
+        }
+        let name = pair.split(|&b| b == 1).next().unwrap_or(pair);
+        if name == key.as_bytes() {
+            continue;
+        }
+        out.extend_from_slice(pair);
+        out.push(2);
+    }
+    out.extend_from_slice(key.as_bytes());
+    out.push(1);
+    out.extend_from_slice(value.as_bytes());
+    out.push(2);
+    out
 }
 
 /// What the caller keeps between calls: the topic table, the limits, the random state.
@@ -347,16 +374,28 @@ fn plan<'a>(
     if h.sys_flag & TRANSACTION_SYS_FLAG_MASK != 0 || (!is_batch && may_route(&props)) {
         return Plan::Python;
     }
+    let stamp = |p: &'a [u8]| -> Cow<'a, [u8]> {
+        if cfg.cluster.is_empty() {
+            Cow::Borrowed(p)
+        } else {
+            Cow::Owned(with_property(p, "CLUSTER", &cfg.cluster))
+        }
+    };
     let entries: Vec<Entry<'a>> = if is_batch {
         match decode_batch(body) {
             Ok(es) => es
                 .into_iter()
-                .map(|e| (e.flag, e.body, Cow::Borrowed(e.properties)))
+                .map(|e| (e.flag, e.body, stamp(e.properties)))
                 .collect(),
             Err(_) => return Plan::Python,
         }
     } else {
-        vec![(h.flag, body, Cow::Owned(props))]
+        let own = if cfg.cluster.is_empty() {
+            props
+        } else {
+            with_property(&props, "CLUSTER", &cfg.cluster)
+        };
+        vec![(h.flag, body, Cow::Owned(own))]
     };
     if entries.is_empty() {
         return Plan::Reply {
@@ -707,6 +746,7 @@ mod tests {
             store_ip: "127.0.0.1".parse().expect("ip"),
             store_port: 10911,
             size_buckets: vec![8, 32],
+            cluster: "C1".to_owned(),
         }
     }
 
@@ -821,6 +861,10 @@ mod tests {
                 assert_eq!(field(r, "msgId"), Some("7F00000100002A9F0000000000000000"));
                 assert_eq!(log.stored.len(), 1);
                 assert_eq!(log.stored[0].2, b"hi");
+                assert_eq!(
+                    log.stored[0].3,
+                    b"UNIQ_KEY\x01abc\x02K\x01v\x02CLUSTER\x01C1\x02".to_vec()
+                );
             }
         }
     }
@@ -847,6 +891,10 @@ mod tests {
         assert_eq!(ids.split(',').count(), 2);
         assert_eq!(field(&resp[0], "transactionId"), None);
         assert_eq!(log.stored.len(), 2);
+        // every message of the batch carries the cluster, as RocketMQ's batch encoder adds
+        // the batch's properties to each
+        assert_eq!(log.stored[0].3, b"CLUSTER\x01C1\x02".to_vec());
+        assert_eq!(log.stored[1].3, b"K\x01v\x02CLUSTER\x01C1\x02".to_vec());
     }
 
     #[test]
@@ -991,6 +1039,27 @@ mod tests {
 
     fn d_ext(d: &Deferred) -> &[(String, String)] {
         d.response.ext_fields.as_deref().unwrap_or(&[])
+    }
+
+    #[test]
+    fn with_property_replaces_or_appends_one_pair() {
+        assert_eq!(
+            with_property(b"", "CLUSTER", "C"),
+            b"CLUSTER\x01C\x02".to_vec()
+        );
+        assert_eq!(
+            with_property(b"K\x01v", "CLUSTER", "C"),
+            b"K\x01v\x02CLUSTER\x01C\x02".to_vec()
+        );
+        assert_eq!(
+            with_property(b"CLUSTER\x01old\x02K\x01v\x02", "CLUSTER", "C"),
+            b"K\x01v\x02CLUSTER\x01C\x02".to_vec()
+        );
+        // a key that only ends like CLUSTER, or holds it in its value, is another property
+        assert_eq!(
+            with_property(b"XCLUSTER\x01a\x02K\x01CLUSTER\x02", "CLUSTER", "C"),
+            b"XCLUSTER\x01a\x02K\x01CLUSTER\x02CLUSTER\x01C\x02".to_vec()
+        );
     }
 
     #[test]

@@ -95,6 +95,15 @@ class ClientManager:
         g = self.consumers.get(group)
         return g.subscriptions.get(topic) if g else None
 
+    def producer_by_id(self, client_id: str) -> Connection | None:
+        """The live connection of the producer client ``client_id`` (any group): where a
+        request-reply answer is pushed (RocketMQ's ProducerManager.findChannel)."""
+        for clients in self.producers.values():
+            c = clients.get(client_id)
+            if c is not None and not c.conn.closed:
+                return c.conn
+        return None
+
     def producer_connection(self, group: str) -> Connection | None:
         """A live connection of the producer group (for CHECK_TRANSACTION_STATE)."""
         for c in self.producers.get(group, {}).values():

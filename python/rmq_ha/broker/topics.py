@@ -41,6 +41,11 @@ def check_topic_name(topic: str) -> str | None:
     return None
 
 
+def reply_topic(cluster_name: str) -> str:
+    """The topic request-reply answers are sent to: ``<cluster>_REPLY_TOPIC``."""
+    return f"{cluster_name}_REPLY_TOPIC"
+
+
 class TopicConfigManager:
     def __init__(
         self,
@@ -80,6 +85,10 @@ class TopicConfigManager:
                 read_queue_nums=1,
                 write_queue_nums=1,
                 perm=broker_permission & rw,
+            ),
+            # request-reply answers are sent here (RocketMQ's MixAll.getReplyTopic)
+            reply_topic(cluster_name): TopicConfig(
+                topic_name=reply_topic(cluster_name), read_queue_nums=1, write_queue_nums=1
             ),
         }
         if auto_create:

@@ -242,6 +242,30 @@ def parse_send_message_header(code: int, ext: Mapping[str, str] | None) -> SendM
 
 
 @dataclass(kw_only=True, slots=True)
+class ReplyMessageRequestHeader(TopicQueueRequestHeader):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326), broker -> requesting producer: a request-reply
+    answer, with the reply's send header fields and where it was born and stored
+    (``host:port``). The body is the reply's body."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.PUSH_REPLY_MESSAGE_TO_CLIENT,)
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: I32
+    queue_id: I32
+    sys_flag: I32
+    born_timestamp: int
+    flag: I32
+    properties: str | None = None
+    reconsume_times: I32 | None = None
+    unit_mode: bool = False
+    born_host: str
+    store_host: str
+    store_timestamp: int
+
+
+@dataclass(kw_only=True, slots=True)
 class SendMessageResponseHeader(CommandHeader):
     CODES: ClassVar[tuple[int, ...]] = (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE)
 

@@ -82,6 +82,7 @@ fn state() -> SendState {
             store_ip: [127, 0, 0, 1].into(),
             store_port: 10911,
             size_buckets: vec![16, 256],
+            cluster: "DefaultCluster".to_owned(),
         },
         rng: 7,
         defer: false,

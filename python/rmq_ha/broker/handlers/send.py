@@ -31,16 +31,19 @@ from rmq_ha._native import (
     SendPath,
     decode_batch_body,
     decode_stored_record,
+    with_property,
 )
 from rmq_ha.broker.metrics import MESSAGE_SIZE_BUCKETS
 from rmq_ha.broker.ports import Ports, ReplicationOutcomeLike, SpecialRouting
 from rmq_ha.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, check_topic_name
+from rmq_ha.clock import wall_ms as now_ms
 from rmq_ha.config import FlushDiskType
 from rmq_ha.errors import (
     ConfigError,
     MessageIllegalError,
     RemotingClosedError,
     RemotingDecodeError,
+    RemotingError,
 )
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -49,6 +52,8 @@ from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand, WireTuple
 from rmq_ha.protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
+    ReplyMessageRequestHeader,
+    SendMessageRequestHeader,
     SendMessageResponseHeader,
     parse_send_message_header,
 )
@@ -116,6 +121,7 @@ class NativeSends:
             f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
             max_message_size=p.cfg.max_message_size,
             size_buckets=list(MESSAGE_SIZE_BUCKETS),
+            cluster=p.cfg.cluster_name,
         )
         self.config_allows = config_allows
         if defer and spawn is None:
@@ -254,9 +260,131 @@ def register(d: Dispatcher, p: Ports, special: SpecialRouting) -> None:
     async def send_back(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         return await consumer_send_msg_back(p, special, cmd)
 
+    async def reply(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return await send_reply(p, conn, cmd)
+
     for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
         d.register(code, send)
     d.register(RC.CONSUMER_SEND_MSG_BACK, send_back)
+    d.register(RC.SEND_REPLY_MESSAGE, reply)
+    d.register(RC.SEND_REPLY_MESSAGE_V2, reply)
+
+
+#: How long the requester has to take a pushed reply (RocketMQ's Broker2Client.callClient).
+PUSH_REPLY_TIMEOUT_S = 3.0
+PROPERTY_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+
+
+async def send_reply(p: Ports, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    """SEND_REPLY_MESSAGE / _V2 (RocketMQ's ReplyMessageProcessor): a consumer's answer to a
+    request (``DefaultMQProducer.request``). It is pushed to the requesting producer, named
+    by the ``REPLY_TO_CLIENT`` property, as PUSH_REPLY_MESSAGE_TO_CLIENT on that producer's
+    connection; the answer is SUCCESS once the requester took it, else SYSTEM_ERROR saying
+    why. With ``storeReplyMessageEnable`` (the default) it is also stored on its topic
+    (``<cluster>_REPLY_TOPIC``)."""
+    h = parse_send_message_header(cmd.code, cmd.ext_fields)
+    if not is_writeable(p.cfg.broker_permission):
+        return cmd.response(
+            Resp.NO_PERMISSION, f"the broker {p.cfg.broker_name} sending message is forbidden"
+        )
+    why = check_topic_name(h.topic)
+    if why is not None:
+        return cmd.response(Resp.SYSTEM_ERROR, why)
+    tc = p.topics.for_write(h.topic, h.default_topic, h.default_topic_queue_nums)
+    if tc is None:
+        return cmd.response(
+            Resp.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
+        )
+    queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(tc.write_queue_nums)
+    if queue_id >= tc.write_queue_nums:
+        return cmd.response(
+            Resp.SYSTEM_ERROR,
+            f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
+            f"{tc.write_queue_nums} write queues",
+        )
+    body = cmd.body or b""
+    if len(body) > p.cfg.max_message_size:
+        return cmd.response(
+            Resp.MESSAGE_ILLEGAL,
+            f"the message body size over max value, MAX: {p.cfg.max_message_size}",
+        )
+    props = decode_properties(h.properties or "")
+    pushed, remark = await _push_reply(p, conn, h, queue_id, props, body)
+    resp = cmd.response(Resp.SUCCESS if pushed else Resp.SYSTEM_ERROR, None if pushed else remark)
+    ext = SendMessageResponseHeader(msg_id="0", queue_id=queue_id, queue_offset=0).to_ext()
+    if p.cfg.store_reply_message_enable and _refuse_write(p, cmd) is None:
+        msg = Message(
+            h.topic,
+            queue_id,
+            body,
+            (h.properties or "").encode(),
+            flag=h.flag,
+            sys_flag=h.sys_flag,
+            born_timestamp=h.born_timestamp,
+            born_host=conn.peer,
+            reconsume_times=h.reconsume_times or 0,
+        )
+        try:
+            placed = p.store.append_batch([msg])
+        except MessageIllegalError as e:
+            log.warning("reply message to %s not stored: %s", h.topic, e)
+        else:
+            p.replication.after_append()
+            p.hold.notify(h.topic, queue_id, p.store.native.queue_max_offset(h.topic, queue_id))
+            host, port = p.store_host
+            ext = SendMessageResponseHeader(
+                msg_id=offset_msg_id(host, port, placed.physical_offsets()[0]),
+                queue_id=queue_id,
+                queue_offset=placed.queue_offsets()[0],
+            ).to_ext()
+    resp.ext_fields = {**(resp.ext_fields or {}), **ext, "MSG_REGION": "DefaultRegion"}
+    return resp
+
+
+async def _push_reply(
+    p: Ports,
+    conn: Connection,
+    h: SendMessageRequestHeader,
+    queue_id: int,
+    props: dict[str, str],
+    body: bytes,
+) -> tuple[bool, str]:
+    """(pushed, why not) for a reply: to the requester's connection, as RocketMQ does."""
+    sender = props.get(PROPERTY_REPLY_TO_CLIENT)
+    if sender is None:
+        return False, f"reply message properties[{PROPERTY_REPLY_TO_CLIENT}] is null"
+    target = p.clients.producer_by_id(sender)
+    if target is None:
+        return False, f"push reply message fail, channel of <{sender}> not found."
+    host, port = p.store_host
+    props = {**props, PROPERTY_PUSH_REPLY_TIME: str(now_ms())}
+    rh = ReplyMessageRequestHeader(
+        producer_group=h.producer_group,
+        topic=h.topic,
+        default_topic=h.default_topic,
+        default_topic_queue_nums=h.default_topic_queue_nums,
+        queue_id=queue_id,
+        sys_flag=h.sys_flag,
+        born_timestamp=h.born_timestamp,
+        flag=h.flag,
+        properties=encode_properties(props),
+        reconsume_times=h.reconsume_times,
+        unit_mode=bool(h.unit_mode),
+        born_host=conn.peer,
+        store_host=f"{host}:{port}",
+        store_timestamp=now_ms(),
+    )
+    req = RemotingCommand.request(RC.PUSH_REPLY_MESSAGE_TO_CLIENT, rh.to_ext(), body)
+    try:
+        answer = await target.request(req, PUSH_REPLY_TIMEOUT_S)
+    except RemotingError as e:
+        log.warning("push reply message to <%s> failed: %s", sender, e)
+        return False, f"push reply message to {sender} fail."
+    if answer.code != Resp.SUCCESS:
+        log.warning("push reply message to <%s> refused: %s", sender, answer.remark)
+        return False, f"push reply message to {sender} fail."
+    return True, ""
 
 
 async def send_message(
@@ -294,14 +422,25 @@ async def send_message(
             f"{tc.write_queue_nums} write queues",
         )
     body = cmd.body or b""
-    props = (h.properties or "").encode()
+    # every stored message names the cluster (RocketMQ's SendMessageProcessor does; a
+    # request-reply consumer addresses its reply from it), as the native path does
+    cluster = p.cfg.cluster_name
+
+    def stamp(pr: bytes) -> bytes:
+        return with_property(pr, "CLUSTER", cluster) if cluster else pr
+
+    props = stamp((h.properties or "").encode())
     is_batch = cmd.code == RC.SEND_BATCH_MESSAGE or bool(h.batch)
     topic, store_qid, sys_flag = h.topic, queue_id, h.sys_flag
     if not is_batch and special.may_route(props):
         # Transaction halves and delayed/timer messages are stored on system topics first.
         topic, store_qid, props, sys_flag = special.route_send(topic, queue_id, props, sys_flag)
     try:
-        entries = decode_batch_body(body) if is_batch else [(h.flag, body, props)]
+        entries = (
+            [(f, b, stamp(pr)) for f, b, pr in decode_batch_body(body)]
+            if is_batch
+            else [(h.flag, body, props)]
+        )
     except RemotingDecodeError as e:
         return cmd.response(Resp.MESSAGE_ILLEGAL, f"the batch body does not decode: {e}")
     if not entries:

@@ -34,6 +34,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.client.utils.MessageUtil;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
@@ -68,7 +69,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * </pre>
  *
  * Scenarios: send-sync, send-async, send-oneway, send-batch, send-orderly, consume-push-concurrent,
- * consume-push-orderly, consume-push-broadcast, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route,
+ * consume-push-orderly, consume-push-broadcast, request-reply, consume-pull, consume-lite-pull, consume-with-failures, offset-resume, route,
  * send-delayed (--delay-level), send-transaction (body n: n % 3 == 0 commits, 1 rolls back,
  * 2 answers UNKNOW and commits when the broker checks), orderly-failover (an ordered producer and
  * an orderly push consumer in one process, run while the test kills and restarts a master; see
@@ -287,6 +288,7 @@ public final class InteropMain {
             case "consume-push-concurrent": consumePush(false); break;
             case "consume-push-orderly": consumePush(true); break;
             case "consume-push-broadcast": consumeBroadcast(); break;
+            case "request-reply": requestReply(); break;
             case "consume-pull": consumePull(); break;
             case "consume-lite-pull": consumeLitePull(); break;
             case "consume-with-failures": consumeWithFailures(); break;
@@ -748,6 +750,53 @@ public final class InteropMain {
             for (DefaultMQPushConsumer c : cs) {
                 c.shutdown();
             }
+        }
+    }
+
+    /** DefaultMQProducer.request: a push consumer answers each request with a reply
+     * (MessageUtil.createReplyMessage, body "re:" + the request's) sent by its own producer;
+     * the requester records each reply it got ("sent" entries carry "reply"). */
+    void requestReply() throws Exception {
+        DefaultMQProducer replier = producer();
+        DefaultMQPushConsumer c = pushConsumer(2);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                Map<String, Object> r = receivedRecord(m);
+                r.put("cluster", m.getProperty(MessageConst.PROPERTY_CLUSTER));
+                received.add(r);
+                try {
+                    byte[] body = ("re:" + bodyId(m.getBody())).getBytes(StandardCharsets.UTF_8);
+                    SendResult sr = replier.send(MessageUtil.createReplyMessage(m, body));
+                    r.put("replyStatus", sr.getSendStatus().name());
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        DefaultMQProducer requester = new DefaultMQProducer("P_req_" + group, hook);
+        requester.setNamesrvAddr(namesrv);
+        requester.setInstanceName(instance("requester"));
+        requester.start();
+        try {
+            for (int i = 0; i < count; i++) {
+                String id = prefix + "-" + i;
+                Map<String, Object> s = new LinkedHashMap<>();
+                s.put("body", id);
+                try {
+                    Message reply = requester.request(message(id, "k" + i), 10000);
+                    s.put("reply", new String(reply.getBody(), StandardCharsets.UTF_8));
+                    s.put("replyTopic", reply.getTopic());
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+                sent.add(s);
+            }
+        } finally {
+            requester.shutdown();
+            c.shutdown();
+            replier.shutdown();
         }
     }
 
