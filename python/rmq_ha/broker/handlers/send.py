@@ -284,25 +284,9 @@ async def send_reply(p: Ports, conn: Connection, cmd: RemotingCommand) -> Remoti
     why. With ``storeReplyMessageEnable`` (the default) it is also stored on its topic
     (``<cluster>_REPLY_TOPIC``)."""
     h = parse_send_message_header(cmd.code, cmd.ext_fields)
-    if not is_writeable(p.cfg.broker_permission):
-        return cmd.response(
-            Resp.NO_PERMISSION, f"the broker {p.cfg.broker_name} sending message is forbidden"
-        )
-    why = check_topic_name(h.topic)
-    if why is not None:
-        return cmd.response(Resp.SYSTEM_ERROR, why)
-    tc = p.topics.for_write(h.topic, h.default_topic, h.default_topic_queue_nums)
-    if tc is None:
-        return cmd.response(
-            Resp.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
-        )
-    queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(tc.write_queue_nums)
-    if queue_id >= tc.write_queue_nums:
-        return cmd.response(
-            Resp.SYSTEM_ERROR,
-            f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
-            f"{tc.write_queue_nums} write queues",
-        )
+    queue_id = _write_queue(p, None, cmd, h)
+    if isinstance(queue_id, RemotingCommand):
+        return queue_id
     body = cmd.body or b""
     if len(body) > p.cfg.max_message_size:
         return cmd.response(
@@ -387,10 +371,12 @@ async def _push_reply(
     return True, ""
 
 
-async def send_message(
-    p: Ports, special: SpecialRouting, conn: Connection, cmd: RemotingCommand
-) -> RemotingCommand:
-    h = parse_send_message_header(cmd.code, cmd.ext_fields)
+def _write_queue(
+    p: Ports, special: SpecialRouting | None, cmd: RemotingCommand, h: SendMessageRequestHeader
+) -> int | RemotingCommand:
+    """The queue a send (or a reply) writes to, or the refusal: the broker's and the topic's
+    write permission, the topic's name and existence (auto-created when allowed), the queue
+    id (a random one for -1), and the system topics producers may not write."""
     if not is_writeable(p.cfg.broker_permission):
         return cmd.response(
             Resp.NO_PERMISSION, f"the broker {p.cfg.broker_name} sending message is forbidden"
@@ -398,7 +384,7 @@ async def send_message(
     why = check_topic_name(h.topic)
     if why is not None:
         return cmd.response(Resp.SYSTEM_ERROR, why)
-    if special.not_allowed_send(h.topic, h.producer_group):
+    if special is not None and special.not_allowed_send(h.topic, h.producer_group):
         return cmd.response(
             Resp.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
         )
@@ -421,6 +407,16 @@ async def send_message(
             f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
             f"{tc.write_queue_nums} write queues",
         )
+    return queue_id
+
+
+async def send_message(
+    p: Ports, special: SpecialRouting, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand:
+    h = parse_send_message_header(cmd.code, cmd.ext_fields)
+    queue_id = _write_queue(p, special, cmd, h)
+    if isinstance(queue_id, RemotingCommand):
+        return queue_id
     body = cmd.body or b""
     # every stored message names the cluster (RocketMQ's SendMessageProcessor does; a
     # request-reply consumer addresses its reply from it), as the native path does
