@@ -408,3 +408,67 @@ async def test_oneway_commit_sent_just_before_close_is_applied(tmp_path: Path) -
             with trio.fail_after(5):
                 while (await c.client.invoke(c.broker, q)).ext_fields.get("offset") != str(offset):
                     await trio.sleep(0.02)
+
+
+async def test_a_reply_is_pushed_to_its_requester_and_stored(tmp_path: Path) -> None:
+    """SEND_REPLY_MESSAGE_V2 (RocketMQ's ReplyMessageProcessor): the reply goes to the
+    producer its REPLY_TO_CLIENT property names, as PUSH_REPLY_MESSAGE_TO_CLIENT on that
+    producer's own connection, and is stored on the reply topic; without a requester to push
+    to the answer is SYSTEM_ERROR saying why (stored all the same); a system topic producers
+    may not write is refused as for a send, and nothing is pushed."""
+    from rmq_ha.protocol.headers import ReplyMessageRequestHeader
+    from rmq_ha.protocol.message import decode_properties
+    from rmq_ha.protocol.models import ProducerData
+
+    pushed: list[RemotingCommand] = []
+
+    async def on_request(conn: object, cmd: RemotingCommand) -> RemotingCommand:
+        pushed.append(cmd)
+        return cmd.response(Resp.SUCCESS)
+
+    topic = "DefaultCluster_REPLY_TOPIC"
+
+    def reply(props: dict[str, str], to: str = topic) -> RemotingCommand:
+        h = SendMessageRequestHeader(
+            producer_group="P_replier",
+            topic=to,
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=0,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=0,
+            properties=encode_properties({"MSG_TYPE": "reply", **props}),
+        )
+        return RemotingCommand.request(RC.SEND_REPLY_MESSAGE_V2, h.to_v2().to_ext(), b"answer")
+
+    async with cluster(tmp_path) as c, RemotingClient(handler=on_request) as requester:  # type: ignore[arg-type]
+        hb = HeartbeatData(client_id="req-1", producer_data_set=[ProducerData(group_name="P_req")])
+        r = await requester.invoke(
+            c.broker, RemotingCommand.request(RC.HEART_BEAT, None, hb.to_json())
+        )
+        assert r.code == Resp.SUCCESS
+        r = await c.client.invoke(
+            c.broker, reply({"REPLY_TO_CLIENT": "req-1", "CORRELATION_ID": "c1"})
+        )
+        assert r.code == Resp.SUCCESS, r.remark
+        assert [p.code for p in pushed] == [RC.PUSH_REPLY_MESSAGE_TO_CLIENT]
+        assert pushed[0].body == b"answer"
+        ph = ReplyMessageRequestHeader.from_ext(pushed[0].ext_fields)
+        props = decode_properties(ph.properties)
+        assert (ph.topic, ph.queue_id, props["CORRELATION_ID"]) == (topic, 0, "c1")
+        assert "PUSH_REPLY_TIME" in props and ph.store_host == c.node.address
+        assert r.ext_fields is not None and r.ext_fields["queueOffset"] == "0"
+        assert c.node.store.native.queue_max_offset(topic, 0) == 1
+        for props, why in (
+            ({"REPLY_TO_CLIENT": "gone", "CORRELATION_ID": "c2"}, "channel of <gone> not found"),
+            ({"CORRELATION_ID": "c3"}, "properties[REPLY_TO_CLIENT] is null"),
+        ):
+            r = await c.client.invoke(c.broker, reply(props))
+            assert r.code == Resp.SYSTEM_ERROR and why in (r.remark or ""), r.remark
+        assert c.node.store.native.queue_max_offset(topic, 0) == 3
+        r = await c.client.invoke(
+            c.broker, reply({"REPLY_TO_CLIENT": "req-1"}, to="SCHEDULE_TOPIC_XXXX")
+        )
+        assert r.code == Resp.NO_PERMISSION and "forbidden" in (r.remark or ""), r.remark
+        assert len(pushed) == 1

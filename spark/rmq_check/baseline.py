@@ -64,7 +64,7 @@ def _ops(path: Path) -> Iterator[Row]:
                     )
                 yield (*row, m)
     else:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:
             for line in fh:
                 if not line.strip():
                     continue

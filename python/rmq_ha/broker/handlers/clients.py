@@ -93,8 +93,9 @@ def register(d: Dispatcher, p: Ports) -> None:
         except (ValueError, TypeError) as e:
             return cmd.response(Resp.SYSTEM_ERROR, f"bad CHECK_CLIENT_CONFIG body: {e}")
         sub = body.subscription_data if body is not None else None
+        # RocketMQ's ExpressionType.isTagType: null, empty or exactly "TAG"
         etype = (sub.expression_type or ExpressionType.TAG) if sub is not None else None
-        if etype is not None and etype.upper() != ExpressionType.TAG:
+        if etype is not None and etype != ExpressionType.TAG:
             return cmd.response(
                 Resp.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {etype}",

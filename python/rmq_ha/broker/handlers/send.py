@@ -44,6 +44,7 @@ from rmq_ha.errors import (
     RemotingClosedError,
     RemotingDecodeError,
     RemotingError,
+    StoreError,
 )
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -261,7 +262,7 @@ def register(d: Dispatcher, p: Ports, special: SpecialRouting) -> None:
         return await consumer_send_msg_back(p, special, cmd)
 
     async def reply(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return await send_reply(p, conn, cmd)
+        return await send_reply(p, special, conn, cmd)
 
     for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
         d.register(code, send)
@@ -271,20 +272,23 @@ def register(d: Dispatcher, p: Ports, special: SpecialRouting) -> None:
 
 
 #: How long the requester has to take a pushed reply (RocketMQ's Broker2Client.callClient).
-PUSH_REPLY_TIMEOUT_S = 3.0
+PUSH_REPLY_TIMEOUT_S = 10.0
 PROPERTY_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
 PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
 
 
-async def send_reply(p: Ports, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+async def send_reply(
+    p: Ports, special: SpecialRouting, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand:
     """SEND_REPLY_MESSAGE / _V2 (RocketMQ's ReplyMessageProcessor): a consumer's answer to a
     request (``DefaultMQProducer.request``). It is pushed to the requesting producer, named
     by the ``REPLY_TO_CLIENT`` property, as PUSH_REPLY_MESSAGE_TO_CLIENT on that producer's
     connection; the answer is SUCCESS once the requester took it, else SYSTEM_ERROR saying
     why. With ``storeReplyMessageEnable`` (the default) it is also stored on its topic
-    (``<cluster>_REPLY_TOPIC``)."""
+    (``<cluster>_REPLY_TOPIC``); a store failure is logged and the answer stays the push's,
+    as RocketMQ answers. System topics producers may not write are refused as for a send."""
     h = parse_send_message_header(cmd.code, cmd.ext_fields)
-    queue_id = _write_queue(p, None, cmd, h)
+    queue_id = _write_queue(p, special, cmd, h)
     if isinstance(queue_id, RemotingCommand):
         return queue_id
     body = cmd.body or b""
@@ -311,7 +315,7 @@ async def send_reply(p: Ports, conn: Connection, cmd: RemotingCommand) -> Remoti
         )
         try:
             placed = p.store.append_batch([msg])
-        except MessageIllegalError as e:
+        except StoreError as e:
             log.warning("reply message to %s not stored: %s", h.topic, e)
         else:
             p.replication.after_append()
@@ -372,7 +376,7 @@ async def _push_reply(
 
 
 def _write_queue(
-    p: Ports, special: SpecialRouting | None, cmd: RemotingCommand, h: SendMessageRequestHeader
+    p: Ports, special: SpecialRouting, cmd: RemotingCommand, h: SendMessageRequestHeader
 ) -> int | RemotingCommand:
     """The queue a send (or a reply) writes to, or the refusal: the broker's and the topic's
     write permission, the topic's name and existence (auto-created when allowed), the queue
@@ -384,7 +388,7 @@ def _write_queue(
     why = check_topic_name(h.topic)
     if why is not None:
         return cmd.response(Resp.SYSTEM_ERROR, why)
-    if special is not None and special.not_allowed_send(h.topic, h.producer_group):
+    if special.not_allowed_send(h.topic, h.producer_group):
         return cmd.response(
             Resp.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
         )
