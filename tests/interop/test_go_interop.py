@@ -53,6 +53,10 @@ def test_tag_filter(live: Cluster, tmp_path: Path, names: Names, ser: str) -> No
     scenarios.tag_filter(CLIENT, live, tmp_path, names, ser)
 
 
+def test_request_reply(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.request_reply(CLIENT, live, tmp_path, names, ser)
+
+
 def test_offset_resume(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
     scenarios.offset_resume(CLIENT, live, tmp_path, names, ser)
 

@@ -181,6 +181,8 @@ func (r *run) dispatch() error {
 		return r.offsetResume()
 	case "route":
 		return r.route()
+	case "request-reply":
+		return r.requestReply()
 	}
 	return fmt.Errorf("unknown scenario %q", r.o.scenario)
 }
@@ -368,6 +370,75 @@ func (r *run) sendSync() error {
 			continue
 		}
 		r.addSent(sentRecord(id, key, res))
+	}
+	return nil
+}
+
+// requestReply: Producer.Request, answered by a push consumer whose own producer sends the
+// reply (the topic must exist first: the Go consumer does not start without its route) (consumer.CreateReplyMessage, body "re:" + the request's: v2.1.2's CreateReplyMessage
+// drops the body it is given, so it is set again). Sent entries carry "reply".
+func (r *run) requestReply() error {
+	replier, err := r.producer()
+	if err != nil {
+		return err
+	}
+	defer replier.Shutdown()
+	// The requester shares the consumer's client: v2.1.2 sends a producer's heartbeat to a
+	// broker only once it knows one (at start, or every 30 s), and a broker pushes a reply
+	// only to a producer it has a heartbeat of; the consumer's start sends that heartbeat.
+	inst := r.instance("push")
+	requester, err := r.producer(producer.WithInstanceName(inst))
+	if err != nil {
+		return err
+	}
+	defer requester.Shutdown()
+	c, err := r.pushConsumer(false, consumer.WithInstance(inst))
+	if err != nil {
+		return err
+	}
+	err = c.Subscribe(r.o.topic, consumer.MessageSelector{}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		for _, m := range msgs {
+			if consumer.GetReplyToClient(m) == "" {
+				continue // the message that created the topic: not a request
+			}
+			rec := receivedRecord(m)
+			rec["cluster"] = m.GetProperty(primitive.PropertyCluster)
+			body := []byte("re:" + bodyID(m.Body))
+			reply, err := consumer.CreateReplyMessage(m, body)
+			if err != nil {
+				r.addErr(err)
+				r.addReceived(rec)
+				continue
+			}
+			reply.Body = body
+			res, err := replier.SendSync(context.Background(), reply)
+			if err != nil {
+				r.addErr(err)
+			} else {
+				rec["replyStatus"] = sendStatus(res.Status)
+			}
+			r.addReceived(rec)
+		}
+		return consumer.ConsumeSuccess, nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	defer c.Shutdown()
+	for i := 0; i < r.o.count; i++ {
+		id := fmt.Sprintf("%s-%d", r.o.prefix, i)
+		rec := map[string]interface{}{"body": id}
+		reply, err := requester.Request(context.Background(), 10*time.Second, r.message(id, fmt.Sprintf("k%d", i)))
+		if err != nil {
+			r.addErr(err)
+		} else {
+			rec["reply"] = string(reply.Body)
+			rec["replyTopic"] = reply.Topic
+		}
+		r.addSent(rec)
 	}
 	return nil
 }
