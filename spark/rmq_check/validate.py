@@ -311,39 +311,26 @@ def uniqueness_problems(ops: DataFrame) -> DataFrame | None:
     c = F.col
     if CORRUPT in ops.columns:
         ops = ops.where(~F.coalesce(c(CORRUPT), F.lit(False)))
-    out: list[DataFrame] = []
-
-    def later(rows: DataFrame, dup: DataFrame, problem: Column) -> DataFrame:
-        n = dup.count()
-        hit = rows.join(F.broadcast(dup) if n <= BROADCAST_LIMIT else dup, "k", "left_semi")
-        first = Window.partitionBy("k").orderBy(POS)
-        return (
-            hit.select("*", F.row_number().over(first).alias("_nth"))
-            .where(c("_nth") > 1)
-            .select(POS, "index", problem.alias("problem"))
-        )
-
     idx = ops.where(c("index").isNotNull()).select(POS, "index", c("index").alias("k"))
-    dup_index = _repeated(idx.select("k"))
-    if dup_index.limit(1).count():
-        out.append(
-            later(
-                idx,
-                dup_index,
-                _msg("op %d: index %d appears twice in the history", c("index"), c("k")),
-            )
-        )
     inv = ops.where(
         (c("f") == "send") & (c("type") == "invoke") & c("value.value").isNotNull()
     ).select(POS, "index", c("value.value").alias("k"))
-    dup_sent = _repeated(inv.select("k"))
-    if dup_sent.limit(1).count():
+    out: list[DataFrame] = []
+    for rows, problem in (
+        (idx, _msg("op %d: index %d appears twice in the history", c("index"), c("k"))),
+        (inv, _msg("op %d: value %d is sent twice (values are unique)", c("index"), c("k"))),
+    ):
+        dup = _repeated(rows.select("k"))
+        n = dup.count()
+        if not n:
+            continue
+        # every occurrence after the first in file order is a problem line
+        hit = rows.join(F.broadcast(dup) if n <= BROADCAST_LIMIT else dup, "k", "left_semi")
+        first = Window.partitionBy("k").orderBy(POS)
         out.append(
-            later(
-                inv,
-                dup_sent,
-                _msg("op %d: value %d is sent twice (values are unique)", c("index"), c("k")),
-            )
+            hit.select("*", F.row_number().over(first).alias("_nth"))
+            .where(c("_nth") > 1)
+            .select(POS, "index", problem.alias("problem"))
         )
     return reduce(DataFrame.unionByName, out) if out else None
 

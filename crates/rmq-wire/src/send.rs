@@ -374,29 +374,22 @@ fn plan<'a>(
     if h.sys_flag & TRANSACTION_SYS_FLAG_MASK != 0 || (!is_batch && may_route(&props)) {
         return Plan::Python;
     }
-    let stamp = |p: &'a [u8]| -> Cow<'a, [u8]> {
-        if cfg.cluster.is_empty() {
-            Cow::Borrowed(p)
-        } else {
-            Cow::Owned(with_property(p, "CLUSTER", &cfg.cluster))
-        }
-    };
-    let entries: Vec<Entry<'a>> = if is_batch {
+    let mut entries: Vec<Entry<'a>> = if is_batch {
         match decode_batch(body) {
             Ok(es) => es
                 .into_iter()
-                .map(|e| (e.flag, e.body, stamp(e.properties)))
+                .map(|e| (e.flag, e.body, Cow::Borrowed(e.properties)))
                 .collect(),
             Err(_) => return Plan::Python,
         }
     } else {
-        let own = if cfg.cluster.is_empty() {
-            props
-        } else {
-            with_property(&props, "CLUSTER", &cfg.cluster)
-        };
-        vec![(h.flag, body, Cow::Owned(own))]
+        vec![(h.flag, body, Cow::Owned(props))]
     };
+    if !cfg.cluster.is_empty() {
+        for e in &mut entries {
+            e.2 = Cow::Owned(with_property(&e.2, "CLUSTER", &cfg.cluster));
+        }
+    }
     if entries.is_empty() {
         return Plan::Reply {
             code: MESSAGE_ILLEGAL,

@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result, verdict
-from rmq_check.core import DRAIN_GID, POS_BITS, Frames, example_rows, qhash
+from rmq_check.core import DRAIN_GID, POS_BITS, Frames, example_rows, qhash, value_flags
 
 BROADCAST_LIMIT = 1_000_000
 
@@ -38,9 +38,9 @@ def key_order(fr: Frames) -> dict[str, Any]:
         return result(UNKNOWN, 0, [], applies=False, reason="no keyed sends (or --order off)")
     v = fr.values()
     c = F.col
-    # acknowledged: SEND_OK or no status (a non-OK status, e.g. FLUSH_SLAVE_TIMEOUT, is kept
-    # apart, as lost does)
-    acked = v.where((c("ok") == 1) & (c("weak") == 0) & c("key").isNotNull())
+    # acknowledged as lost counts it: SEND_OK or no status (a non-OK status, e.g.
+    # FLUSH_SLAVE_TIMEOUT, is kept apart)
+    acked = v.where(value_flags(fr)["acked"] & c("key").isNotNull())
     keys = acked.groupBy("key").agg(
         F.min("ack_qh").alias("q0"), F.max("ack_qh").alias("q1"), F.count(F.lit(1)).alias("n")
     )

@@ -299,8 +299,10 @@ async def send_reply(
         )
     props = decode_properties(h.properties or "")
     pushed, remark = await _push_reply(p, conn, h, queue_id, props, body)
-    resp = cmd.response(Resp.SUCCESS if pushed else Resp.SYSTEM_ERROR, None if pushed else remark)
+    code = Resp.SUCCESS if pushed else Resp.SYSTEM_ERROR
+    # not stored: RocketMQ answers msgId "0" and queue offset 0
     ext = SendMessageResponseHeader(msg_id="0", queue_id=queue_id, queue_offset=0).to_ext()
+    resp = cmd.response(code, None, {**ext, "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
     if p.cfg.store_reply_message_enable and _refuse_write(p, cmd) is None:
         msg = Message(
             h.topic,
@@ -320,13 +322,9 @@ async def send_reply(
         else:
             p.replication.after_append()
             p.hold.notify(h.topic, queue_id, p.store.native.queue_max_offset(h.topic, queue_id))
-            host, port = p.store_host
-            ext = SendMessageResponseHeader(
-                msg_id=offset_msg_id(host, port, placed.physical_offsets()[0]),
-                queue_id=queue_id,
-                queue_offset=placed.queue_offsets()[0],
-            ).to_ext()
-    resp.ext_fields = {**(resp.ext_fields or {}), **ext, "MSG_REGION": "DefaultRegion"}
+            resp = _send_response(p, cmd, placed, queue_id, code)
+    if not pushed:
+        resp.remark = remark
     return resp
 
 
