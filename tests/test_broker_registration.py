@@ -71,6 +71,7 @@ def _shell(tmp_path: Path, outbound: Outbound) -> NamesrvShell:
         delay=None,  # type: ignore[arg-type]
         delay_running=lambda: False,
         adopt_topics=lambda: None,
+        log_queues=lambda: [],
         acting_enabled=False,
     )
 

@@ -274,3 +274,51 @@ async def test_empty_slave_with_sync_from_last_file_starts_at_the_masters_last_s
         assert files[0] == last and len(files) >= 2
     finally:
         c.stop()
+
+
+async def test_a_deleted_topic_is_deleted_on_the_slave_too_and_comes_back_empty(
+    tmp_path: Path,
+) -> None:
+    """deleteTopic on the master hides the topic's messages on every replica (the store's
+    deletion marker replicates with the log): after the master dies, reading the topic (created
+    again by the next sends) from the slave finds only what was sent after the deletion."""
+    c = HaCluster(
+        tmp_path,
+        replicas=2,
+        controller_mode=False,
+        broker={"brokerNotActiveTimeoutMillis": 1500},
+    )
+    async with started(c):
+        with trio.fail_after(30):
+            while not (await c.status(1) or {}).get("slaveState") == "TRANSFER":
+                await trio.sleep(0.1)
+        ns = c.ns_addrs[0]
+        old, new = Acked(), Acked()
+        assert await send_values(ns, TOPIC, [f"old{i}" for i in range(20)], old) == []
+        async with Admin(ns, config=ClientConfig(client_ip="127.0.0.1")) as admin:
+            assert await admin.delete_topic(TOPIC, "HaCluster") == [c.broker_addr(0)]
+        # auto-created again by the first send; retried while the route is rebuilt
+        with trio.fail_after(30):
+            while await send_values(ns, TOPIC, ["new0"], new):
+                await trio.sleep(0.2)
+        assert await send_values(ns, TOPIC, [f"new{i}" for i in range(1, 10)], new) == []
+        assert read_values(await read_all(ns, TOPIC)) == set(new.values)
+        with trio.fail_after(30):
+            while (await c.status(1) or {}).get("maxOffset") != (await c.status(0) or {})[
+                "maxOffset"
+            ]:
+                await trio.sleep(0.1)
+        c.brokers[0].kill()
+        async with Admin(ns, config=ClientConfig(client_ip="127.0.0.1")) as admin:
+            with trio.fail_after(30):
+                while True:
+                    route = await admin.route(TOPIC)
+                    if all(0 not in b.broker_addrs for b in route.broker_datas):
+                        break
+                    await trio.sleep(0.2)
+        assert read_values(await read_all(ns, TOPIC)) == set(new.values)
+
+
+def read_values(read: list[str]) -> set[str]:
+    assert len(read) == len(set(read)), "a message read twice"
+    return set(read)

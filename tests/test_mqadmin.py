@@ -123,6 +123,16 @@ async def test_topic_commands(tmp_path: Path) -> None:
         assert "AdmT" not in topics
         # The broker dropped it too: it does not come back with the next registration.
         assert env.node is not None and env.node.topics.get("AdmT") is None
+        # Its messages went with it: created again, the topic starts empty (its queue offsets
+        # go on from where they were), as RocketMQ's deleteTopic destroys consume queues.
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("AdmT", cluster="DefaultCluster", queue_nums=3,
+                                 wait_for_route_s=5)  # fmt: skip
+        _, stats = await mq("topicStatus", "-n", ns, "-t", "AdmT")
+        assert [(r["queueId"], r["minOffset"], r["maxOffset"]) for r in stats] == [
+            (0, 0, 0), (1, 4, 4), (2, 0, 0),
+        ]  # fmt: skip
+        await mq("deleteTopic", "-n", ns, "-t", "AdmT", "-c", "DefaultCluster")
         # Usage errors exit 2.
         assert await mqadmin.main_async(["updateTopic", "-n", ns, "-t", "X"], io.StringIO()) == 2
 

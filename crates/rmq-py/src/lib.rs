@@ -707,6 +707,11 @@ impl Store {
     fn queues(&self) -> PyResult<Vec<(String, i32)>> {
         self.inner.queues().map_err(to_py)
     }
+    /// Deletes a topic's messages from its consume queues (a marker record in the commitlog;
+    /// queue offsets go on); returns the marker's commitlog offset.
+    fn delete_topic(&self, py: Python<'_>, topic: &str) -> PyResult<u64> {
+        py.detach(|| self.inner.delete_topic(topic)).map_err(to_py)
+    }
 
     /// Moves the confirm offset (clamped to max) and dispatches up to it.
     fn set_confirm_offset(&self, py: Python<'_>, offset: u64) -> PyResult<u64> {
@@ -1077,5 +1082,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TRANSACTION_PREPARED_TYPE", 0x4)?;
     m.add("TRANSACTION_COMMIT_TYPE", 0x8)?;
     m.add("TRANSACTION_ROLLBACK_TYPE", 0xC)?;
+    m.add("TOPIC_DELETED", rmq_store::store::TOPIC_DELETED)?;
     Ok(())
 }

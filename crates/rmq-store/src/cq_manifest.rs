@@ -11,6 +11,9 @@
 //! per queue: topic_len u16 | topic | queue_id i32 | max_offset u64
 //! CRC32 (IEEE) of every byte before it, u32
 //! ```
+//!
+//! An entry with queue id -1 is not a queue: it is a deleted topic's floor (`max_offset` is the
+//! commitlog offset of its deletion marker; see "Deleted topics" in [`crate::store`]).
 
 use std::path::{Path, PathBuf};
 

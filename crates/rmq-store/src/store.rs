@@ -19,6 +19,15 @@
 //! ([`Store::read_queue`]); [`Store::repair`] writes good bytes from a replica back in place.
 //! Missing or damaged consume queues are rebuilt from the commitlog on open (they are checked
 //! against the consume-queue manifest, [`crate::cq_manifest`], and against the log).
+//!
+//! # Deleted topics
+//! [`Store::delete_topic`] appends a marker record (topic [`TOPIC_DELETED`], body = the deleted
+//! topic's name) to the commitlog, so the deletion replicates, recovers and truncates with the
+//! data around it. Dispatching the marker sets the topic's *floor* to the marker's offset: every
+//! unit of the topic below it is hidden as retention hides expired ones (min offset raised,
+//! whole files deleted), and queue offsets go on from where they were, never handed out twice.
+//! A topic created again under the same name starts empty. Floors are kept in the consume-queue
+//! manifest (entries with queue id -1) and applied again on every open and rebuild.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -45,6 +54,12 @@ use crate::cq_manifest::{self, ManifestEntry};
 use crate::dispatch::{DispatchState, PendingUnit, QueueKey};
 use crate::error::{IoContext, Result, StoreError};
 use crate::quarantine::{Quarantine, QuarantineEntry, QuarantineLoad, QueueRef};
+
+/// The topic of the marker record [`Store::delete_topic`] appends; producers may not use it.
+pub const TOPIC_DELETED: &str = "rmq_sys_TOPIC_DELETED";
+
+/// The queue id of a pending unit that carries a deleted topic's floor, not a queue's unit.
+const FLOOR_QID: i32 = -1;
 
 /// How often the consume-queue manifest's counts are refreshed when only they changed.
 const MANIFEST_REFRESH: Duration = Duration::from_secs(10);
@@ -272,6 +287,8 @@ struct Inner {
     cqs: HashMap<(String, i32), ConsumeQueue>,
     state: DispatchState,
     quarantine: Quarantine,
+    /// Deleted topics: every unit of the topic below this commitlog offset is gone.
+    floors: HashMap<String, u64>,
     stats: StoreStats,
     last_store_ts: i64,
     closed: bool,
@@ -374,6 +391,7 @@ impl Core {
             cqs,
             state,
             quarantine,
+            floors,
             ..
         } = inner;
         let mut units: Vec<PendingUnit> = Vec::new();
@@ -387,7 +405,7 @@ impl Core {
             })?;
         }
         state.take_until(target, &mut units);
-        Self::append_units(&self.cfg, cqs, quarantine, units)?;
+        Self::append_units(&self.cfg, cqs, quarantine, floors, units)?;
         self.dispatched.store(target, Ordering::Release);
         Ok(target)
     }
@@ -397,14 +415,22 @@ impl Core {
     /// skipped. A gap in a queue's offsets that a quarantined range of unknown records explains
     /// is filled with placeholder units pointing into that range (readers skip them as
     /// quarantined, a repair rewrites them), so later records keep their queue offsets.
+    /// A deleted topic's marker raises that topic's floor once every unit is in (a unit below
+    /// the marker is hidden whichever order they came in; one above it stays).
     fn append_units(
         cfg: &StoreConfig,
         cqs: &mut HashMap<(String, i32), ConsumeQueue>,
         quarantine: &Quarantine,
+        floors: &mut HashMap<String, u64>,
         units: Vec<PendingUnit>,
     ) -> Result<()> {
         let mut groups: HashMap<QueueKey, Vec<(u64, CqUnit)>> = HashMap::new();
+        let mut deleted: Vec<(Arc<str>, u64)> = Vec::new();
         for u in units {
+            if u.key.1 == FLOOR_QID {
+                deleted.push((u.key.0, u.unit.phys_offset));
+                continue;
+            }
             groups.entry(u.key).or_default().push((u.index, u.unit));
         }
         for ((topic, qid), units) in groups {
@@ -445,6 +471,25 @@ impl Core {
             }
             q.append_batch(&batch)?;
         }
+        for (topic, floor) in deleted {
+            let f = floors.entry(topic.to_string()).or_insert(0);
+            *f = (*f).max(floor);
+            Self::apply_floor(cqs, &topic, *f)?;
+        }
+        Ok(())
+    }
+
+    /// Hides every unit of `topic`'s queues below commitlog offset `floor` (a deleted topic).
+    fn apply_floor(
+        cqs: &mut HashMap<(String, i32), ConsumeQueue>,
+        topic: &str,
+        floor: u64,
+    ) -> Result<()> {
+        for ((t, _), q) in cqs.iter_mut() {
+            if t == topic {
+                q.delete_before_phys(floor)?;
+            }
+        }
         Ok(())
     }
 
@@ -453,15 +498,20 @@ impl Core {
     fn unit_of_item(state: &mut DispatchState, item: &Item<'_, '_>) -> Result<Option<PendingUnit>> {
         match item {
             Item::Record(off, r) => Self::unit_of(state, *off, r),
-            Item::Quarantined(e) => Ok(e.record.as_ref().map(|r| PendingUnit {
-                key: (state.intern(&r.topic), r.queue_id),
-                index: r.queue_offset,
-                unit: CqUnit {
-                    phys_offset: e.offset,
-                    size: u32::try_from(e.size).unwrap_or(u32::MAX),
-                    tag_code: 0,
-                },
-            })),
+            Item::Quarantined(e) => {
+                Ok(e.record
+                    .as_ref()
+                    .filter(|r| r.topic != TOPIC_DELETED)
+                    .map(|r| PendingUnit {
+                        key: (state.intern(&r.topic), r.queue_id),
+                        index: r.queue_offset,
+                        unit: CqUnit {
+                            phys_offset: e.offset,
+                            size: u32::try_from(e.size).unwrap_or(u32::MAX),
+                            tag_code: 0,
+                        },
+                    }))
+            }
         }
     }
 
@@ -479,6 +529,19 @@ impl Core {
             offset: off,
             reason,
         })?;
+        if topic == TOPIC_DELETED {
+            // a deleted topic's marker: its floor, not a unit (a body that names no topic
+            // deletes nothing)
+            return Ok(check_topic(r.body).ok().map(|t| PendingUnit {
+                key: (state.intern(t), FLOOR_QID),
+                index: 0,
+                unit: CqUnit {
+                    phys_offset: off,
+                    size: r.total_size() as u32,
+                    tag_code: 0,
+                },
+            }));
+        }
         let index = u64::try_from(r.queue_offset).map_err(|_| StoreError::CorruptRecord {
             offset: off,
             reason: format!("negative queue offset {}", r.queue_offset),
@@ -505,7 +568,9 @@ impl Core {
     ) -> Result<()> {
         scan_around(log, quarantine, from, to, false, &mut |item| {
             if let Some(u) = Self::unit_of_item(state, &item)? {
-                state.raise_next(&u.key.0, u.key.1, u.index as i64 + 1);
+                if u.key.1 != FLOOR_QID {
+                    state.raise_next(&u.key.0, u.key.1, u.index as i64 + 1);
+                }
             }
             Ok(())
         })
@@ -545,6 +610,15 @@ impl Core {
                     max_offset: q.max_offset(),
                 });
             }
+            // deleted topics' floors (kept: one entry per deleted name, and they keep a
+            // deleted topic's emptied queues out of `queues()`)
+            for (topic, &floor) in &inner.floors {
+                manifest.push(ManifestEntry {
+                    topic: topic.clone(),
+                    queue_id: FLOOR_QID,
+                    max_offset: floor,
+                });
+            }
             manifest.sort_by(|a, b| (&a.topic, a.queue_id).cmp(&(&b.topic, b.queue_id)));
             (
                 files,
@@ -582,7 +656,15 @@ impl Core {
                     .zip(&manifest)
                     .any(|(a, b)| b.max_offset < a.max_offset);
             let due = at.map_or(true, |t| t.elapsed() >= MANIFEST_REFRESH) && *old != manifest;
-            if !same_set || lowered || due || (exact_manifest && *old != manifest) {
+            // a deleted topic's floor must be durable before a checkpoint passes its marker
+            let floors_of = |m: &[ManifestEntry]| -> Vec<(String, u64)> {
+                m.iter()
+                    .filter(|e| e.queue_id == FLOOR_QID)
+                    .map(|e| (e.topic.clone(), e.max_offset))
+                    .collect()
+            };
+            let floors_moved = floors_of(old) != floors_of(&manifest);
+            if !same_set || lowered || due || floors_moved || (exact_manifest && *old != manifest) {
                 cq_manifest::store(&self.cfg.root, &cq_manifest::encode(&manifest))?;
                 *written = (manifest, Some(Instant::now()));
             }
@@ -774,11 +856,16 @@ impl Store {
         // holding fewer is damaged. Without one (an older store), RocketMQ's rule: no consume
         // queue at all while the log has dispatched records means they were all lost.
         let mut floors: HashMap<(String, i32), u64> = HashMap::new();
+        let mut topic_floors: HashMap<String, u64> = HashMap::new();
         let mut cq_manifest_problem = None;
         let mut rebuild_all = false;
         match cq_manifest::load(&cfg.root)? {
             Some(Ok(entries)) => {
                 for e in entries {
+                    if e.queue_id == FLOOR_QID {
+                        topic_floors.insert(e.topic, e.max_offset);
+                        continue;
+                    }
                     let key = (e.topic.clone(), e.queue_id);
                     match cqs.get(&key) {
                         None if e.max_offset > 0 => {
@@ -896,15 +983,17 @@ impl Store {
             let mut seen: std::collections::BTreeSet<(String, i32)> = Default::default();
             scan_around(&log, &quarantine, min, dispatch_start, false, &mut |item| {
                 if let Some(u) = Core::unit_of_item(&mut state, &item)? {
-                    if wanted(&u.key.0, u.key.1) {
+                    if u.key.1 == FLOOR_QID {
+                        units.push(u); // a deleted topic's marker: its floor
+                    } else if wanted(&u.key.0, u.key.1) {
                         seen.insert((u.key.0.to_string(), u.key.1));
                         units.push(u);
                     }
                 }
                 Ok(())
             })?;
-            cq_rebuilt_units = units.len() as u64;
-            Core::append_units(&cfg, &mut cqs, &quarantine, units)?;
+            cq_rebuilt_units = units.iter().filter(|u| u.key.1 != FLOOR_QID).count() as u64;
+            Core::append_units(&cfg, &mut cqs, &quarantine, &mut topic_floors, units)?;
             for (key, why) in &rebuild {
                 cq_rebuilt.push((key.0.clone(), key.1, why.clone()));
             }
@@ -924,6 +1013,11 @@ impl Store {
                     state.raise_next(&key.0, key.1, floor as i64);
                 }
             }
+        }
+        // deleted topics stay deleted: their queues hide what is below the floor again (a
+        // queue's min offset is not kept on disk)
+        for (topic, &floor) in &topic_floors {
+            Core::apply_floor(&mut cqs, topic, floor)?;
         }
         for ((topic, qid), q) in &cqs {
             state.raise_next(topic, *qid, q.max_offset() as i64);
@@ -949,6 +1043,7 @@ impl Store {
                 cqs,
                 state,
                 quarantine,
+                floors: topic_floors,
                 stats,
                 last_store_ts: ckpt.physic_msg_timestamp,
                 closed: false,
@@ -1014,6 +1109,11 @@ impl Store {
     pub fn append_batch(&self, msgs: &[MessageIn<'_>]) -> Result<Vec<Placement>> {
         for m in msgs {
             check_topic(m.topic).map_err(StoreError::MessageIllegal)?;
+            if m.topic == TOPIC_DELETED.as_bytes() {
+                return Err(StoreError::MessageIllegal(format!(
+                    "topic {TOPIC_DELETED} is reserved for the store's topic deletions"
+                )));
+            }
             if m.body.len() > self.core.cfg.max_message_size {
                 return Err(StoreError::MessageIllegal(format!(
                     "body of {} bytes exceeds max_message_size {}",
@@ -1086,6 +1186,54 @@ impl Store {
         Ok(placements)
     }
 
+    /// Deletes `topic`'s messages from its consume queues: appends the marker record (see
+    /// "Deleted topics" above) and returns its commitlog offset. The queues are emptied when
+    /// the marker is dispatched: at once when the confirm offset follows the max offset,
+    /// otherwise when the confirm offset passes it (as a message becomes visible). Queue
+    /// offsets go on from where they were; the records stay in the commitlog until retention.
+    pub fn delete_topic(&self, topic: &str) -> Result<u64> {
+        check_topic(topic.as_bytes()).map_err(StoreError::MessageIllegal)?;
+        if topic == TOPIC_DELETED {
+            return Err(StoreError::MessageIllegal(format!(
+                "topic {TOPIC_DELETED} is the store's own"
+            )));
+        }
+        let mut inner = self.core.inner()?;
+        let ts = now_ms().max(inner.last_store_ts);
+        let Inner { log, state, .. } = &mut *inner;
+        let marker = MessageIn {
+            topic: TOPIC_DELETED.as_bytes(),
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            body: topic.as_bytes(),
+            properties: b"",
+            born_timestamp: ts,
+            born_host: self.core.cfg.store_host,
+            reconsume_times: 0,
+            prepared_txn_offset: 0,
+        };
+        let placed = log.append_batch(std::slice::from_ref(&marker), ts, &mut |_| 0)?;
+        let p = placed.first().ok_or_else(|| {
+            StoreError::InvalidArgument("the deletion marker was not appended".into())
+        })?;
+        let phys = p.physical_offset;
+        let key = (state.intern(topic), FLOOR_QID);
+        state.push(
+            key,
+            0,
+            CqUnit {
+                phys_offset: phys,
+                size: p.size,
+                tag_code: 0,
+            },
+        );
+        state.bound(log.max_offset());
+        inner.last_store_ts = ts;
+        self.core.dispatch(&mut inner)?;
+        Ok(phys)
+    }
+
     /// Appends replicated bytes at `offset` (see [`CommitLog::append_raw`]).
     pub fn append_raw(&self, offset: u64, data: &[u8]) -> Result<usize> {
         let mut inner = self.core.inner()?;
@@ -1098,7 +1246,9 @@ impl Store {
             Ok(())
         })?;
         for (u, qo) in units {
-            state.raise_next(&u.key.0, u.key.1, qo + 1);
+            if u.key.1 != FLOOR_QID {
+                state.raise_next(&u.key.0, u.key.1, qo + 1);
+            }
             state.push(u.key, u.index, u.unit);
         }
         state.bound(log.max_offset());
@@ -1702,7 +1852,16 @@ impl Store {
     /// Topics and queue ids that have consume queues.
     pub fn queues(&self) -> Result<Vec<(String, i32)>> {
         let inner = self.core.inner()?;
-        let mut v: Vec<(String, i32)> = inner.cqs.keys().cloned().collect();
+        // a deleted topic's queues are kept (their max offset goes on) but not listed while
+        // they hold nothing: a deleted topic is not adopted back from the log
+        let mut v: Vec<(String, i32)> = inner
+            .cqs
+            .iter()
+            .filter(|((t, _), q)| {
+                !inner.floors.contains_key(t.as_str()) || q.min_offset() < q.max_offset()
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
         v.sort();
         Ok(v)
     }

@@ -393,3 +393,107 @@ fn truncate_inside_a_record_is_refused() {
     assert!(store.truncate_to(placed[2].0 + 7).is_err());
     assert_eq!(store.max_offset(), placed[4].0 + placed[4].1 as u64);
 }
+
+fn queue_range(s: &Store, topic: &str, qid: i32) -> (u64, u64) {
+    (
+        s.queue_min_offset(topic, qid).expect("min"),
+        s.queue_max_offset(topic, qid).expect("max"),
+    )
+}
+
+/// A deleted topic's queues hold nothing afterwards, on the store that deleted it, after a
+/// reopen, after a rebuild of its consume queues from the commitlog (manifest and queue
+/// directory both gone), and on a replica fed through append_raw; a topic created again under
+/// the same name goes on from the old max offset and serves only its new messages; other
+/// topics are untouched.
+#[test]
+fn a_deleted_topic_stays_deleted_and_a_new_one_starts_empty() {
+    let a_dir = tempfile::tempdir().expect("tempdir");
+    let b_dir = tempfile::tempdir().expect("tempdir");
+    let root = a_dir.path();
+    let (a, _) = Store::open(cfg(root)).expect("open");
+    let mut b_cfg = cfg(b_dir.path());
+    b_cfg.confirm_follows_max = false;
+    let (b, _) = Store::open(b_cfg.clone()).expect("open b");
+    fill(&a, 30, |i| 100 + i); // T, queues 0..2, 10 each
+    a.append_batch(&[msg(b"U", 0, b"keep")]).expect("append U");
+    assert_eq!(queue_range(&a, "T", 1), (0, 10));
+    let marker = a.delete_topic("T").expect("delete");
+    for qid in 0..3 {
+        assert_eq!(queue_range(&a, "T", qid), (10, 10), "queue {qid}");
+    }
+    assert_eq!(queue_range(&a, "U", 0), (0, 1));
+    assert_eq!(a.queues().expect("queues"), vec![("U".to_string(), 0)]);
+    // producers cannot write the marker topic
+    let e = a
+        .append_batch(&[msg(b"rmq_sys_TOPIC_DELETED", 0, b"U")])
+        .expect_err("reserved");
+    assert!(matches!(e, StoreError::MessageIllegal(_)));
+    // the topic again: new messages only, offsets go on
+    a.append_batch(&[msg(b"T", 1, b"new")]).expect("append");
+    assert_eq!(queue_range(&a, "T", 1), (10, 11));
+    assert!(matches!(
+        a.read_queue("T", 1, 0, 32, 1 << 20, None),
+        Err(StoreError::OffsetOutOfRange { min: 10, .. })
+    ));
+    let got = a.read_queue("T", 1, 10, 32, 1 << 20, None).expect("read");
+    assert_eq!(got.records.len(), 1);
+
+    // a replica: nothing hidden before the confirm offset passes the marker, then the same
+    let mut off = 0;
+    while off < a.max_offset() {
+        let chunk = a.read_range(off, 4096, u64::MAX).expect("read range");
+        b.append_raw(off, chunk.as_slice()).expect("append raw");
+        off = chunk.end_offset();
+    }
+    b.set_confirm_offset(marker).expect("confirm to the marker");
+    assert_eq!(queue_range(&b, "T", 1), (0, 10));
+    b.set_confirm_offset(a.max_offset()).expect("confirm all");
+    for qid in [0, 2] {
+        assert_eq!(queue_range(&b, "T", qid), (10, 10), "replica queue {qid}");
+    }
+    assert_eq!(queue_range(&b, "T", 1), (10, 11));
+    drop(b);
+    let (b, _) = Store::open(b_cfg).expect("reopen b");
+    assert_eq!(queue_range(&b, "T", 0), (10, 10));
+    assert_eq!(queue_range(&b, "T", 1), (10, 11));
+    drop(b);
+
+    // reopen: still deleted
+    drop(a);
+    let (a, _) = Store::open(cfg(root)).expect("reopen");
+    assert_eq!(queue_range(&a, "T", 0), (10, 10));
+    assert_eq!(queue_range(&a, "T", 1), (10, 11));
+    assert_eq!(queue_range(&a, "U", 0), (0, 1));
+    drop(a);
+
+    // every consume queue and the manifest gone: rebuilt from the log, the marker included
+    fs::remove_dir_all(root.join("consumequeue")).expect("rm cq");
+    fs::remove_file(root.join("cqmanifest")).expect("rm manifest");
+    fs::remove_file(root.join("checkpoint")).expect("rm checkpoint");
+    let (a, _) = Store::open(cfg(root)).expect("reopen after loss");
+    assert_eq!(queue_range(&a, "T", 0), (10, 10));
+    assert_eq!(queue_range(&a, "T", 1), (10, 11));
+    assert_eq!(queue_range(&a, "U", 0), (0, 1));
+    assert!(matches!(
+        a.read_queue("T", 1, 0, 32, 1 << 20, None),
+        Err(StoreError::OffsetOutOfRange { min: 10, .. })
+    ));
+    let got = a.read_queue("T", 1, 10, 32, 1 << 20, None).expect("read");
+    assert_eq!(got.records.len(), 1);
+    // one queue directory gone, manifest kept: rebuilt, still deleted below the floor
+    drop(a);
+    fs::remove_dir_all(root.join("consumequeue").join("T").join("0")).expect("rm q0");
+    let (a, _) = Store::open(cfg(root)).expect("reopen after one queue lost");
+    assert_eq!(queue_range(&a, "T", 0), (10, 10));
+    assert!(a.delete_topic("rmq_sys_TOPIC_DELETED").is_err());
+    assert!(a.delete_topic("bad topic").is_err());
+    // deleted a second time: the floor moves up to the new marker, and stays there
+    a.append_batch(&[msg(b"T", 1, b"newer")]).expect("append");
+    a.delete_topic("T").expect("delete again");
+    assert_eq!(queue_range(&a, "T", 1), (12, 12));
+    drop(a);
+    let (a, _) = Store::open(cfg(root)).expect("reopen after the second deletion");
+    assert_eq!(queue_range(&a, "T", 1), (12, 12));
+    assert_eq!(a.queues().expect("queues"), vec![("U".to_string(), 0)]);
+}

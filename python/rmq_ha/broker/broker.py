@@ -176,6 +176,7 @@ class Broker:
             delay=self.special.delay.offsets,
             delay_running=lambda: self.special.delay.running,
             adopt_topics=lambda: self.topics.adopt_queues(store.native.queues()),
+            log_queues=store.native.queues,
             acting_enabled=cfg.enable_slave_acting_master and not cfg.enable_controller_mode,
         )
         self.topics.on_change = self.namesrv.topics_changed

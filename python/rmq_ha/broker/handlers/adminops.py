@@ -32,6 +32,7 @@ from rmq_ha.broker.clients import ClientInfo
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.broker.topics import check_topic_name
+from rmq_ha.errors import StoreError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import (
@@ -232,15 +233,27 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
         why = check_topic_name(h.topic)
         if why is not None:
             return cmd.response(Resp.SYSTEM_ERROR, why)
+        # its messages too (RocketMQ destroys the consume queues): a master appends the
+        # store's deletion marker, which replicates, so its slaves drop them when they reach
+        # it; a topic created again under this name starts empty. A slave only drops the
+        # config (its master's marker comes with the log).
+        native = p.store.native
+        marker = None
+        if p.role.is_master and any(t == h.topic for t, _ in native.queues()):
+            try:
+                marker = native.delete_topic(h.topic)
+            except StoreError as e:
+                return cmd.response(Resp.SYSTEM_ERROR, f"deleting topic {h.topic}: {e}")
         existed = p.topics.delete(h.topic)
         dropped = p.offsets.remove(topic=h.topic)
         if existed:
             p.topics.changed()
         log.info(
-            "topic %s deleted (config %s, %d group offsets dropped)",
+            "topic %s deleted (config %s, %d group offsets dropped, messages %s)",
             h.topic,
             "removed" if existed else "absent",
             dropped,
+            "none" if marker is None else f"hidden below commitlog offset {marker}",
         )
         return cmd.response(Resp.SUCCESS)
 

@@ -76,6 +76,7 @@ class NamesrvShell:
         delay: DelayProgress,
         delay_running: Callable[[], bool],
         adopt_topics: Callable[[], None],
+        log_queues: Callable[[], list[tuple[str, int]]],
         acting_enabled: bool,
     ) -> None:
         self.cfg = cfg
@@ -89,6 +90,8 @@ class NamesrvShell:
         self.delay = delay
         self.delay_running = delay_running
         self.adopt_topics = adopt_topics
+        #: (topic, queue id) of the queues this replica's log holds (`Store.queues`)
+        self.log_queues = log_queues
         self.acting_enabled = acting_enabled
         self._topics_changed = trio.Event()
         #: Name servers whose last registration failed (no answer, or an error code): asked
@@ -280,6 +283,14 @@ class NamesrvShell:
             for name, tc in w.topic_config_table.items():
                 if self.topics.get(name) != tc:
                     self.topics.update(tc)
+                    changed = True
+            # topics the master deleted go here too (RocketMQ's SlaveSynchronize), unless this
+            # replica's log still holds messages of theirs (adopted from the log, they would
+            # come back; the master's deletion marker empties them once it replicates)
+            readable = {t for t, _ in self.log_queues()}
+            for name in list(self.topics.table):
+                if name not in w.topic_config_table and name not in readable:
+                    self.topics.delete(name)
                     changed = True
             if changed:
                 self.topics.persist()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from rmq_ha._native import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE
+from rmq_ha._native import TOPIC_DELETED, TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.special.base import (
     INNER_PRODUCER_GROUP_PREFIX,
@@ -98,7 +98,11 @@ class SpecialServices:
         an acting slave's escape bridge sends its pop checkpoints and acks there."""
         if topic in self.pop.system_topics():
             return not producer_group.startswith(INNER_PRODUCER_GROUP_PREFIX)
-        return topic in self.transactions.system_topics() or topic in self.delay.system_topics()
+        return (
+            topic == TOPIC_DELETED  # the store's deletion markers
+            or topic in self.transactions.system_topics()
+            or topic in self.delay.system_topics()
+        )
 
     # ---- routing ---------------------------------------------------------------------------
 
