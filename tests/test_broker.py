@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -378,6 +379,16 @@ def test_processes_start_from_the_cli_and_stop_on_sigterm(tmp_path: Path) -> Non
         )
         procs.append(b.start())
         b.wait_ready_sync(20)
+        # A second broker on the same store is refused (the store's lock file), with one line
+        # naming the cause, not a trio traceback; the first one is untouched.
+        conf2 = tmp_path / "broker2.conf"
+        conf2.write_text(conf.read_text().replace("broker-x", "broker-y"))
+        second = subprocess.run(
+            [*RMQ_HA, "broker", "-c", str(conf2)], capture_output=True, text=True, timeout=30
+        )
+        assert second.returncode == 1, second.stderr
+        assert "already open" in second.stderr and "Traceback" not in second.stderr
+        assert [ln for ln in second.stderr.splitlines() if ln.startswith("rmq-ha broker:")]
         for p in (b, ns):
             p.signal(signal.SIGTERM)
             assert p.wait(10) == 0, p.tail()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,12 @@ import trio.testing
 from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
 from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.broker.special.delay import DelayOffsets
+from rmq_ha.broker.subgroups import SubscriptionGroupManager
+from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.errors import CorruptFileError
+from rmq_ha.protocol.admin import SubscriptionGroupConfig
+from rmq_ha.protocol.models import TopicConfig
 
 
 def test_offsets_persist_in_rocketmq_shape_and_reload(tmp_path: Path) -> None:
@@ -124,3 +130,90 @@ async def test_pull_hold_notify_ready_rechecks_every_parked_queue() -> None:
             maxes[("B", 1)] = 4
             hold.notify_ready(lambda t, q: maxes[(t, q)])
     assert sorted(woke) == ["A", "B"]
+
+
+# --- config files: the previous version kept as NAME.bak and read when NAME is damaged ------
+
+
+def _topics(p: Path) -> TopicConfigManager:
+    return TopicConfigManager(
+        p, cluster_name="C", broker_name="b", broker_permission=6, auto_create=False,
+        default_queue_nums=4,
+    )  # fmt: skip
+
+
+def _topic_state(p: Path) -> object:
+    return sorted((t, c.read_queue_nums) for t, c in _topics(p).table.items() if t.startswith("T"))
+
+
+def _topic_write(p: Path, n: int) -> None:
+    _topics(p).update(TopicConfig(topic_name=f"T{n}", read_queue_nums=n, write_queue_nums=n))
+
+
+def _offsets_write(p: Path, n: int) -> None:
+    m = ConsumerOffsetManager(p, version_step=1)
+    m.commit("g", "T", 0, n)
+    m.persist()
+
+
+def _groups_write(p: Path, n: int) -> None:
+    SubscriptionGroupManager(p).update(SubscriptionGroupConfig(group_name=f"G{n}"))
+
+
+def _delay_write(p: Path, n: int) -> None:
+    d = DelayOffsets(p, 1)
+    d.update(1, n)
+    d.persist()
+
+
+CONFIG_FILES = {
+    "topics": (_topic_write, _topic_state),
+    "offsets": (_offsets_write, lambda p: ConsumerOffsetManager(p).query("g", "T", 0)),
+    "groups": (_groups_write, lambda p: sorted(SubscriptionGroupManager(p).table)),
+    "delay": (_delay_write, lambda p: DelayOffsets(p, 1).table),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIG_FILES))
+@pytest.mark.parametrize("damage", ["empty", "garbage", "cut", "missing", "too-deep"])
+def test_a_damaged_config_file_is_read_from_its_backup(
+    tmp_path: Path, kind: str, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RocketMQ's ConfigManager: every write keeps the previous version as NAME.bak, and a
+    NAME that is missing, empty or unreadable is read from it (with a WARNING naming both),
+    so a damaged topics.json or consumerOffset.json costs the last change, not every topic or
+    offset. Neither readable: a clear error naming both files, never a silent empty table."""
+    write, state = CONFIG_FILES[kind]
+    p = tmp_path / "config" / f"{kind}.json"
+    write(p, 1)
+    first = state(p)
+    write(p, 2)
+    assert state(p) != first
+    assert (tmp_path / "config" / f"{kind}.json.bak").exists()
+    good = p.read_bytes()
+    match damage:
+        case "empty":
+            p.write_bytes(b"")
+        case "garbage":
+            p.write_bytes(b"\x00\xffnot json")
+        case "cut":
+            p.write_bytes(good[: len(good) // 2])
+        case "missing":
+            p.unlink()
+        case "too-deep":
+            p.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with caplog.at_level(logging.WARNING, logger="rmq_ha.durable"):
+        assert state(p) == first
+    assert any(str(p) in r.getMessage() and ".bak" in r.getMessage() for r in caplog.records)
+    # the backup damaged too: refused, both named
+    bak = p.with_name(p.name + ".bak")
+    bak.write_bytes(b"{")
+    if damage == "missing":
+        p.write_bytes(b"")
+    with pytest.raises(CorruptFileError) as e:
+        state(p)
+    assert str(p) in str(e.value) and str(bak) in str(e.value)
+    # neither exists: a new broker, nothing to read
+    p.unlink()
+    bak.unlink()
+    assert state(p) in ([], None, {})

@@ -69,6 +69,7 @@ def test_toml_accepts_field_names_and_rocketmq_names(tmp_path: Path) -> None:
         ("brokerId", "-1", "must be >= 0"),
         ("mappedFileSizeConsumeQueue", "1001", "multiple of 20"),
         ("brokerPermission", "16", "bits beyond"),
+        ("damagedRecordWaitMs", "-1", "must be >= 0"),
     ],
 )
 def test_bad_values_name_the_key_and_the_reason(key: str, value: str, reason: str) -> None:
@@ -121,3 +122,10 @@ def test_controller_deployed_stand_alone_decides_where_the_controllers_are() -> 
             },
         )
     assert err.value.key == "controllerAddr"
+
+
+def test_damaged_record_wait_of_zero_skips_at_once_and_is_accepted() -> None:
+    """docs/store.md: damagedRecordWaitMs=0 skips a damaged record at once (the generic
+    'durations are positive' rule refused it)."""
+    cfg, _ = from_mapping(BrokerConfig, {"damagedRecordWaitMs": "0"})
+    assert cfg.damaged_record_wait_ms == 0

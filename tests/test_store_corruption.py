@@ -21,7 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmq_ha._native import Message, Store
-from rmq_ha.errors import CorruptRecordError, OffsetOutOfRangeError, QuarantinedRecordError
+from rmq_ha.errors import (
+    CorruptFileError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    QuarantinedRecordError,
+)
 from storeutil import (
     SEG,
     StoreFactory,
@@ -332,17 +337,21 @@ def test_corrupt_checkpoint_falls_back_to_full_recovery_without_loss(
         assert s.queue_max_offset("Dmg", q) == sum(1 for r in recs if r.queue_id == q)
 
 
-def test_missing_middle_segment_cuts_everything_after_the_gap(
+def test_a_missing_middle_segment_is_refused_and_the_later_ones_are_kept(
     open_native: StoreFactory, tmp_path: Path
 ) -> None:
+    """The store never leaves a gap itself, so a missing segment is outside damage. The
+    segments after it hold records that may have been acknowledged: the open is refused,
+    naming the missing file, and nothing is deleted (it used to cut them all)."""
     root = tmp_path / "store"
-    recs = write_store(root, 200, seed=8)
-    assert len(log_files(root)) >= 4
+    write_store(root, 200, seed=8)
+    files = log_files(root)
+    assert len(files) >= 4
     os.remove(segment_path(root, 2 * SEG))
     os.remove(root / "checkpoint")
-    s = open_native(root)
-    assert s.max_offset == 2 * SEG
-    assert [start for start, _ in s.segment_files()] == [0, SEG]
-    assert [x["physical_offset"] for x in scan_log(s)] == [
-        r.offset for r in recs if r.end <= SEG * 2
-    ]
+    with pytest.raises(CorruptFileError) as e:
+        open_native(root)
+    assert e.value.path == str(segment_path(root, 2 * SEG))
+    assert "segment missing" in str(e.value)
+    del files[2 * SEG]
+    assert log_files(root) == files, "a segment was deleted or changed"

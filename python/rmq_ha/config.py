@@ -554,6 +554,11 @@ def replace_keys(record: C, values: Mapping[str, Any]) -> C:
     return new
 
 
+#: Durations and sizes for which 0 means something (checked on their own below): 0 ms of
+#: waiting for a damaged record's repair skips it at once.
+ZERO_ALLOWED = frozenset({"damaged_record_wait_ms"})
+
+
 def _validate(record: Any) -> None:
     for f in dataclasses.fields(record):
         v = getattr(record, f.name)
@@ -562,8 +567,10 @@ def _validate(record: Any) -> None:
             if f.name.endswith("_port") and not 0 <= v <= 65535:
                 raise ConfigError(f"bad config {key}: port {v} is outside 0..65535", key)
             if (
-                f.name.endswith(("_ms", "_bytes", "_nums", "_size")) or "interval" in f.name
-            ) and v <= 0:
+                (f.name.endswith(("_ms", "_bytes", "_nums", "_size")) or "interval" in f.name)
+                and f.name not in ZERO_ALLOWED
+                and v <= 0
+            ):
                 raise ConfigError(f"bad config {key}: {v} must be positive", key)
     host = getattr(record, "metrics_prom_exporter_host", "")
     if any(c.isspace() or c in "/;," for c in host):

@@ -1,10 +1,24 @@
 """Durable small-file writes shared by the roles (consumer offsets, topic configs, Raft
-hard state and snapshots): temp file, fsync, rename, fsync of the directory."""
+hard state and snapshots): temp file, fsync, rename, fsync of the directory.
+
+The broker's config files (topics, consumer offsets, subscription groups, delay progress) also
+keep the previous version as ``NAME.bak`` (RocketMQ's ``MixAll.string2File``) and are read
+with a fall-back to it (RocketMQ's ``ConfigManager.loadBak``): a file emptied, cut or garbled
+outside the broker costs the last change at most, never every topic or every offset."""
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+from rmq_ha.errors import CorruptFileError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def fsync_dir(d: Path) -> None:
@@ -25,3 +39,54 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def backup_path(path: Path) -> Path:
+    return path.with_name(path.name + ".bak")
+
+
+def write_with_backup(path: Path, data: bytes) -> None:
+    """``write_atomic`` that keeps the content it replaces as ``PATH.bak``. A crash between
+    the two renames leaves no ``PATH`` and the previous content in ``PATH.bak``, which
+    ``read_with_backup`` then reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if path.exists():
+        os.replace(path, backup_path(path))
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | None:
+    """``parse`` of ``PATH``; of ``PATH.bak`` when ``PATH`` is missing, empty or does not
+    parse (a WARNING names the file and why); None when neither exists. Raises
+    CorruptFileError naming both files when neither can be read: the broker refuses to start
+    rather than start without its topics or offsets."""
+    problems: list[str] = []
+    for p in (path, backup_path(path)):
+        try:
+            raw = p.read_bytes()
+        except FileNotFoundError:
+            problems.append(f"{p} is missing")
+            continue
+        except OSError as e:
+            problems.append(f"{p}: {e.strerror or e}")
+            continue
+        if not raw.strip():
+            problems.append(f"{p} is empty")
+            continue
+        try:
+            out = parse(raw)
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as e:
+            problems.append(f"{p} is unreadable: {type(e).__name__}: {e}")
+            continue
+        if p != path:
+            log.warning("%s: %s; read the backup %s instead", what, problems[0], p)
+        return out
+    if all(x.endswith(" is missing") for x in problems):
+        return None
+    raise CorruptFileError(f"{what} cannot be read: {'; '.join(problems)}", str(path))

@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from rmq_ha import config
-from rmq_ha.errors import ConfigError
+from rmq_ha.errors import ConfigError, RmqHaError
 
 
 def _write_ready(path: str | None, addr: str) -> None:
@@ -117,14 +117,7 @@ def run_namesrv(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"rmq-ha namesrv: {e}", file=sys.stderr)
         return 2
-    trio.run(
-        _run,
-        functools.partial(serve, controller_cfg=ccfg),
-        cfg,
-        args.ready_file,
-        args.metrics_file,
-    )
-    return 0
+    return _serve("namesrv", functools.partial(serve, controller_cfg=ccfg), cfg, args)
 
 
 def run_controller(args: argparse.Namespace) -> int:
@@ -136,8 +129,7 @@ def run_controller(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"rmq-ha controller: {e}", file=sys.stderr)
         return 2
-    trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
-    return 0
+    return _serve("controller", serve, cfg, args)
 
 
 def run_broker(args: argparse.Namespace) -> int:
@@ -153,7 +145,33 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"rmq-ha broker: {e}", file=sys.stderr)
         return 2
-    trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
+    return _serve("broker", serve, cfg, args)
+
+
+#: Why a role stops that an operator fixes outside it (a damaged or locked store, a file it
+#: may not write, a port in use, a bad value): one line each, not a trio traceback.
+_REFUSALS = (RmqHaError, OSError)
+
+
+def _leaves(e: BaseException) -> list[BaseException]:
+    if isinstance(e, BaseExceptionGroup):
+        return [x for sub in e.exceptions for x in _leaves(sub)]
+    return [e]
+
+
+def _serve(role: str, serve: Any, cfg: Any, args: argparse.Namespace) -> int:
+    """Runs the role until SIGINT/SIGTERM (exit 0). Stopped by a refusal (``_REFUSALS``): one
+    line per cause on stderr, the traceback at DEBUG, exit 1; anything else is raised."""
+    try:
+        trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
+    except BaseException as e:
+        causes = _leaves(e)
+        if not causes or not all(isinstance(x, _REFUSALS) for x in causes):
+            raise
+        for x in causes:
+            print(f"rmq-ha {role}: cannot go on: {type(x).__name__}: {x}", file=sys.stderr)
+        logging.getLogger("rmq_ha").debug("%s stopped", role, exc_info=e)
+        return 1
     return 0
 
 

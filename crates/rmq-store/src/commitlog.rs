@@ -387,26 +387,29 @@ impl CommitLog {
         starts.sort_unstable();
         Self::check_layout(&cfg, &starts)?;
         let mut report = RecoveryReport::default();
-        // Segments must be contiguous and aligned; anything after a gap is unreachable.
+        // Segments must be contiguous (check_layout refused unaligned ones). The store never
+        // leaves a gap itself (truncation deletes the highest segment first, retention the
+        // lowest), so a missing segment is outside damage: refused, naming it, before anything
+        // is changed. The segments after it hold records that may have been acknowledged;
+        // deleting them would lose those for good.
+        if let Some(w) = starts.windows(2).find(|w| w[1] - w[0] != cfg.segment_size) {
+            let missing = cfg.dir.join(segment_name(w[0] + cfg.segment_size));
+            let later = starts.iter().filter(|&&s| s > w[0]).count();
+            return Err(StoreError::CorruptFile {
+                path: missing,
+                reason: format!(
+                    "commitlog segment missing: the segments jump from {} to {} ({later} \
+                     later segments hold records that may have been acknowledged); restore \
+                     the missing file, or move the later segments out of {} to start without \
+                     their records",
+                    segment_name(w[0]),
+                    segment_name(w[1]),
+                    cfg.dir.display()
+                ),
+            });
+        }
         let mut segments: Vec<Arc<Segment>> = Vec::new();
-        for (i, &start) in starts.iter().enumerate() {
-            let aligned = start % cfg.segment_size == 0;
-            let contiguous = segments
-                .last()
-                .map_or(true, |p: &Arc<Segment>| p.end() == start);
-            if !aligned || !contiguous {
-                for &later in &starts[i..] {
-                    let p = cfg.dir.join(segment_name(later));
-                    fs::remove_file(&p).at(&p)?;
-                    report.cut_segments.push(segment_name(later));
-                }
-                sync_dir(&cfg.dir)?;
-                report.cut_reason = Some(format!(
-                    "segment {} is not contiguous with the previous one",
-                    segment_name(start)
-                ));
-                break;
-            }
+        for &start in &starts {
             segments.push(Arc::new(Segment::create_or_open(
                 &cfg.dir,
                 start,
@@ -437,7 +440,8 @@ impl CommitLog {
         let mismatch = |why: String| StoreError::Config {
             key: "segment_size",
             reason: format!(
-                "{why}; the commitlog in {} was written with another segment size",
+                "{why}: the commitlog in {} was written with another segment size, or a \
+                 file in it was changed from outside (extended, renamed or copied in)",
                 cfg.dir.display()
             ),
         };

@@ -318,6 +318,42 @@ struct Core {
     /// The consume-queue manifest last written, and when.
     manifest_written: Mutex<(Vec<ManifestEntry>, Option<Instant>)>,
     closed: AtomicBool,
+    /// `<root>/lock`, flocked while the store is open (released by `close`).
+    root_lock: Mutex<Option<std::fs::File>>,
+}
+
+/// Takes `<root>/lock` (an exclusive `flock`): two stores open on one directory would both
+/// append at the same offsets and overwrite each other's acknowledged records (RocketMQ locks
+/// the same file and refuses to start).
+fn lock_root(root: &Path) -> Result<std::fs::File> {
+    let path = root.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .at(&path)?;
+    // SAFETY: flock on a file descriptor this function owns (`f` outlives the call); it
+    // touches no memory.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        let source = if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "the store {} is already open in another process or store (its lock \
+                     file is held); two brokers must not share a store directory",
+                    root.display()
+                ),
+            )
+        } else {
+            e
+        };
+        return Err(StoreError::Io { path, source });
+    }
+    Ok(f)
 }
 
 /// The store handle. Dropping it stops the flush thread after a final flush and checkpoint.
@@ -758,6 +794,7 @@ impl Store {
     pub fn open(cfg: StoreConfig) -> Result<(Store, OpenReport)> {
         cfg.validate()?;
         std::fs::create_dir_all(&cfg.root).at(&cfg.root)?;
+        let root_lock = lock_root(&cfg.root)?;
         let ckpt_file = CheckpointFile::new(&cfg.root);
         let (ckpt, ckpt_load) = ckpt_file.load()?;
         let trusted = matches!(ckpt_load, CheckpointLoad::Loaded);
@@ -1064,6 +1101,7 @@ impl Store {
             ckpt_file,
             manifest_written: Mutex::new((Vec::new(), None)),
             closed: AtomicBool::new(false),
+            root_lock: Mutex::new(Some(root_lock)),
             cfg,
         });
         {
@@ -1887,9 +1925,20 @@ impl Store {
         let ckpt = self.core.checkpoint_with(true);
         lock(&self.core.inner).closed = true;
         self.core.notify();
+        // nothing writes any more: another store may open the directory
+        drop(lock(&self.core.root_lock).take());
         flushed?;
         ckpt?;
         Ok(())
+    }
+
+    /// Lets go of the store as a crash would (for tests): no flush, no checkpoint, nothing
+    /// written any more; the directory's lock is released so it can be opened again.
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        lock(&self.core.inner).closed = true;
+        drop(lock(&self.core.root_lock).take());
+        std::mem::forget(self);
     }
 
     pub fn is_closed(&self) -> bool {

@@ -221,7 +221,7 @@ fn crash_after_truncate_does_not_resurrect_records() {
     store.truncate_to(cut).expect("truncate");
     assert_eq!(store.max_offset(), cut);
     // Simulate the crash: no close, and the pre-truncation checkpoint back on disk.
-    std::mem::forget(store);
+    store.abandon();
     fs::write(root.join("checkpoint"), &stale_ckpt).expect("restore ckpt");
     let (store, _) = Store::open(cfg(root)).expect("reopen");
     assert_eq!(store.max_offset(), cut, "cut records came back");
@@ -496,4 +496,56 @@ fn a_deleted_topic_stays_deleted_and_a_new_one_starts_empty() {
     let (a, _) = Store::open(cfg(root)).expect("reopen after the second deletion");
     assert_eq!(queue_range(&a, "T", 1), (12, 12));
     assert_eq!(a.queues().expect("queues"), vec![("U".to_string(), 0)]);
+}
+
+/// A store directory is opened by one store at a time (`<root>/lock`); closing releases it.
+#[test]
+fn a_second_store_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, _) = Store::open(cfg(dir.path())).expect("open");
+    a.append_batch(&[msg(b"T", 0, b"x")]).expect("append");
+    let e = Store::open(cfg(dir.path()))
+        .err()
+        .expect("second open refused");
+    assert!(
+        e.to_string().contains("already open"),
+        "unexpected error: {e}"
+    );
+    // the first one is untouched and goes on
+    a.append_batch(&[msg(b"T", 0, b"y")]).expect("append");
+    a.close().expect("close");
+    let (b, _) = Store::open(cfg(dir.path())).expect("open after close");
+    assert_eq!(b.queue_max_offset("T", 0).expect("max"), 2);
+}
+
+/// A commitlog segment missing between others is refused at open, naming it, and nothing is
+/// deleted: the segments after the gap keep their (possibly acknowledged) records. With the
+/// file back, the store opens with every record.
+#[test]
+fn a_missing_middle_segment_is_refused_and_nothing_is_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (store, _) = Store::open(cfg(root)).expect("open");
+    let placed = fill(&store, 300, |_| 700);
+    assert!(store.max_offset() > 3 * SEG);
+    drop(store);
+    let hole = seg_path(root, SEG);
+    let kept = root.join("kept-aside");
+    fs::rename(&hole, &kept).expect("move segment away");
+    let before: Vec<_> = fs::read_dir(root.join("commitlog"))
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    let e = Store::open(cfg(root)).err().expect("refused");
+    let text = e.to_string();
+    assert!(text.contains("segment missing"), "{text}");
+    assert!(text.contains(&format!("{:020}", SEG)), "{text}");
+    let after: Vec<_> = fs::read_dir(root.join("commitlog"))
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(before.len(), after.len(), "a segment was deleted");
+    fs::rename(&kept, &hole).expect("put it back");
+    let (store, _) = Store::open(cfg(root)).expect("reopen");
+    assert_readable(&store, &placed);
 }

@@ -19,8 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from rmq_ha.durable import write_atomic
-from rmq_ha.errors import CorruptFileError
+from rmq_ha.durable import read_with_backup, write_with_backup
 from rmq_ha.protocol.models import DataVersion
 
 
@@ -39,30 +38,27 @@ class ConsumerOffsetManager:
         self._load()
 
     def _load(self) -> None:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        try:
-            self.load_json(raw)
-        except (ValueError, TypeError, AttributeError) as e:
-            raise CorruptFileError(
-                f"consumer offsets {self.path} are unreadable: {e}", str(self.path)
-            ) from None
+        read_with_backup(self.path, self.load_json, "consumer offsets")
 
     def load_json(self, raw: bytes) -> None:
         """The table as `persist` wrote it (also: whether it holds commits of its own the
         master may lack, so a restarted slave still keeps them; see `merge_from_json`)."""
         doc = json.loads(raw)
-        for key, queues in doc.get("offsetTable", {}).items():
-            self.table[str(key)] = {int(q): int(o) for q, o in queues.items()}
+        # parsed whole before anything changes: a bad file leaves the table as it was
+        table = {
+            str(key): {int(q): int(o) for q, o in queues.items()}
+            for key, queues in doc.get("offsetTable", {}).items()
+        }
         dv = doc.get("dataVersion") or {}
-        self.data_version = DataVersion(
+        version = DataVersion(
             state_version=int(dv.get("stateVersion", 0)),
             timestamp=int(dv.get("timestamp", 0)),
             counter=int(dv.get("counter", 0)),
         )
-        self._local = bool(doc.get("localCommits", False))
+        local = bool(doc.get("localCommits", False))
+        self.table.update(table)
+        self.data_version = version
+        self._local = local
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -197,7 +193,7 @@ class ConsumerOffsetManager:
         if not (self._dirty or force):
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, self.to_json(for_file=True))
+        write_with_backup(self.path, self.to_json(for_file=True))
         self._dirty = False
         return True
 

@@ -16,10 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms
-from rmq_ha.durable import write_atomic
-from rmq_ha.errors import CorruptFileError
+from rmq_ha.durable import read_with_backup, write_with_backup
 from rmq_ha.protocol.admin import SubscriptionGroupConfig, SubscriptionGroupWrapper
-from rmq_ha.protocol.json_compat import BodyDecodeError
 from rmq_ha.protocol.models import DataVersion
 
 FILE_NAME = "subscriptionGroup.json"
@@ -33,16 +31,9 @@ class SubscriptionGroupManager:
         self._load()
 
     def _load(self) -> None:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        w = read_with_backup(self.path, SubscriptionGroupWrapper.from_json, "subscription groups")
+        if w is None:
             return
-        try:
-            w = SubscriptionGroupWrapper.from_json(raw)
-        except BodyDecodeError as e:
-            raise CorruptFileError(
-                f"subscription groups {self.path} are unreadable: {e}", str(self.path)
-            ) from None
         self.table.update(w.subscription_group_table)
         self.data_version = w.data_version
 
@@ -51,7 +42,7 @@ class SubscriptionGroupManager:
 
     def persist(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, self.wrapper().to_json())
+        write_with_backup(self.path, self.wrapper().to_json())
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self.table.get(group)

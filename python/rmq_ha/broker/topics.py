@@ -13,9 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms as now_ms
-from rmq_ha.durable import write_atomic
-from rmq_ha.errors import CorruptFileError
-from rmq_ha.protocol.json_compat import BodyDecodeError
+from rmq_ha.durable import read_with_backup, write_with_backup
 from rmq_ha.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from rmq_ha.protocol.perm import PERM_INHERIT, PERM_READ, PERM_WRITE
 
@@ -102,16 +100,9 @@ class TopicConfigManager:
             self.table.setdefault(name, tc)
 
     def _load(self) -> None:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        w = read_with_backup(self.path, TopicConfigSerializeWrapper.from_json, "topic configs")
+        if w is None:
             return
-        try:
-            w = TopicConfigSerializeWrapper.from_json(raw)
-        except BodyDecodeError as e:
-            raise CorruptFileError(
-                f"topic configs {self.path} are unreadable: {e}", str(self.path)
-            ) from None
         self.table.update(w.topic_config_table)
         self.data_version = w.data_version
 
@@ -120,7 +111,7 @@ class TopicConfigManager:
         wrapper = TopicConfigSerializeWrapper(
             topic_config_table=self.table, data_version=self.data_version
         )
-        write_atomic(self.path, wrapper.to_json())
+        write_with_backup(self.path, wrapper.to_json())
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)

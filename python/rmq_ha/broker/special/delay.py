@@ -40,8 +40,8 @@ from rmq_ha.broker.special.base import (
 )
 from rmq_ha.broker.special.records import read_queue
 from rmq_ha.clock import wall_ms
-from rmq_ha.durable import write_atomic
-from rmq_ha.errors import ConfigError, CorruptFileError
+from rmq_ha.durable import read_with_backup, write_with_backup
+from rmq_ha.errors import ConfigError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol import json_compat
@@ -117,26 +117,19 @@ class DelayOffsets:
         self._load()
 
     def _load(self) -> None:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        try:
-            self._adopt(raw)
-        except (ValueError, TypeError, AttributeError) as e:
-            raise CorruptFileError(
-                f"delay offsets {self.path} are unreadable: {e}", str(self.path)
-            ) from None
+        read_with_backup(self.path, self._adopt, "delay offsets")
 
     def load_json(self, raw: bytes) -> None:
         """The progress as `persist` wrote it."""
         self._adopt(raw)
 
     def _adopt(self, raw: bytes) -> None:
-        self.table, dv = _parse_offsets(raw)
+        table, dv = _parse_offsets(raw)
+        local = bool(json_compat.loads(raw).get("localUpdates", False))
+        self.table = table
         if dv is not None:
             self.data_version = dv
-        self._local = bool(json_compat.loads(raw).get("localUpdates", False))
+        self._local = local
 
     def get(self, level: int) -> int:
         return self.table.get(level, 0)
@@ -214,7 +207,7 @@ class DelayOffsets:
 
     def persist(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, self.to_json(for_file=True))
+        write_with_backup(self.path, self.to_json(for_file=True))
         self.dirty = False
 
 
