@@ -947,8 +947,44 @@ impl Store {
             if rebuild.contains_key(key) {
                 continue;
             }
+            let past_end = q
+                .last_unit()
+                .is_some_and(|u| u.phys_offset + u64::from(u.size) > end);
             cq_cut += q.truncate_by_phys_offset(dispatch_start)?;
             q.delete_before_phys(min)?;
+            // A unit past the end of a log that lost nothing, below the count the manifest
+            // says was durable: a damaged unit, whose record may sit below the dispatch point
+            // where the redispatch will not find it. Rebuilt instead of cut, so the record is
+            // not lost and its queue offset not given out again. (When recovery cut the log,
+            // units past the new end are explained by that cut.)
+            let log_whole = cl_report.cut_offset.is_none() && cl_report.missing_durable.is_none();
+            if let (Some(&durable), true) = (floors.get(key), past_end && log_whole) {
+                if q.max_offset() < durable {
+                    rebuild.insert(
+                        key.clone(),
+                        format!(
+                            "a unit pointed past the end of the commitlog; recovery cut it to \
+                             {} units, below the {durable} the manifest says were durable",
+                            q.max_offset()
+                        ),
+                    );
+                    continue;
+                }
+            }
+            // A log that still starts at 0 has every record a queue ever held, and retention
+            // removes consume-queue files only after the log's head: a queue starting past
+            // unit 0 then lost its first files (a deleted topic's queue excepted, whose floor
+            // removed them).
+            if min == 0 && q.min_offset() > 0 && !topic_floors.contains_key(&key.0) {
+                rebuild.insert(
+                    key.clone(),
+                    format!(
+                        "it starts at unit {} while the commitlog starts at 0: its first files \
+                         are missing",
+                        q.min_offset()
+                    ),
+                );
+            }
         }
         let mut opened_quarantined = quarantine.add(std::mem::take(&mut new_entries))?;
         // Entries whose bytes validate again were repaired from outside: drop them.
@@ -1000,6 +1036,7 @@ impl Store {
 
         let mut state = DispatchState::new(end);
         let mut cq_rebuilt = Vec::new();
+        let mut empty_rebuilt: Vec<((String, i32), u64)> = Vec::new();
         let mut cq_rebuilt_units = 0u64;
         if rebuild_all || !rebuild.is_empty() {
             // Rebuild from the commitlog's min offset. The part recovery did not validate is
@@ -1043,11 +1080,24 @@ impl Store {
                     ));
                 }
             }
-            for key in rebuild.keys() {
-                // Offsets a rebuilt queue had handed out are never handed out again, even
-                // when its records are gone from the log.
-                if let Some(&floor) = floors.get(key) {
-                    state.raise_next(&key.0, key.1, floor as i64);
+            for (key, why) in cq_rebuilt.iter_mut().map(|(t, q, w)| ((t.clone(), *q), w)) {
+                // Offsets a rebuilt queue had handed out are not handed out again when every
+                // record of it is gone from the log (retention): the queue, empty, goes on at
+                // the manifest's count (decided below, once the records past the dispatch
+                // point are counted too). A queue the log still holds records of goes on from
+                // them (units are contiguous: it cannot jump past its last one), so records
+                // gone from the log's tail (never flushed) give their offsets out again, as
+                // they do for a queue that was not rebuilt.
+                let Some(&floor) = floors.get(&key) else {
+                    continue;
+                };
+                let held = cqs.get(&key).map_or(0, |q| q.max_offset());
+                if held == 0 {
+                    empty_rebuilt.push((key, floor));
+                } else if held < floor {
+                    why.push_str(&format!(
+                        "; units {held}..{floor} are gone from the log and are given out again"
+                    ));
                 }
             }
         }
@@ -1060,6 +1110,11 @@ impl Store {
             state.raise_next(topic, *qid, q.max_offset() as i64);
         }
         Core::note_queue_offsets(&log, &quarantine, &mut state, dispatch_start, end)?;
+        for ((topic, qid), floor) in empty_rebuilt {
+            if state.next_offset(&topic, qid) == 0 {
+                state.raise_next(&topic, qid, floor as i64);
+            }
+        }
 
         let persisted_confirm = if trusted {
             ckpt.confirm_offset.max(0) as u64

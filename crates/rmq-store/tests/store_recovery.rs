@@ -549,3 +549,108 @@ fn a_missing_middle_segment_is_refused_and_nothing_is_deleted() {
     let (store, _) = Store::open(cfg(root)).expect("reopen");
     assert_readable(&store, &placed);
 }
+
+/// The first file of a two-file consume queue deleted while the commitlog still starts at 0:
+/// the queue is rebuilt from the log (it used to start silently at the second file's first
+/// unit, its first messages unreachable for good).
+#[test]
+fn a_consume_queue_missing_its_first_file_is_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (store, _) = Store::open(cfg(root)).expect("open");
+    for i in 0..100u32 {
+        store
+            .append_batch(&[msg(b"Q", 0, &i.to_be_bytes())])
+            .expect("append");
+    }
+    drop(store);
+    let qdir = root.join("consumequeue").join("Q").join("0");
+    fs::remove_file(qdir.join(format!("{:020}", 0))).expect("rm first cq file");
+    let (store, report) = Store::open(cfg(root)).expect("reopen");
+    assert!(
+        report
+            .cq_rebuilt
+            .iter()
+            .any(|(t, q, why)| t == "Q" && *q == 0 && why.contains("first files")),
+        "{:?}",
+        report.cq_rebuilt
+    );
+    assert_eq!(queue_range(&store, "Q", 0), (0, 100));
+    let got = store.read_queue("Q", 0, 0, 1, 1 << 20, None).expect("read");
+    assert_eq!(got.records.len(), 1);
+}
+
+/// A queue rebuilt from a log that lost its unflushed tail (the manifest counted more units
+/// than the log still holds): appends to it go on after its last rebuilt unit. They used to fail
+/// for good with OffsetOutOfRange (the next offset was raised past the queue's end).
+#[test]
+fn a_rebuilt_queue_whose_tail_is_gone_from_the_log_takes_appends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (store, _) = Store::open(cfg(root)).expect("open");
+    let placed = fill(&store, 30, |i| 100 + i);
+    drop(store);
+    // the log loses its last 6 records (never flushed), and queue T/0's directory is gone
+    let f = OpenOptions::new()
+        .write(true)
+        .open(seg_path(root, 0))
+        .expect("seg");
+    f.write_all_at(&[0u8; 4096], placed[24].0).expect("zero");
+    drop(f);
+    fs::remove_dir_all(root.join("consumequeue").join("T").join("0")).expect("rm");
+    let (store, report) = Store::open(cfg(root)).expect("reopen");
+    let (_, _, why) = report
+        .cq_rebuilt
+        .iter()
+        .find(|(t, q, _)| t == "T" && *q == 0)
+        .expect("rebuilt");
+    assert!(why.contains("given out again"), "{why}");
+    assert_eq!(queue_range(&store, "T", 0), (0, 8));
+    let p = store.append_batch(&[msg(b"T", 0, b"x")]).expect("append");
+    assert_eq!(p[0].queue_offset, 8);
+    // and it survives a reopen
+    drop(store);
+    let (store, _) = Store::open(cfg(root)).expect("reopen");
+    assert_eq!(queue_range(&store, "T", 0), (0, 9));
+}
+
+/// The last unit of a consume queue damaged to point past the log end: the queue is rebuilt
+/// (the manifest says the unit was durable), so its record stays readable and its queue offset
+/// is not handed out again. It used to be cut as "past the dispatch point".
+#[test]
+fn a_last_unit_pointing_past_the_log_end_is_rebuilt_not_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (store, _) = Store::open(cfg(root)).expect("open");
+    let placed = fill(&store, 30, |i| 100 + i);
+    assert_eq!(store.queue_max_offset("T", 0).expect("max"), 10);
+    drop(store);
+    let cq = root
+        .join("consumequeue")
+        .join("T")
+        .join("0")
+        .join(format!("{:020}", 0));
+    let f = OpenOptions::new().write(true).open(&cq).expect("open cq");
+    f.write_all_at(&(1u64 << 40).to_be_bytes(), 9 * 20)
+        .expect("damage unit 9");
+    drop(f);
+    let (store, report) = Store::open(cfg(root)).expect("reopen");
+    assert!(
+        report
+            .cq_rebuilt
+            .iter()
+            .any(|(t, q, _)| t == "T" && *q == 0),
+        "{:?}",
+        report.cq_rebuilt
+    );
+    assert_eq!(queue_range(&store, "T", 0), (0, 10));
+    let got = store.read_queue("T", 0, 9, 1, 1 << 20, None).expect("read");
+    assert_eq!(
+        got.records[0].as_slice(),
+        store.read_record(placed[27].0).expect("rec").as_slice()
+    );
+    let p = store
+        .append_batch(&[msg(b"T", 0, b"next")])
+        .expect("append");
+    assert_eq!(p[0].queue_offset, 10);
+}
