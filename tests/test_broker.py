@@ -17,11 +17,12 @@ import pytest
 import trio
 from rmq_jepsen.launch import RMQ_HA, Proc, ReadyFile, kill_all
 
-from rmq_ha._native import decode_batch_body, encode_batch_body
+from rmq_ha._native import decode_batch_body, decode_pull_body, encode_batch_body
 from rmq_ha.broker.broker import Broker, open_broker
 from rmq_ha.config import BrokerConfig, NamesrvConfig
 from rmq_ha.nameserver.server import Nameserver
 from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.admin import SubscriptionGroupConfig
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import SERIALIZE_ROCKETMQ, RemotingCommand
@@ -306,6 +307,94 @@ async def test_send_back_goes_to_retry_then_dead_letter(tmp_path: Path) -> None:
             or b""
         )["topicConfigTable"]
         assert "%DLQ%g" in tc
+
+
+@pytest.mark.parametrize("auto", [True, False])
+async def test_a_consumers_heartbeat_creates_its_groups_config(tmp_path: Path, auto: bool) -> None:
+    """autoCreateSubscriptionGroup (RocketMQ's default true): a group gets a default config
+    (retryMaxTimes 16, ...) at its first heartbeat, so admin tools list it and show its
+    settings; an operator's config is left as it is; off, nothing is created."""
+    from rmq_ha.protocol.admin import SubscriptionGroupWrapper
+
+    def hb(group: str) -> RemotingCommand:
+        data = HeartbeatData(
+            client_id="client-1",
+            consumer_data_set=[
+                ConsumerData(
+                    group_name=group,
+                    consume_type="CONSUME_PASSIVELY",
+                    message_model="CLUSTERING",
+                    consume_from_where="CONSUME_FROM_LAST_OFFSET",
+                    subscription_data_set=[SubscriptionData(topic="HB", sub_string="*")],
+                )
+            ],
+        )
+        return RemotingCommand.request(RC.HEART_BEAT, body=data.to_json())
+
+    async with cluster(tmp_path, auto_create_subscription_group=auto) as c:
+        assert c.node is not None
+        c.node.subgroups.update(SubscriptionGroupConfig(group_name="set", retry_max_times=3))
+        for g in ("hbg", "set"):
+            assert (await c.client.invoke(c.broker, hb(g))).code == Resp.SUCCESS
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        )
+        table = SubscriptionGroupWrapper.from_json(r.body or b"").subscription_group_table
+        assert table["set"].retry_max_times == 3
+        if auto:
+            assert table["hbg"].retry_max_times == 16 and table["hbg"].consume_enable
+        else:
+            assert "hbg" not in table
+
+
+async def test_a_send_to_a_retry_topic_past_its_limit_is_a_dead_letter(tmp_path: Path) -> None:
+    """RocketMQ's handleRetryAndDLQ: an orderly consumer (and a concurrent one whose send-back
+    failed) sends an exhausted message itself, to %RETRY%group, with reconsumeTimes and
+    maxReconsumeTimes. Past the limit, or when the group holds queue locks (it consumes
+    orderly), the broker stores it on %DLQ%group, without its delay level. It used to go to the
+    retry topic, where it came back out of order and without end."""
+
+    def retry_send(reconsume: int, limit: int | None, body: bytes) -> RemotingCommand:
+        props = {"UNIQ_KEY": f"u-{body.hex()}", "RETRY_TOPIC": "RT", "DELAY": "3",
+                 "RECONSUME_TIME": str(reconsume)}  # fmt: skip
+        h = SendMessageRequestHeader(
+            producer_group="pg", topic="%RETRY%g", default_topic="TBW102",
+            default_topic_queue_nums=4, queue_id=0, sys_flag=0,
+            born_timestamp=int(time.time() * 1000), flag=0,
+            properties=encode_properties(props), reconsume_times=reconsume,
+            max_reconsume_times=limit,
+        )  # fmt: skip
+        return RemotingCommand.request(RC.SEND_MESSAGE, h.to_ext(), body)
+
+    async def dead_letters() -> list[bytes]:
+        r = await c.client.invoke(c.broker, pull_cmd("%DLQ%g", 0, 0))
+        if r.code != Resp.SUCCESS:
+            return []
+        return [m[1] for m in decode_pull_body(r.body or b"")]
+
+    async with cluster(tmp_path, message_delay_level="100ms 100ms 100ms") as c:
+        r = await c.client.invoke(c.broker, retry_send(1, 1, b"again"))
+        assert r.code == Resp.SUCCESS, r.remark
+        assert await dead_letters() == []
+        r = await c.client.invoke(c.broker, retry_send(2, 1, b"exhausted"))
+        assert r.code == Resp.SUCCESS, r.remark
+        got = await dead_letters()
+        assert got == [b"exhausted"]
+        r = await c.client.invoke(c.broker, pull_cmd("%DLQ%g", 0, 0))
+        props = decode_pull_body(r.body or b"")[0][2]
+        assert props["RETRY_TOPIC"] == "RT" and "DELAY" not in props
+        # without maxReconsumeTimes: the group's retryMaxTimes (16 without a config)
+        r = await c.client.invoke(c.broker, retry_send(16, None, b"sixteen"))
+        assert r.code == Resp.SUCCESS and await dead_letters() == [b"exhausted"]
+        r = await c.client.invoke(c.broker, retry_send(17, None, b"seventeen"))
+        assert await dead_letters() == [b"exhausted", b"seventeen"]
+        # a group that holds queue locks consumes orderly: its retries are dead letters
+        mq = MessageQueue(topic="RT", broker_name="broker-a", queue_id=0)
+        body = LockBatchRequestBody(consumer_group="g", client_id="c1", mq_set={mq}).to_json()
+        await c.client.invoke(c.broker, RemotingCommand.request(RC.LOCK_BATCH_MQ, body=body))
+        r = await c.client.invoke(c.broker, retry_send(0, 1, b"orderly"))
+        assert r.code == Resp.SUCCESS
+        assert await dead_letters() == [b"exhausted", b"seventeen", b"orderly"]
 
 
 async def test_bad_sends_get_clear_codes_and_write_nothing(tmp_path: Path) -> None:

@@ -288,8 +288,9 @@ def encode_transfer_header(
     """The 36-byte transfer header; the caller sends `body_size` bytes of commitlog after it
     (0: a heartbeat). ValueError when `body_size` exceeds 2**31 - 1."""
 
-def with_property(props: bytes, key: str, value: str) -> bytes:
-    """``props`` (``k\\x01v\\x02...``) with ``key`` set to ``value`` (replaced or appended)."""
+def stamp_properties(props: bytes, cluster: str) -> bytes:
+    """``props`` (``k\\x01v\\x02...``) with the properties the broker puts on every stored
+    message: MSG_REGION, TRACE_ON and (when ``cluster`` is not empty) CLUSTER."""
 
 class HaMasterSideDecoder:
     """Decodes the stream a master receives from a slave. Each record of `feed` is

@@ -313,6 +313,11 @@ class BrokerConfig(SecurityKeys):
     broker_election_priority: int = rmq("brokerElectionPriority", 2**31 - 1, "lower wins")
     broker_permission: int = rmq("brokerPermission", 6, "perm bits: 2 write, 4 read")
     auto_create_topic_enable: bool = rmq("autoCreateTopicEnable", True)
+    auto_create_subscription_group: bool = rmq(
+        "autoCreateSubscriptionGroup",
+        True,
+        "a consumer group gets a default subscription-group config at its first heartbeat",
+    )
     default_topic_queue_nums: int = rmq("defaultTopicQueueNums", 4)
     max_message_size: int = rmq("maxMessageSize", 4 * 1024 * 1024)
     store_reply_message_enable: bool = rmq(

@@ -228,20 +228,15 @@ impl SendPath {
     }
 }
 
-/// `props` with `key` set to `value` (rmq_wire::send::with_property): the Python send path
-/// stamps `CLUSTER` with the native path's code.
+/// `props` with the properties the broker puts on every stored message (rmq_wire::send::stamp:
+/// MSG_REGION, TRACE_ON and CLUSTER): the Python send path stamps with the native path's code.
 #[pyfunction]
-fn with_property<'py>(
-    py: Python<'py>,
-    props: &[u8],
-    key: &str,
-    value: &str,
-) -> Bound<'py, PyBytes> {
-    PyBytes::new(py, &rmq_wire::send::with_property(props, key, value))
+fn stamp_properties<'py>(py: Python<'py>, props: &[u8], cluster: &str) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &rmq_wire::send::stamp(props, cluster))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SendPath>()?;
-    m.add_function(wrap_pyfunction!(with_property, m)?)?;
+    m.add_function(wrap_pyfunction!(stamp_properties, m)?)?;
     Ok(())
 }

@@ -83,23 +83,55 @@ pub struct SendConfig {
 /// `key` property is replaced, else the pair is appended (each pair ends with `\x02`, as
 /// `MessageDecoder.messageProperties2String` writes them).
 pub fn with_property(props: &[u8], key: &str, value: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(props.len() + key.len() + value.len() + 3);
+    with_properties(props, &[(key, value)])
+}
+
+/// `props` with every `(key, value)` of `pairs` set, in one pass: existing pairs with those
+/// keys are dropped and the new ones appended in order.
+pub fn with_properties(props: &[u8], pairs: &[(&str, &str)]) -> Vec<u8> {
+    let extra: usize = pairs.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let mut out = Vec::with_capacity(props.len() + extra + 1);
     for pair in props.split(|&b| b == 2) {
         if pair.is_empty() {
             continue;
         }
         let name = pair.split(|&b| b == 1).next().unwrap_or(pair);
-        if name == key.as_bytes() {
+        if pairs.iter().any(|(k, _)| name == k.as_bytes()) {
             continue;
         }
         out.extend_from_slice(pair);
         out.push(2);
     }
-    out.extend_from_slice(key.as_bytes());
-    out.push(1);
-    out.extend_from_slice(value.as_bytes());
-    out.push(2);
+    for (k, v) in pairs {
+        out.extend_from_slice(k.as_bytes());
+        out.push(1);
+        out.extend_from_slice(v.as_bytes());
+        out.push(2);
+    }
     out
+}
+
+/// RocketMQ's broker defaults `regionId` and `traceOn`, which every send's answer carries too.
+pub const MSG_REGION: &str = "DefaultRegion";
+pub const TRACE_ON: &str = "true";
+
+/// The properties the broker puts on every message it stores (RocketMQ's send processors):
+/// `MSG_REGION` and `TRACE_ON` (a traced consumer's client sends its consume trace only for a
+/// message that names its region) and `CLUSTER` (a request-reply consumer addresses its reply
+/// from it; not added when `cluster` is empty).
+pub fn stamp(props: &[u8], cluster: &str) -> Vec<u8> {
+    if cluster.is_empty() {
+        with_properties(props, &[("MSG_REGION", MSG_REGION), ("TRACE_ON", TRACE_ON)])
+    } else {
+        with_properties(
+            props,
+            &[
+                ("MSG_REGION", MSG_REGION),
+                ("TRACE_ON", TRACE_ON),
+                ("CLUSTER", cluster),
+            ],
+        )
+    }
 }
 
 /// What the caller keeps between calls: the topic table, the limits, the random state.
@@ -385,10 +417,8 @@ fn plan<'a>(
     } else {
         vec![(h.flag, body, Cow::Owned(props))]
     };
-    if !cfg.cluster.is_empty() {
-        for e in &mut entries {
-            e.2 = Cow::Owned(with_property(&e.2, "CLUSTER", &cfg.cluster));
-        }
+    for e in &mut entries {
+        e.2 = Cow::Owned(stamp(&e.2, &cfg.cluster));
     }
     if entries.is_empty() {
         return Plan::Reply {
@@ -856,7 +886,7 @@ mod tests {
                 assert_eq!(log.stored[0].2, b"hi");
                 assert_eq!(
                     log.stored[0].3,
-                    b"UNIQ_KEY\x01abc\x02K\x01v\x02CLUSTER\x01C1\x02".to_vec()
+                    b"UNIQ_KEY\x01abc\x02K\x01v\x02MSG_REGION\x01DefaultRegion\x02TRACE_ON\x01true\x02CLUSTER\x01C1\x02".to_vec()
                 );
             }
         }
@@ -884,10 +914,11 @@ mod tests {
         assert_eq!(ids.split(',').count(), 2);
         assert_eq!(field(&resp[0], "transactionId"), None);
         assert_eq!(log.stored.len(), 2);
-        // every message of the batch carries the cluster, as RocketMQ's batch encoder adds
-        // the batch's properties to each
-        assert_eq!(log.stored[0].3, b"CLUSTER\x01C1\x02".to_vec());
-        assert_eq!(log.stored[1].3, b"K\x01v\x02CLUSTER\x01C1\x02".to_vec());
+        // every message of the batch carries the region, trace switch and cluster, as
+        // RocketMQ's batch encoder adds the batch's properties to each
+        let s = b"MSG_REGION\x01DefaultRegion\x02TRACE_ON\x01true\x02CLUSTER\x01C1\x02";
+        assert_eq!(log.stored[0].3, s.to_vec());
+        assert_eq!(log.stored[1].3, [&b"K\x01v\x02"[..], &s[..]].concat());
     }
 
     #[test]
@@ -1052,6 +1083,11 @@ mod tests {
         assert_eq!(
             with_property(b"XCLUSTER\x01a\x02K\x01CLUSTER\x02", "CLUSTER", "C"),
             b"XCLUSTER\x01a\x02K\x01CLUSTER\x02CLUSTER\x01C\x02".to_vec()
+        );
+        // the broker's stamp: a client-sent MSG_REGION is replaced, the rest kept
+        assert_eq!(
+            stamp(b"MSG_REGION\x01x\x02K\x01v\x02", ""),
+            b"K\x01v\x02MSG_REGION\x01DefaultRegion\x02TRACE_ON\x01true\x02".to_vec()
         );
     }
 

@@ -45,6 +45,11 @@ class QueueLocks:
             if e is not None and e.client_id == client_id:
                 del table[mq]
 
+    def any_live(self, group: str, now_ms: int) -> bool:
+        """Whether some queue is locked by the group (an orderly consumer's group; RocketMQ's
+        ``!isLockAllExpired``)."""
+        return any(self._live(e, now_ms) for e in self._table.get(group, {}).values())
+
     def holder(self, group: str, mq: QueueKey, now_ms: int) -> str | None:
         e = self._table.get(group, {}).get(mq)
         return e.client_id if e is not None and self._live(e, now_ms) else None

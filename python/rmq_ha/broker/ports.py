@@ -139,6 +139,14 @@ class SubscriptionGroups(Protocol):
         """Why the group may not consume (consumeEnable=false), or None."""
         ...
 
+    def retry_max_times(self, group: str) -> int:
+        """The group's retryMaxTimes (16 without a config)."""
+        ...
+
+    def ensure(self, group: str) -> bool:
+        """Creates a default config for a group without one; True when it did."""
+        ...
+
 
 @dataclass
 class Ports:

@@ -4,11 +4,13 @@ DELETE_SUBSCRIPTIONGROUP, listed by GET_ALL_SUBSCRIPTIONGROUP_CONFIG; persisted 
 `config/subscriptionGroup.json` (RocketMQ's file name and shape: subscriptionGroupTable and
 dataVersion).
 
-rmq_ha's broker does not require a group to exist before it consumes (RocketMQ's
-autoCreateSubscriptionGroup=true behaviour). A group whose config says consumeEnable=false is
-refused pulls and pops with NO_PERMISSION, as RocketMQ answers (`consume_refusal`); the other
-settings (retryMaxTimes, retryQueueNums, ...) are kept, persisted and shown but not enforced
-(docs/operations.md).
+rmq_ha's broker does not require a group to exist before it consumes; with
+autoCreateSubscriptionGroup=true (the default, as RocketMQ) a consumer's heartbeat creates a
+default config for its group (`ensure`). A group whose config says consumeEnable=false is
+refused pulls and pops with NO_PERMISSION, as RocketMQ answers (`consume_refusal`);
+retryMaxTimes bounds its retries when the client does not name a maximum
+(`retry_max_times`); the other settings (retryQueueNums, ...) are kept, persisted and shown but
+not enforced (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from rmq_ha.protocol.admin import SubscriptionGroupConfig, SubscriptionGroupWrap
 from rmq_ha.protocol.models import DataVersion
 
 FILE_NAME = "subscriptionGroup.json"
+
+
+#: SubscriptionGroupConfig.retryMaxTimes' default.
+DEFAULT_RETRY_MAX_TIMES = 16
 
 
 class SubscriptionGroupManager:
@@ -53,6 +59,21 @@ class SubscriptionGroupManager:
         if cfg is not None and not cfg.consume_enable:
             return f"subscription group no permission, {group}"
         return None
+
+    def ensure(self, group: str) -> bool:
+        """A default config for a group that has none (RocketMQ's findSubscriptionGroupConfig
+        with autoCreateSubscriptionGroup=true, at a consumer's heartbeat): admin tools list
+        the group and show its settings. True when it was created."""
+        if group in self.table:
+            return False
+        self.update(SubscriptionGroupConfig(group_name=group))
+        return True
+
+    def retry_max_times(self, group: str) -> int:
+        """How often the group's messages are retried before the dead-letter queue: its
+        config's retryMaxTimes (RocketMQ's default, 16, for a group without one)."""
+        cfg = self.table.get(group)
+        return cfg.retry_max_times if cfg is not None else DEFAULT_RETRY_MAX_TIMES
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
         self.table[cfg.group_name] = cfg

@@ -8,7 +8,7 @@ import logging
 
 from rmq_ha.broker.clients import ClientInfo
 from rmq_ha.broker.ports import Ports
-from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX
+from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.clock import wall_ms as now_ms
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -62,6 +62,8 @@ def register(d: Dispatcher, p: Ports) -> None:
         for prod in hb.producer_data_set:
             p.clients.register_producer(prod.group_name, info)
         for c in hb.consumer_data_set:
+            if p.cfg.auto_create_subscription_group and check_topic_name(c.group_name) is None:
+                p.subgroups.ensure(c.group_name)
             # Every consumer group has a retry topic its members subscribe to.
             p.topics.system(RETRY_GROUP_TOPIC_PREFIX + c.group_name)
             if p.clients.register_consumer(c, info):

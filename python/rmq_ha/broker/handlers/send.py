@@ -31,7 +31,7 @@ from rmq_ha._native import (
     SendPath,
     decode_batch_body,
     decode_stored_record,
-    with_property,
+    stamp_properties,
 )
 from rmq_ha.broker.metrics import MESSAGE_SIZE_BUCKETS
 from rmq_ha.broker.ports import Ports, ReplicationOutcomeLike, SpecialRouting
@@ -70,8 +70,6 @@ from rmq_ha.protocol.message import (
 from rmq_ha.protocol.perm import is_writeable
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_RECONSUME_TIMES = 16
 
 #: Environment switch of the native send path: "1" (default) or "0" (every send in Python).
 NATIVE_SEND_ENV = "RMQ_HA_NATIVE_SEND"
@@ -420,16 +418,27 @@ async def send_message(
     if isinstance(queue_id, RemotingCommand):
         return queue_id
     body = cmd.body or b""
-    # every stored message names the cluster (RocketMQ's SendMessageProcessor does; a
-    # request-reply consumer addresses its reply from it), as the native path does
+    # every stored message names its region, the trace switch and the cluster (RocketMQ's
+    # send processors do: a traced consumer reports only messages naming their region, a
+    # request-reply consumer addresses its reply from the cluster), as the native path does
     cluster = p.cfg.cluster_name
 
     def stamp(pr: bytes) -> bytes:
-        return with_property(pr, "CLUSTER", cluster) if cluster else pr
+        return stamp_properties(pr, cluster)
 
     props = stamp((h.properties or "").encode())
     is_batch = cmd.code == RC.SEND_BATCH_MESSAGE or bool(h.batch)
-    topic, store_qid, sys_flag = h.topic, queue_id, h.sys_flag
+    dead_of = _dead_letter_group(p, h) if not is_batch else None
+    if dead_of is not None:
+        # RocketMQ's handleRetryAndDLQ: the retry went past the group's limit (or the group
+        # consumes orderly): the message goes to the group's dead-letter queue instead
+        queue_id = 0
+        props = _without_delay(props)
+    topic = h.topic if dead_of is None else DLQ_GROUP_TOPIC_PREFIX + dead_of
+    if dead_of is not None:
+        p.topics.system(topic)
+        p.topics.changed()
+    store_qid, sys_flag = queue_id, h.sys_flag
     if not is_batch and special.may_route(props):
         # Transaction halves and delayed/timer messages are stored on system topics first.
         topic, store_qid, props, sys_flag = special.route_send(topic, queue_id, props, sys_flag)
@@ -470,9 +479,12 @@ async def send_message(
     if resp.ext_fields and "queueId" in resp.ext_fields:
         # Stored (whatever replication answered): counted once per request, by the topic the
         # producer named.
-        mtype = _message_type(topic, h.topic)
+        mtype = _message_type(topic, h.topic) if dead_of is None else "Normal"
         p.traffic.put(h.topic, mtype, len(msgs), sum(sizes))
         p.traffic.sized(h.topic, mtype, sizes)
+        if dead_of is not None:
+            origin = decode_properties(props).get(PROPERTY_RETRY_TOPIC, h.topic)
+            p.traffic.dead_letter(origin, dead_of)
         if store_qid != queue_id:
             resp.ext_fields["queueId"] = str(queue_id)  # RocketMQ answers the requested queue
         uniq = _uniq_key(props) if not is_batch else None
@@ -481,6 +493,33 @@ async def send_message(
             # producer reports it as the transaction id).
             resp.ext_fields["transactionId"] = uniq
     return resp
+
+
+def _dead_letter_group(p: Ports, h: SendMessageRequestHeader) -> str | None:
+    """The group whose dead-letter queue a send to its retry topic goes to instead: when the
+    message was reconsumed more often than the group allows (the send's maxReconsumeTimes, else
+    the group's retryMaxTimes), or the group holds queue locks (an orderly consumer's retries
+    are dead letters at once); None for any other send (RocketMQ's handleRetryAndDLQ)."""
+    if not h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return None
+    group = h.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+    limit = (
+        h.max_reconsume_times
+        if h.max_reconsume_times is not None
+        else p.subgroups.retry_max_times(group)
+    )
+    if (h.reconsume_times or 0) > limit or p.locks.any_live(group, now_ms()):
+        return group
+    return None
+
+
+def _without_delay(props: bytes) -> bytes:
+    """A dead letter is stored at once, never on the schedule topic."""
+    if b"DELAY\x01" not in props:
+        return props
+    d = decode_properties(props)
+    d.pop(PROPERTY_DELAY, None)
+    return encode_properties(d).encode()
 
 
 def _message_type(stored_topic: str, topic: str) -> str:
@@ -603,7 +642,9 @@ async def consumer_send_msg_back(
     orig_topic = str(orig["topic"])
     reconsume = int(orig["reconsume_times"]) + 1  # type: ignore[call-overload]
     max_times = (
-        h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME_TIMES
+        h.max_reconsume_times
+        if h.max_reconsume_times is not None
+        else p.subgroups.retry_max_times(h.group)
     )
     if not orig_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         # Consumers read the original topic back from this property.
