@@ -397,6 +397,28 @@ async def test_a_send_to_a_retry_topic_past_its_limit_is_a_dead_letter(tmp_path:
         assert await dead_letters() == [b"exhausted", b"seventeen", b"orderly"]
 
 
+async def test_system_topic_list_and_earliest_time_of_an_empty_queue(tmp_path: Path) -> None:
+    """GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305: RocketMQ's system topic set, with the cluster's
+    and broker's names; the dashboard tells user topics from it) and GET_EARLIEST_MSG_STORETIME
+    of an empty queue (-1, as RocketMQ; it was an error)."""
+    async with cluster(tmp_path) as c:
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+        )
+        names = set(json.loads(r.body or b"")["topicList"])
+        assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRACE_TOPIC", "DefaultCluster"} <= names
+        assert "broker-a" in names
+        r = await c.client.invoke(c.broker, send_cmd("ET", b"x", queue_id=0))
+        for qid, found in ((0, True), (1, False)):
+            ext = {"topic": "ET", "queueId": str(qid)}
+            r = await c.client.invoke(
+                c.broker, RemotingCommand.request(RC.GET_EARLIEST_MSG_STORETIME, ext)
+            )
+            assert r.code == Resp.SUCCESS, r.remark
+            ts = int(r.ext_fields["timestamp"])
+            assert ts > 0 if found else ts == -1
+
+
 async def test_bad_sends_get_clear_codes_and_write_nothing(tmp_path: Path) -> None:
     async with cluster(tmp_path, max_message_size=1024) as c:
         r = await c.client.invoke(c.broker, send_cmd("bad topic!", b"x"))

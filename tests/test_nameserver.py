@@ -137,3 +137,27 @@ async def test_a_refused_registration_tells_the_broker_it_is_stale() -> None:
             )
             assert r.code == Resp.SUCCESS and "registerRefused" not in r.ext_fields
         n.cancel_scope.cancel()
+
+
+async def test_kv_config_lists_a_namespace() -> None:
+    """PUT/GET/DELETE_KV_CONFIG and GET_KVLIST_BY_NAMESPACE (219, mqadmin and the dashboard
+    read namespaces whole); an empty namespace is RocketMQ's QUERY_NOT_FOUND."""
+    async with trio.open_nursery() as n:
+        ns = await start(n)
+        async with RemotingClient() as c:
+
+            async def call(code: int, ext: dict[str, str]) -> RemotingCommand:
+                return await c.invoke(ns.address, RemotingCommand.request(code, ext))
+
+            r = await call(RC.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"})
+            assert r.code == Resp.QUERY_NOT_FOUND and "No config item" in (r.remark or "")
+            for k, v in (("T1", "broker-a:4"), ("T2", "broker-b:2")):
+                put = {"namespace": "ORDER_TOPIC_CONFIG", "key": k, "value": v}
+                assert (await call(RC.PUT_KV_CONFIG, put)).code == Resp.SUCCESS
+            r = await call(RC.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"})
+            assert r.code == Resp.SUCCESS
+            assert json.loads(r.body or b"")["table"] == {"T1": "broker-a:4", "T2": "broker-b:2"}
+            await call(RC.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T1"})
+            r = await call(RC.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T1"})
+            assert r.code == Resp.QUERY_NOT_FOUND
+        n.cancel_scope.cancel()

@@ -28,6 +28,23 @@ _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 log = logging.getLogger(__name__)
 
 
+#: RocketMQ's TopicValidator.SYSTEM_TOPIC_SET (GET_SYSTEM_TOPIC_LIST_FROM_BROKER).
+SYSTEM_TOPIC_SET = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)
+
+
 def check_topic_name(topic: str) -> str | None:
     """None if valid, else why not (RocketMQ's TopicValidator rules)."""
     if not topic:

@@ -88,6 +88,7 @@ class Nameserver:
         d.register(RC.PUT_KV_CONFIG, self.put_kv)
         d.register(RC.GET_KV_CONFIG, self.get_kv)
         d.register(RC.DELETE_KV_CONFIG, self.delete_kv)
+        d.register(RC.GET_KVLIST_BY_NAMESPACE, self.get_kv_list)
         d.register(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics)
         d.register(RC.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
         d.register(RC.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
@@ -357,6 +358,15 @@ class Nameserver:
         if value is None:
             return cmd.response(Resp.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
         return cmd.response(Resp.SUCCESS, None, {"value": value})
+
+    async def get_kv_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_KVLIST_BY_NAMESPACE: every entry of a namespace as a KVTable body; RocketMQ's
+        QUERY_NOT_FOUND when the namespace holds none."""
+        ns = cmd.ext_fields.get("namespace", "")
+        table = self.kv.get(ns)
+        if not table:
+            return cmd.response(Resp.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}")
+        return cmd.response(Resp.SUCCESS, None, None, KVTable(table=dict(table)).to_json())
 
     async def delete_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         ns, key = cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", "")

@@ -79,7 +79,7 @@ def register(d: Dispatcher, p: Ports) -> None:
         h = GetEarliestMsgStoretimeRequestHeader.from_ext(cmd.ext_fields)
         ts = native.earliest_store_time(h.topic, h.queue_id)
         if ts is None:
-            return cmd.response(Resp.SYSTEM_ERROR, f"no message in {h.topic}:{h.queue_id}")
+            ts = -1  # an empty queue: RocketMQ's getEarliestMessageTime answers -1
         return cmd.response(
             Resp.SUCCESS, None, GetEarliestMsgStoretimeResponseHeader(timestamp=ts).to_ext()
         )

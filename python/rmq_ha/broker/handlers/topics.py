@@ -6,10 +6,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import fields
 
 from rmq_ha.broker.ports import Ports
-from rmq_ha.broker.topics import check_topic_name
+from rmq_ha.broker.topics import SYSTEM_TOPIC_SET, check_topic_name
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
-from rmq_ha.protocol.admin import GetTopicConfigRequestHeader, TopicConfigAndQueueMapping
+from rmq_ha.protocol.admin import (
+    GetTopicConfigRequestHeader,
+    TopicConfigAndQueueMapping,
+    TopicList,
+)
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
@@ -57,3 +61,12 @@ def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
     d.register(RC.UPDATE_AND_CREATE_TOPIC, create_topic)
     d.register(RC.GET_TOPIC_CONFIG, topic_config)
     d.register(RC.GET_ALL_TOPIC_CONFIG, all_topic_config)
+
+    async def system_topics(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_SYSTEM_TOPIC_LIST_FROM_BROKER: RocketMQ's TopicValidator system topic set, with
+        the cluster's and broker's own names (which its broker adds to that set); admin tools
+        and the dashboard tell user topics from it."""
+        names = set(SYSTEM_TOPIC_SET) | {p.cfg.cluster_name, p.cfg.broker_name}
+        return cmd.response(Resp.SUCCESS, None, None, TopicList(topic_list=names).to_json())
+
+    d.register(RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, system_topics)
