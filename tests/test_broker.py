@@ -31,7 +31,7 @@ from rmq_ha.protocol.headers import (
     PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from rmq_ha.protocol.message import encode_properties, parse_offset_msg_id
+from rmq_ha.protocol.message import decode_properties, encode_properties, parse_offset_msg_id
 from rmq_ha.protocol.models import (
     ConsumerData,
     HeartbeatData,
@@ -281,7 +281,8 @@ async def test_send_back_goes_to_retry_then_dead_letter(tmp_path: Path) -> None:
     # Retries wait their delay level (3 + reconsume times): short levels keep this quick.
     async with cluster(tmp_path, message_delay_level="100ms 100ms 100ms") as c:
         r = await c.client.invoke(c.broker, send_cmd("RT", b"fails"))
-        _, _, off = parse_offset_msg_id(r.ext_fields["msgId"])
+        first_id = r.ext_fields["msgId"]
+        _, _, off = parse_offset_msg_id(first_id)
         h = ConsumerSendMsgBackRequestHeader(
             offset=off, group="g", delay_level=0, max_reconsume_times=1
         )
@@ -297,6 +298,10 @@ async def test_send_back_goes_to_retry_then_dead_letter(tmp_path: Path) -> None:
         rec = decode_stored_record((r.body or b"")[: int.from_bytes((r.body or b"")[:4], "big")])
         assert rec["body"] == b"fails" and rec["reconsume_times"] == 1
         assert b"RETRY_TOPIC\x01RT" in rec["properties"]  # type: ignore[operator]
+        # ORIGIN_MESSAGE_ID: the original's offset message id, as RocketMQ sets it (the id the
+        # send answered), not the client's uniq id
+        props = decode_properties(rec["properties"])  # type: ignore[arg-type]
+        assert props["ORIGIN_MESSAGE_ID"] == first_id, props
         # Failing again past maxReconsumeTimes: the dead-letter topic.
         h.offset = int(rec["physical_offset"])  # type: ignore[call-overload]
         await c.client.invoke(

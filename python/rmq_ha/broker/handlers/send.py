@@ -495,6 +495,16 @@ async def send_message(
     return resp
 
 
+def _offset_msg_id_of(store_host: str, offset: int, fallback: str | None) -> str:
+    """The offset message id of the record at ``offset`` stored by ``store_host`` ("ip:port");
+    ``fallback`` (the client's id) when the address does not parse."""
+    host, _, port = store_host.rpartition(":")
+    try:
+        return offset_msg_id(host.strip("[]"), int(port), offset)
+    except ValueError:
+        return fallback or ""
+
+
 def _dead_letter_group(p: Ports, h: SendMessageRequestHeader) -> str | None:
     """The group whose dead-letter queue a send to its retry topic goes to instead: when the
     message was reconsumed more often than the group allows (the send's maxReconsumeTimes, else
@@ -649,7 +659,12 @@ async def consumer_send_msg_back(
     if not orig_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         # Consumers read the original topic back from this property.
         props[PROPERTY_RETRY_TOPIC] = orig_topic
-    props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.origin_msg_id or "")
+    if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+        # the first failure: the original's offset message id (RocketMQ takes the msgId of the
+        # message it looked up by offset); a retry keeps the one its first failure set
+        props[PROPERTY_ORIGIN_MESSAGE_ID] = _offset_msg_id_of(
+            str(orig["store_host"]), h.offset, h.origin_msg_id
+        )
     dead = reconsume > max_times or h.delay_level < 0
     if dead:
         topic = DLQ_GROUP_TOPIC_PREFIX + h.group
