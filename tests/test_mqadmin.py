@@ -36,6 +36,7 @@ from rmq_ha.protocol.admin import (
 )
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
+from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.models import MessageQueue as MQ
 from test_client_cluster import FAST_CLIENT, FAST_CONSUMER, FAST_PRODUCER, client_cluster
 
@@ -511,3 +512,43 @@ async def test_a_group_with_consume_enable_false_is_refused_pulls_and_pops(
         await mq("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "off", "-s", "true")
         async with PullConsumer("off", ns, config=FAST_CLIENT) as pc:
             assert [m.body for m in (await pc.pull(q, "*", 0, 8)).messages] == [b"m0"]
+
+
+async def test_consumer_running_info_is_asked_of_the_consumer_itself(tmp_path: Path) -> None:
+    """GET_CONSUMER_RUNNING_INFO (307: mqadmin consumerStatus, the dashboard's client view):
+    the broker asks the consumer over its own connection and relays the answer as it is; a
+    client that is not online gets RocketMQ's remark."""
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("RI", cluster="DefaultCluster", queue_nums=1, wait_for_route_s=5)
+
+        def listener(msgs: Any, ctx: object) -> ConsumeStatus:
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        asked: list[dict[str, str]] = []
+
+        async with PushConsumer("rig", ns, "RI", listener, config=FAST_CONSUMER) as c:
+
+            async def answer(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+                asked.append(dict(cmd.ext_fields))
+                return cmd.response(Resp.SUCCESS, None, None, b'{"properties":{"x":"1"}}')
+
+            c.instance.request_handlers[RC.GET_CONSUMER_RUNNING_INFO] = answer
+            cid = c.instance.client_id
+
+            async def online() -> bool:
+                rc, _ = await mq("consumerConnection", "-n", ns, "-g", "rig", ok=False)
+                return rc == 0
+
+            await until(online)
+            async with Admin(ns, config=FAST_CLIENT) as a:
+                ext = {"consumerGroup": "rig", "clientId": cid, "jstackEnable": "false"}
+                r = await a.instance.api.call(env.broker, RC.GET_CONSUMER_RUNNING_INFO, ext)
+                assert r.body == b'{"properties":{"x":"1"}}'
+                assert asked == [ext]
+                ext = {**ext, "clientId": "nobody@1"}
+                with pytest.raises(BrokerResponseError) as e:
+                    await a.instance.api.call(env.broker, RC.GET_CONSUMER_RUNNING_INFO, ext)
+                assert e.value.code == Resp.SYSTEM_ERROR
+                assert "The Consumer <rig> <nobody@1> not online" in str(e.value)

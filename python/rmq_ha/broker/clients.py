@@ -104,6 +104,13 @@ class ClientManager:
                 return c.conn
         return None
 
+    def consumer_connection(self, group: str, client_id: str) -> Connection | None:
+        """The live connection of consumer ``client_id`` of ``group`` (RocketMQ's
+        ConsumerManager.findChannel): where an admin's question to that client goes."""
+        g = self.consumers.get(group)
+        c = g.clients.get(client_id) if g is not None else None
+        return c.conn if c is not None and not c.conn.closed else None
+
     def producer_connection(self, group: str) -> Connection | None:
         """A live connection of the producer group (for CHECK_TRANSACTION_STATE)."""
         for c in self.producers.get(group, {}).values():

@@ -10,6 +10,7 @@ from rmq_ha.broker.clients import ClientInfo
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.clock import wall_ms as now_ms
+from rmq_ha.errors import RemotingError, RemotingTimeoutError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.codes import RequestCode as RC
@@ -53,6 +54,10 @@ async def watch_connection(p: Ports, conn: Connection) -> None:
 async def expire(p: Ports) -> None:
     for group in p.clients.expire(now_ms()):
         await notify_consumer_ids_changed(p, group)
+
+
+#: Broker2Client.callClient's wait for a client's answer.
+CALL_CLIENT_TIMEOUT_S = 10.0
 
 
 def register(d: Dispatcher, p: Ports) -> None:
@@ -104,6 +109,31 @@ def register(d: Dispatcher, p: Ports) -> None:
             )
         return cmd.response(Resp.SUCCESS)
 
+    async def consumer_running_info(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (307: mqadmin consumerStatus, the dashboard's client
+        view): asked of the consumer itself, its answer relayed as it is (RocketMQ's
+        AdminBrokerProcessor.callConsumer)."""
+        group = cmd.ext_fields.get("consumerGroup", "")
+        client_id = cmd.ext_fields.get("clientId", "")
+        target = p.clients.consumer_connection(group, client_id)
+        if target is None:
+            return cmd.response(
+                Resp.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
+            )
+        ask = RemotingCommand.request(cmd.code, dict(cmd.ext_fields), cmd.body)
+        try:
+            answer = await target.request(ask, CALL_CLIENT_TIMEOUT_S)
+        except RemotingTimeoutError as e:
+            return cmd.response(
+                Resp.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {e}"
+            )
+        except RemotingError as e:
+            return cmd.response(
+                Resp.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {e}"
+            )
+        return cmd.response(answer.code, answer.remark, dict(answer.ext_fields), answer.body)
+
+    d.register(RC.GET_CONSUMER_RUNNING_INFO, consumer_running_info)
     d.register(RC.HEART_BEAT, heartbeat)
     d.register(RC.CHECK_CLIENT_CONFIG, check_client_config)
     d.register(RC.UNREGISTER_CLIENT, unregister_client)
