@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -356,7 +357,7 @@ async def test_a_send_to_a_retry_topic_past_its_limit_is_a_dead_letter(tmp_path:
     """RocketMQ's handleRetryAndDLQ: an orderly consumer (and a concurrent one whose send-back
     failed) sends an exhausted message itself, to %RETRY%group, with reconsumeTimes and
     maxReconsumeTimes. Past the limit, or when the group holds queue locks (it consumes
-    orderly), the broker stores it on %DLQ%group, without its delay level. It used to go to the
+    orderly), the broker stores it on %DLQ%group at once (DELAY -1). It used to go to the
     retry topic, where it came back out of order and without end."""
 
     def retry_send(reconsume: int, limit: int | None, body: bytes) -> RemotingCommand:
@@ -387,7 +388,7 @@ async def test_a_send_to_a_retry_topic_past_its_limit_is_a_dead_letter(tmp_path:
         assert got == [b"exhausted"]
         r = await c.client.invoke(c.broker, pull_cmd("%DLQ%g", 0, 0))
         props = decode_pull_body(r.body or b"")[0][2]
-        assert props["RETRY_TOPIC"] == "RT" and "DELAY" not in props
+        assert props["RETRY_TOPIC"] == "RT" and props["DELAY"] == "-1"
         # without maxReconsumeTimes: the group's retryMaxTimes (16 without a config)
         r = await c.client.invoke(c.broker, retry_send(16, None, b"sixteen"))
         assert r.code == Resp.SUCCESS and await dead_letters() == [b"exhausted"]
@@ -422,6 +423,37 @@ async def test_system_topic_list_and_earliest_time_of_an_empty_queue(tmp_path: P
             assert r.code == Resp.SUCCESS, r.remark
             ts = int(r.ext_fields["timestamp"])
             assert ts > 0 if found else ts == -1
+
+
+async def test_a_send_that_finds_no_space_is_refused_as_a_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC before a retention round judged the disk full (a small or fast-filling disk):
+    the send is refused with the disk-full answer (SERVICE_NOT_AVAILABLE, nothing stored)
+    instead of SYSTEM_ERROR and a traceback, and a round runs at once; writes resume when it
+    finds room."""
+    import errno
+
+    from rmq_ha.errors import StoreIOError
+
+    monkeypatch.setenv("RMQ_HA_NATIVE_SEND", "0")  # the Python append path
+    async with cluster(tmp_path) as c:
+        assert c.node is not None
+        store = c.node.store
+        real = store.append_batch
+
+        def full(msgs: Any) -> Any:
+            raise StoreIOError("I/O error on commitlog: No space left on device", "x", errno.ENOSPC)
+
+        monkeypatch.setattr(store, "append_batch", full)
+        r = await c.client.invoke(c.broker, send_cmd("NS", b"x"))
+        assert r.code == Resp.SERVICE_NOT_AVAILABLE, r.remark
+        assert "disk is full" in (r.remark or "")
+        monkeypatch.setattr(store, "append_batch", real)
+        with trio.fail_after(10):  # the round the failure asked for finds room
+            while (r := await c.client.invoke(c.broker, send_cmd("NS", b"y"))).code:
+                await trio.sleep(0.05)
+        assert store.native.queue_max_offset("NS", 0) == 1
 
 
 async def test_bad_sends_get_clear_codes_and_write_nothing(tmp_path: Path) -> None:

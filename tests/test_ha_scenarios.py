@@ -23,6 +23,24 @@ pytestmark = pytest.mark.timeout(180)
 TOPIC = "TopicHA"
 
 
+async def slave_transferring(c: HaCluster) -> None:
+    """Until broker 1 (the slave) is in the TRANSFER state."""
+    with trio.fail_after(30):
+        while not (await c.status(1) or {}).get("slaveState") == "TRANSFER":
+            await trio.sleep(0.1)
+
+
+async def routed_without_master(ns: str) -> None:
+    """Until the name server routes TOPIC to no master (broker id 0 dropped)."""
+    async with Admin(ns, config=ClientConfig(client_ip="127.0.0.1")) as admin:
+        with trio.fail_after(30):
+            while True:
+                route = await admin.route(TOPIC)
+                if all(0 not in b.broker_addrs for b in route.broker_datas):
+                    return
+                await trio.sleep(0.2)
+
+
 @asynccontextmanager
 async def started(c: HaCluster) -> AsyncIterator[HaCluster]:
     try:
@@ -121,9 +139,7 @@ async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it
     )
     async with started(c):
         acked = Acked()
-        with trio.fail_after(30):
-            while not (await c.status(1) or {}).get("slaveState") == "TRANSFER":
-                await trio.sleep(0.1)
+        await slave_transferring(c)
         assert await send_values(c.ns_addrs[0], TOPIC, [f"a{i}" for i in range(30)], acked) == []
         master, slave = await c.status(0), await c.status(1)
         assert master and slave and master["maxOffset"] == slave["maxOffset"]
@@ -142,13 +158,7 @@ async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it
                 await trio.sleep(0.1)
         # The master dies: once the name servers drop it, reads go to the slave.
         c.brokers[0].kill()
-        async with Admin(c.ns_addrs[0], config=ClientConfig(client_ip="127.0.0.1")) as admin:
-            with trio.fail_after(30):
-                while True:
-                    route = await admin.route(TOPIC)
-                    if all(0 not in b.broker_addrs for b in route.broker_datas):
-                        break
-                    await trio.sleep(0.2)
+        await routed_without_master(c.ns_addrs[0])
         assert_no_loss(acked, await read_all(c.ns_addrs[0], TOPIC))
 
 
@@ -289,9 +299,7 @@ async def test_a_deleted_topic_is_deleted_on_the_slave_too_and_comes_back_empty(
         broker={"brokerNotActiveTimeoutMillis": 1500},
     )
     async with started(c):
-        with trio.fail_after(30):
-            while not (await c.status(1) or {}).get("slaveState") == "TRANSFER":
-                await trio.sleep(0.1)
+        await slave_transferring(c)
         ns = c.ns_addrs[0]
         old, new = Acked(), Acked()
         assert await send_values(ns, TOPIC, [f"old{i}" for i in range(20)], old) == []
@@ -309,13 +317,7 @@ async def test_a_deleted_topic_is_deleted_on_the_slave_too_and_comes_back_empty(
             ]:
                 await trio.sleep(0.1)
         c.brokers[0].kill()
-        async with Admin(ns, config=ClientConfig(client_ip="127.0.0.1")) as admin:
-            with trio.fail_after(30):
-                while True:
-                    route = await admin.route(TOPIC)
-                    if all(0 not in b.broker_addrs for b in route.broker_datas):
-                        break
-                    await trio.sleep(0.2)
+        await routed_without_master(ns)
         assert read_values(await read_all(ns, TOPIC)) == set(new.values)
 
 

@@ -403,3 +403,108 @@ def sql92_refused(client: str, cluster: Cluster, tmp: Path, names: Names, ser: s
         "CODE: 1 " in m and "does not support consumer to filter message by SQL92" in m
         for m in msgs
     ), msgs
+
+
+TRACE_TYPES = ("Pub", "SubBefore", "SubAfter")
+
+
+def trace(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """Message trace: a producer and a push consumer created with enableMsgTrace send and
+    consume 10 messages; the client's trace dispatchers send their records to
+    RMQ_SYS_TRACE_TOPIC (auto-created by the first trace send, through TBW102), and reading
+    that topic back from offset 0 finds, for every sent msgId, a successful Pub naming the
+    stored message, a SubBefore and a successful SubAfter of the consumer group. The consume
+    traces exist only if the consumed messages carry the broker's MSG_REGION property."""
+    n = 10
+    got = _run(client, "trace", cluster, tmp, names, ser, count=n)
+    check_sent(got, n)
+    check_received(cluster, names.topic, got.sent, got.received)
+    traces = got.data["traces"]
+    assert set(traces) == {s["msgId"] for s in got.sent}, got.describe()
+    missing = {
+        msg_id: sorted(set(TRACE_TYPES) - set(t["types"]))
+        for msg_id, t in traces.items()
+        if not set(TRACE_TYPES) <= set(t["types"])
+    }
+    assert not missing, (missing, got.data["traceRead"])
+    assert not got.data["traceRead"]["undecodable"], got.data["traceRead"]
+    for s in got.sent:
+        t = traces[s["msgId"]]
+        pub, before, after = (t[k] for k in TRACE_TYPES)
+        assert pub["success"] is True, pub
+        assert pub["topic"] == names.topic and pub["keys"] == s["key"] and pub["tags"] == "TagA"
+        assert pub["offsetMsgId"] == s["offsetMsgId"], (pub, s)
+        assert pub["storeHost"] == cluster.broker, pub
+        assert pub["regionId"], pub  # the MSG_REGION of the send's answer
+        assert before["group"] == after["group"] == names.group, (before, after)
+        assert before["keys"] == s["key"], before  # (a SubBefore record names no topic)
+        assert before["retryTimes"] == 0 and before["regionId"] == pub["regionId"], (before, pub)
+        assert after["success"] is True, after
+        assert after["requestId"] == before["requestId"], (before, after)
+
+
+def orderly_dlq(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """An orderly push consumer with maxReconsumeTimes 1 answers SUSPEND_CURRENT_QUEUE_A_MOMENT
+    for one message (body 2 of 6, all in queue 0): the client redelivers it locally once, then
+    sends it to %RETRY%group with RECONSUME_TIME 2 > MAX_RECONSUME_TIMES 1, and the broker stores
+    it in %DLQ%group (queue 0, its msgId and properties kept), not in %RETRY%group: it is never
+    delivered again. Every other message is consumed exactly once, in queue order, the failing
+    one's deliveries in their place."""
+    n, fail, max_re = 6, 2, 1
+    got = _run(
+        client,
+        "consume-orderly-dlq",
+        cluster,
+        tmp,
+        names,
+        ser,
+        count=n,
+        extra=[
+            "--fail-index",
+            str(fail),
+            "--max-reconsume-times",
+            str(max_re),
+            "--suspend-ms",
+            "100",
+            "--quiet-ms",
+            "2000",
+        ],
+    )
+    check_sent(got, n)
+    sent = sorted(got.sent, key=lambda s: s["queueOffset"])
+    assert {s["queueId"] for s in sent} == {0}, sent
+    bodies = [s["body"] for s in sent]
+    fail_sent = sent[fail]
+    fail_body = fail_sent["body"]
+    assert fail_body == got.data["failId"] and fail_body.endswith(f"-{fail}")
+    want = bodies[:fail] + [fail_body] * (max_re + 1) + bodies[fail + 1 :]
+    order = [r["body"] for r in got.received]
+    assert order == want, (order, want)
+    check_received(cluster, names.topic, got.sent, got.received)
+    redo = [r for r in got.received if r["body"] == fail_body]
+    assert [r["result"] for r in redo] == ["SUSPEND_CURRENT_QUEUE_A_MOMENT"] * (max_re + 1), redo
+    # local redeliveries: the client counts them on its own copy of the same stored message
+    assert [r["reconsumeTimes"] for r in redo] == list(range(max_re + 1)), redo
+    assert {(r["queueOffset"], r["offsetMsgId"]) for r in redo} == {
+        (fail_sent["queueOffset"], fail_sent["offsetMsgId"])
+    }, redo
+    assert all(r["result"] == "SUCCESS" for r in got.received if r["body"] != fail_body)
+    assert got.data["failDeliveries"] == max_re + 1, got.data["failDeliveries"]
+
+    dlq = got.data["dlq"]
+    assert len(dlq) == 1, dlq
+    d = dlq[0]
+    props = d["properties"]
+    assert d["body"] == fail_body and d["bodyOk"] and d["userProp"] == fail_body, d
+    assert d["topic"] == f"%DLQ%{names.group}" and d["queueId"] == 0, d
+    assert d["brokerName"] == cluster.broker_name, d
+    assert d["msgId"] == fail_sent["msgId"], (d, fail_sent)  # UNIQ_KEY survives
+    assert d["keys"] == fail_sent["key"] and d["tags"] == "TagA", d
+    assert d["retryTopic"] == names.topic, d  # RETRY_TOPIC: where it came from
+    assert d["offsetMsgId"] != fail_sent["offsetMsgId"], "a dead letter is a new stored message"
+    assert props.get("RECONSUME_TIME") == str(max_re + 1), props
+    assert props.get("MAX_RECONSUME_TIMES") == str(max_re), props
+    assert props.get("ORIGIN_MESSAGE_ID") == fail_sent["msgId"], props
+    assert d["reconsumeTimes"] == max_re + 1, d
+    # nothing went to %RETRY%group (null: it has no route at all)
+    assert got.data["retryMaxOffset"] in (0, None), got.data["retryMaxOffset"]

@@ -94,3 +94,11 @@ def test_sql92_selector_is_refused_at_start(
     live: Cluster, tmp_path: Path, names: Names, ser: str
 ) -> None:
     scenarios.sql92_refused(CLIENT, live, tmp_path, names, ser)
+
+
+def test_message_trace(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.trace(CLIENT, live, tmp_path, names, ser)
+
+
+def test_consume_orderly_dlq(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
+    scenarios.orderly_dlq(CLIENT, live, tmp_path, names, ser)

@@ -131,6 +131,11 @@ class Storage(Protocol):
         """A retention round now (DELETE_EXPIRED_COMMITLOG)."""
         ...
 
+    def out_of_space(self, why: str) -> None:
+        """A write failed for want of space: the disk is full now (writes are refused until a
+        retention round finds room)."""
+        ...
+
 
 class SubscriptionGroups(Protocol):
     """The operator's subscription-group configs, as the consume paths check them."""

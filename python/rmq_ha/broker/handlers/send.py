@@ -15,6 +15,7 @@ dispatcher, which runs them here.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -45,6 +46,7 @@ from rmq_ha.errors import (
     RemotingDecodeError,
     RemotingError,
     StoreError,
+    StoreIOError,
 )
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -431,15 +433,16 @@ async def send_message(
     dead_of = _dead_letter_group(p, h) if not is_batch else None
     if dead_of is not None:
         # RocketMQ's handleRetryAndDLQ: the retry went past the group's limit (or the group
-        # consumes orderly): the message goes to the group's dead-letter queue instead
+        # consumes orderly): the message goes to the group's dead-letter queue instead, at
+        # once, with DELAY -1 (as RocketMQ stores it; never routed to the schedule topic)
         queue_id = 0
-        props = _without_delay(props)
+        props = _dead_letter_delay(props)
     topic = h.topic if dead_of is None else DLQ_GROUP_TOPIC_PREFIX + dead_of
     if dead_of is not None:
         p.topics.system(topic)
         p.topics.changed()
     store_qid, sys_flag = queue_id, h.sys_flag
-    if not is_batch and special.may_route(props):
+    if not is_batch and dead_of is None and special.may_route(props):
         # Transaction halves and delayed/timer messages are stored on system topics first.
         topic, store_qid, props, sys_flag = special.route_send(topic, queue_id, props, sys_flag)
     try:
@@ -523,12 +526,10 @@ def _dead_letter_group(p: Ports, h: SendMessageRequestHeader) -> str | None:
     return None
 
 
-def _without_delay(props: bytes) -> bytes:
-    """A dead letter is stored at once, never on the schedule topic."""
-    if b"DELAY\x01" not in props:
-        return props
+def _dead_letter_delay(props: bytes) -> bytes:
+    """A dead letter's DELAY: -1, as RocketMQ's handleRetryAndDLQ writes it."""
     d = decode_properties(props)
-    d.pop(PROPERTY_DELAY, None)
+    d[PROPERTY_DELAY] = "-1"
     return encode_properties(d).encode()
 
 
@@ -564,6 +565,17 @@ async def append_and_respond(
         placed = p.store.append_batch(msgs)
     except MessageIllegalError as e:
         return cmd.response(Resp.MESSAGE_ILLEGAL, str(e))
+    except StoreIOError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        # The disk filled before a retention round saw it: refused as a full disk is
+        # (nothing was stored), and writes stop until a round finds room again.
+        p.storage.out_of_space(str(e))
+        return cmd.response(
+            Resp.SERVICE_NOT_AVAILABLE,
+            "service not available now: the broker's disk is full (no space left writing the "
+            "commitlog); writes resume once retention frees space",
+        )
     p.replication.after_append()
     topic, queue_id = msgs[0].topic, msgs[0].queue_id
     p.hold.notify(topic, queue_id, p.store.native.queue_max_offset(topic, queue_id))

@@ -148,6 +148,15 @@ class StorageService:
             )
         return d, usage
 
+    def out_of_space(self, why: str) -> None:
+        """A write met ENOSPC before a round judged the disk full (a small or fast-filling
+        disk): full now, so writes are refused with the disk-full answer instead of failing
+        one by one; the next round judges again (and may delete to make room)."""
+        if not self.disk_full:
+            self.disk_full = True
+            self.feed(ev.DiskFull(True, f"a write failed: {why}"))
+        self._manual.set()  # a round now, not at the next interval
+
     async def retention_round(self, manual: bool = False) -> list[str]:
         """Judges the disk and deletes what the policy allows, one segment at a time; returns
         the deleted files."""

@@ -23,10 +23,12 @@ import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.PullResult;
+import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendCallback;
@@ -34,6 +36,9 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.client.trace.TraceBean;
+import org.apache.rocketmq.client.trace.TraceContext;
+import org.apache.rocketmq.client.trace.TraceDataEncoder;
 import org.apache.rocketmq.client.utils.MessageUtil;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
@@ -43,6 +48,7 @@ import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.common.topic.TopicValidator;
 import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
@@ -66,6 +72,7 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  *      [--serialize JSON|ROCKETMQ] [--timeout SECONDS] [--prefix P] [--keys K] [--batch-size B]
  *      [--body-size BYTES] [--fail-every F] [--retry-delay-level L] [--queues Q]
  *      [--interval-ms MS] [--consume-delay-ms MS] [--tags T1,T2,..] [--subscription EXPR]
+ *      [--max-reconsume-times R] [--fail-index I] [--suspend-ms MS] [--quiet-ms MS]
  * </pre>
  *
  * Scenarios: send-sync, send-async, send-oneway, send-batch, send-orderly, consume-push-concurrent,
@@ -73,7 +80,9 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * send-delayed (--delay-level), send-transaction (body n: n % 3 == 0 commits, 1 rolls back,
  * 2 answers UNKNOW and commits when the broker checks), orderly-failover (an ordered producer and
  * an orderly push consumer in one process, run while the test kills and restarts a master; see
- * orderlyFailover).
+ * orderlyFailover), trace (a traced producer and push consumer; the trace records read back from
+ * RMQ_SYS_TRACE_TOPIC, see trace), consume-orderly-dlq (an orderly consumer suspends body
+ * --fail-index until it goes to %DLQ%group, see consumeOrderlyDlq).
  *
  * --tags: the tags sends rotate through (message i gets tag i % n; default TagA).
  * --subscription: the push consumer's tag expression (default *); --sql EXPR subscribes with
@@ -109,6 +118,10 @@ public final class InteropMain {
     String subscription = "*";
     String sql;
     String accessKey;
+    int maxReconsumeTimes = 1;
+    int failIndex = 0;
+    int suspendMs = 100;
+    int quietMs = 2000;
     String secretKey;
 
     final Map<String, Object> result = new LinkedHashMap<>();
@@ -251,6 +264,10 @@ public final class InteropMain {
                 case "--tags": tags = v.split(","); break;
                 case "--subscription": subscription = v; break;
                 case "--sql": sql = v; break;
+                case "--max-reconsume-times": maxReconsumeTimes = Integer.parseInt(v); break;
+                case "--fail-index": failIndex = Integer.parseInt(v); break;
+                case "--suspend-ms": suspendMs = Integer.parseInt(v); break;
+                case "--quiet-ms": quietMs = Integer.parseInt(v); break;
                 default: throw new IllegalArgumentException("unknown option " + k);
             }
         }
@@ -296,6 +313,8 @@ public final class InteropMain {
             case "route": route(); break;
             case "send-delayed": sendDelayed(); break;
             case "send-transaction": sendTransaction(); break;
+            case "trace": trace(); break;
+            case "consume-orderly-dlq": consumeOrderlyDlq(); break;
             case "orderly-failover": orderlyFailover(); break;
             default: throw new IllegalArgumentException("unknown scenario " + scenario);
         }
@@ -649,7 +668,14 @@ public final class InteropMain {
     // ---------------------------------------------------------------- consumers
 
     DefaultMQPushConsumer pushConsumer(int threads) throws Exception {
-        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook);
+        return pushConsumer(threads, false);
+    }
+
+    /** trace: the client's own message trace (AsyncTraceDispatcher to RMQ_SYS_TRACE_TOPIC). */
+    DefaultMQPushConsumer pushConsumer(int threads, boolean trace) throws Exception {
+        DefaultMQPushConsumer c = trace
+            ? new DefaultMQPushConsumer(group, hook, new AllocateMessageQueueAveragely(), true, null)
+            : new DefaultMQPushConsumer(group, hook);
         c.setNamesrvAddr(namesrv);
         c.setInstanceName(instance("push"));
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
@@ -832,6 +858,318 @@ public final class InteropMain {
             c.shutdown();
         }
         result.put("failedOnce", new ArrayList<>(failedOnce));
+    }
+
+    // ---------------------------------------------------------------- message trace
+
+    /**
+     * Message trace: a producer and a push consumer created with enableMsgTrace (the default
+     * trace topic, RMQ_SYS_TRACE_TOPIC, which nothing here creates: the trace producer's first
+     * send goes by the TBW102 route and the broker auto-creates it). The producer sends --count
+     * messages, the consumer consumes them (CONSUME_SUCCESS); then, with both still running
+     * (their trace dispatchers flush every 10 records or 5 s), a pull consumer of group R_group
+     * reads every queue of the trace topic from offset 0 and decodes the bodies with the client's
+     * TraceDataEncoder until each sent msgId has a Pub, a SubBefore and a SubAfter record, or
+     * --timeout. "traces": msgId -> {"types": [the type of each record about it, in read
+     * order], "Pub"|"SubBefore"|"SubAfter": the first such record}.
+     */
+    void trace() throws Exception {
+        String traceTopic = TopicValidator.RMQ_SYS_TRACE_TOPIC;
+        long deadline = deadline();
+        Map<String, Map<String, Object>> traces = new TreeMap<>();
+        Set<String> consumed = ConcurrentHashMap.newKeySet();
+        DefaultMQProducer p = new DefaultMQProducer("P_" + group, hook, true, null);
+        p.setNamesrvAddr(namesrv);
+        p.setInstanceName(instance("trace-producer"));
+        p.setSendMsgTimeout(10000);
+        p.setRetryTimesWhenSendFailed(2);
+        DefaultMQPushConsumer c = pushConsumer(2, true);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                received.add(receivedRecord(m));
+                consumed.add(bodyId(m.getBody()));
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        DefaultMQPullConsumer reader = new DefaultMQPullConsumer("R_" + group, hook);
+        reader.setNamesrvAddr(namesrv);
+        reader.setInstanceName(instance("trace-reader"));
+        p.start();
+        try {
+            for (int i = 0; i < count; i++) {
+                String id = prefix + "-" + i;
+                String key = "k" + i;
+                try {
+                    SendResult r = p.send(message(id, key));
+                    sent.add(sentRecord(id, key, r));
+                    Map<String, Object> t = new LinkedHashMap<>();
+                    t.put("types", new ArrayList<>());
+                    traces.put(r.getMsgId(), t);
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+            }
+            c.start();
+            if (!await(consumed, count, deadline)) {
+                timeoutError(consumed, count);
+            }
+            reader.start();
+            readTraces(reader, traceTopic, traces, deadline);
+        } finally {
+            reader.shutdown();
+            c.shutdown();
+            p.shutdown();
+        }
+        result.put("traceTopic", traceTopic);
+        result.put("traces", traces);
+    }
+
+    static boolean tracesComplete(Map<String, Map<String, Object>> traces) {
+        for (Map<String, Object> t : traces.values()) {
+            if (!(t.containsKey("Pub") && t.containsKey("SubBefore") && t.containsKey("SubAfter"))) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    @SuppressWarnings("unchecked")
+    void readTraces(DefaultMQPullConsumer reader, String traceTopic,
+        Map<String, Map<String, Object>> traces, long deadline) throws Exception {
+        Map<MessageQueue, Long> next = new TreeMap<>();
+        int messages = 0;
+        int records = 0;
+        List<Object> undecodable = new ArrayList<>();
+        String routeError = null;
+        while (!tracesComplete(traces) && System.currentTimeMillis() < deadline) {
+            if (next.isEmpty()) {
+                try {
+                    for (MessageQueue mq : reader.fetchSubscribeMessageQueues(traceTopic)) {
+                        next.put(mq, 0L);
+                    }
+                    routeError = null;
+                } catch (Exception e) {
+                    routeError = String.valueOf(e.getMessage()); // no trace sent yet: no route
+                }
+            }
+            boolean any = false;
+            for (Map.Entry<MessageQueue, Long> e : next.entrySet()) {
+                PullResult pr = reader.pull(e.getKey(), "*", e.getValue(), 32, 5000);
+                if (pr.getPullStatus() == PullStatus.FOUND) {
+                    any = true;
+                    for (MessageExt m : pr.getMsgFoundList()) {
+                        messages++;
+                        String data = new String(m.getBody(), StandardCharsets.UTF_8);
+                        List<TraceContext> ctxs;
+                        try {
+                            ctxs = TraceDataEncoder.decoderFromTraceDataString(data);
+                        } catch (RuntimeException ex) {
+                            // another test's (or client's) record; ours must still all decode
+                            undecodable.add(e.getKey().getQueueId() + ":" + m.getQueueOffset() + " " + ex);
+                            continue;
+                        }
+                        for (TraceContext tc : ctxs) {
+                            for (TraceBean b : tc.getTraceBeans()) {
+                                Map<String, Object> t = traces.get(b.getMsgId());
+                                if (t == null) {
+                                    continue;
+                                }
+                                records++;
+                                String type = tc.getTraceType().name();
+                                ((List<Object>) t.get("types")).add(type);
+                                t.putIfAbsent(type, traceRecord(tc, b));
+                            }
+                        }
+                    }
+                }
+                e.setValue(pr.getNextBeginOffset());
+            }
+            if (!any) {
+                Thread.sleep(200);
+            }
+        }
+        Map<String, Object> info = new LinkedHashMap<>();
+        info.put("queues", next.size());
+        info.put("messages", messages);
+        info.put("records", records);
+        info.put("undecodable", undecodable);
+        info.put("routeError", routeError);
+        info.put("complete", tracesComplete(traces));
+        result.put("traceRead", info);
+    }
+
+    static Map<String, Object> traceRecord(TraceContext tc, TraceBean b) {
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("success", tc.isSuccess());
+        r.put("group", tc.getGroupName());
+        r.put("regionId", tc.getRegionId());
+        r.put("topic", b.getTopic());
+        r.put("keys", b.getKeys());
+        switch (tc.getTraceType()) {
+            case Pub:
+                r.put("tags", b.getTags());
+                r.put("offsetMsgId", b.getOffsetMsgId());
+                r.put("storeHost", b.getStoreHost());
+                r.put("bodyLength", b.getBodyLength());
+                r.put("msgType", String.valueOf(b.getMsgType()));
+                break;
+            case SubBefore:
+                r.put("retryTimes", b.getRetryTimes());
+                r.put("requestId", tc.getRequestId());
+                break;
+            case SubAfter:
+                r.put("requestId", tc.getRequestId());
+                r.put("contextCode", tc.getContextCode());
+                break;
+            default:
+                break;
+        }
+        return r;
+    }
+
+    // ---------------------------------------------------------------- orderly dead letters
+
+    /**
+     * Orderly consumption and the dead-letter queue. --count messages go to the topic's queue 0
+     * (MessageQueueSelector). An orderly push consumer (one thread, batch 1,
+     * setMaxReconsumeTimes(--max-reconsume-times), setSuspendCurrentQueueTimeMillis(--suspend-ms))
+     * answers SUSPEND_CURRENT_QUEUE_A_MOMENT for body prefix-(--fail-index), every time, and
+     * SUCCESS for the rest. The client redelivers it locally maxReconsumeTimes times, then
+     * sends it to %RETRY%group with RECONSUME_TIME above MAX_RECONSUME_TIMES (a plain send, not
+     * CONSUMER_SEND_MSG_BACK), which the broker must turn into a %DLQ%group message, and moves
+     * on. Runs until every other body was consumed and the failing one was read back from queue
+     * 0 of %DLQ%group's route (pull consumer, group R_group), then --quiet-ms more, to catch any
+     * later redelivery. "received" records carry "result"; "dlq" the DLQ messages with all their
+     * properties; "retryMaxOffset" the summed max offsets of %RETRY%group's queues (null when it
+     * has no route).
+     */
+    void consumeOrderlyDlq() throws Exception {
+        DefaultMQProducer p = producer();
+        try {
+            for (int i = 0; i < count; i++) {
+                String id = prefix + "-" + i;
+                String key = "k" + i;
+                try {
+                    SendResult r = p.send(message(id, key), (mqs, msg, arg) -> {
+                        MessageQueue first = mqs.get(0);
+                        for (MessageQueue mq : mqs) {
+                            if (mq.getQueueId() < first.getQueueId()) {
+                                first = mq;
+                            }
+                        }
+                        return first;
+                    }, 0);
+                    sent.add(sentRecord(id, key, r));
+                } catch (Exception e) {
+                    errors.add(describe(e));
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+        String failId = prefix + "-" + failIndex;
+        String dlqTopic = MixAll.getDLQTopic(group);
+        String retryTopic = MixAll.getRetryTopic(group);
+        Set<String> succeeded = ConcurrentHashMap.newKeySet();
+        AtomicInteger failDeliveries = new AtomicInteger();
+        DefaultMQPushConsumer c = pushConsumer(1);
+        c.setMaxReconsumeTimes(maxReconsumeTimes);
+        c.setSuspendCurrentQueueTimeMillis(suspendMs);
+        c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+            MessageExt m = msgs.get(0);
+            String id = bodyId(m.getBody());
+            Map<String, Object> r = receivedRecord(m);
+            r.put("at", System.currentTimeMillis());
+            boolean fail = id.equals(failId);
+            r.put("result", fail ? "SUSPEND_CURRENT_QUEUE_A_MOMENT" : "SUCCESS");
+            received.add(r);
+            if (fail) {
+                failDeliveries.incrementAndGet();
+                return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT;
+            }
+            succeeded.add(id);
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+        DefaultMQPullConsumer reader = new DefaultMQPullConsumer("R_" + group, hook);
+        reader.setNamesrvAddr(namesrv);
+        reader.setInstanceName(instance("dlq-reader"));
+        List<Object> dlq = new ArrayList<>();
+        long deadline = deadline();
+        c.start();
+        try {
+            int others = count - (failIndex >= 0 && failIndex < count ? 1 : 0);
+            if (!await(succeeded, others, deadline)) {
+                timeoutError(succeeded, others);
+            }
+            reader.start();
+            MessageQueue dq = null;
+            long offset = 0;
+            String routeError = null;
+            while (dlq.isEmpty() && System.currentTimeMillis() < deadline) {
+                if (dq == null) {
+                    try {
+                        for (MessageQueue mq : reader.fetchSubscribeMessageQueues(dlqTopic)) {
+                            if (mq.getQueueId() == 0) {
+                                dq = mq;
+                            }
+                        }
+                    } catch (Exception e) {
+                        routeError = String.valueOf(e.getMessage());
+                    }
+                }
+                if (dq != null) {
+                    PullResult pr = reader.pull(dq, "*", offset, 32, 5000);
+                    if (pr.getPullStatus() == PullStatus.FOUND) {
+                        for (MessageExt m : pr.getMsgFoundList()) {
+                            Map<String, Object> r = receivedRecord(m);
+                            r.put("properties", new TreeMap<>(m.getProperties()));
+                            dlq.add(r);
+                        }
+                    }
+                    offset = pr.getNextBeginOffset();
+                }
+                if (dlq.isEmpty()) {
+                    Thread.sleep(200);
+                }
+            }
+            if (dlq.isEmpty()) {
+                errors.add(Map.of("type", "timeout", "message", "nothing in queue 0 of " + dlqTopic
+                    + " (route " + (dq == null ? "missing: " + routeError : "found") + ")"));
+            }
+            // Any redelivery (or a second dead letter) would come within this window.
+            long quietUntil = System.currentTimeMillis() + quietMs;
+            while (System.currentTimeMillis() < quietUntil) {
+                Thread.sleep(50);
+            }
+            if (dq != null) {
+                PullResult pr = reader.pull(dq, "*", offset, 32, 5000);
+                if (pr.getPullStatus() == PullStatus.FOUND) {
+                    for (MessageExt m : pr.getMsgFoundList()) {
+                        Map<String, Object> r = receivedRecord(m);
+                        r.put("properties", new TreeMap<>(m.getProperties()));
+                        dlq.add(r);
+                    }
+                }
+            }
+            Long retryMax = null;
+            try {
+                long sum = 0;
+                for (MessageQueue mq : reader.fetchSubscribeMessageQueues(retryTopic)) {
+                    sum += reader.maxOffset(mq);
+                }
+                retryMax = sum;
+            } catch (Exception e) {
+                result.put("retryRouteError", String.valueOf(e.getMessage()));
+            }
+            result.put("retryMaxOffset", retryMax);
+        } finally {
+            c.shutdown();
+            reader.shutdown();
+        }
+        result.put("failId", failId);
+        result.put("failDeliveries", failDeliveries.get());
+        result.put("dlqTopic", dlqTopic);
+        result.put("dlq", dlq);
     }
 
     /**
