@@ -196,3 +196,16 @@ def test_find_consistent_point_then_truncate_the_epoch_file(path: Path) -> None:
     assert point == 1000
     f.truncate_suffix_by_offset(point)
     assert EpochFile(path).entries() == [(0, 0, OPEN)]
+
+
+def test_epoch_file_problems_at_start_are_warnings() -> None:
+    """Read from its backup, or missing beside a commitlog holding records: said at start
+    (both were silent); a fresh file for an empty log, or a good main file, says nothing."""
+    from rmq_ha.broker.ha.service import epoch_file_warnings
+
+    assert epoch_file_warnings("main", 0, 500, "/s/ep") == []
+    assert epoch_file_warnings("fresh", 0, 0, "/s/ep") == []
+    (w,) = epoch_file_warnings("backup", 0, 500, "/s/ep")
+    assert "/s/ep.bak" in w
+    (w,) = epoch_file_warnings("fresh", 100, 500, "/s/ep")
+    assert "missing" in w and "[100, 500)" in w

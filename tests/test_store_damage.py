@@ -492,3 +492,28 @@ async def test_trio_facade_still_closes(tmp_path: Path) -> None:
     async with open_store(tmp_path / "x", segment_size=MIB) as st:
         await trio.sleep(0)
         assert st.native.status()["quarantined_records"] == 0
+
+
+def test_a_missing_checkpoint_beside_records_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint deleted (or lost) beside a commitlog holding records: the whole log is
+    validated and re-dispatched, and the open says so at WARNING (it was silent). A new,
+    empty store says nothing."""
+    from rmq_ha._native import Store
+
+    root = tmp_path / "s"
+    s = Store(str(root))
+    s.append_batch([Message(TOPIC, 0, b"x")])
+    s.close()
+    del s
+    (root / "checkpoint").unlink()
+    s = Store(str(root))
+    with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
+        assert log_open_report(s.open_report) == 1
+    assert any("no checkpoint" in r.getMessage() for r in caplog.records)
+    assert s.queue_max_offset(TOPIC, 0) == 1
+    s.close()
+    fresh = Store(str(tmp_path / "new"))
+    assert log_open_report(fresh.open_report) == 0
+    fresh.close()

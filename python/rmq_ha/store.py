@@ -43,7 +43,8 @@ def log_open_report(
 ) -> int:
     """Logs what opening a store found (the native `open_report`): ERROR for lost durable
     bytes and quarantined records, WARNING for cuts of a torn tail, rebuilt consume queues and
-    a corrupt checkpoint, INFO for the rest. Returns how many WARNING/ERROR lines it wrote."""
+    a corrupt or missing checkpoint, INFO for the rest. Returns how many WARNING/ERROR lines it
+    wrote."""
     loud = 0
 
     def say(level: int, msg: str, *args: object) -> None:
@@ -58,6 +59,17 @@ def log_open_report(
             logging.WARNING,
             "checkpoint %s; validated the whole commitlog from %s",
             ckpt,
+            report.get("scanned_from"),
+        )
+    end, start = report.get("valid_end"), report.get("scanned_from")
+    if ckpt == "fresh" and isinstance(end, int) and isinstance(start, int) and end > start:
+        # no checkpoint beside a commitlog that holds records: deleted, or lost with its
+        # directory entry; nothing is known durable, so a cut tail cannot be told from a torn
+        # write
+        say(
+            logging.WARNING,
+            "no checkpoint, but the commitlog holds records: validated the whole commitlog "
+            "from %s and re-dispatched it (nothing below its end is known durable)",
             report.get("scanned_from"),
         )
     cut = report.get("cut_offset")

@@ -35,6 +35,22 @@ from rmq_ha.store import AsyncStore
 log = logging.getLogger(__name__)
 
 
+def epoch_file_warnings(source: str, log_min: int, log_max: int, path: str) -> list[str]:
+    """What an operator must hear about the epoch file at start: read from its backup (the main
+    file was damaged), or missing altogether beside a commitlog that holds records (their
+    epochs are unknown: the next epoch starts at the log's end, and a slave's truncation against
+    a master may find no consistent point and catch up from scratch)."""
+    if source == "backup":
+        return [f"epoch file {path} was unreadable; read its backup {path}.bak"]
+    if source == "fresh" and log_max > log_min:
+        return [
+            f"epoch file {path} (and its backup) missing while the commitlog holds records "
+            f"[{log_min}, {log_max}): their epochs are unknown; the next epoch starts at the "
+            "log's end"
+        ]
+    return []
+
+
 @dataclass
 class ReplicationOutcome:
     """What a producer's write gets once replication is settled."""
@@ -57,6 +73,11 @@ class HaService:
         self.controller_mode = cfg.enable_controller_mode
         cfg.epoch_file_path.parent.mkdir(parents=True, exist_ok=True)
         self.epochs = EpochFile(cfg.epoch_file_path)
+        native = store.native
+        for why in epoch_file_warnings(
+            self.epochs.source, native.min_offset, native.max_offset, str(cfg.epoch_file_path)
+        ):
+            log.warning("%s", why)
         self.on_event = on_event
         self.master = HaMaster(
             store,
