@@ -431,16 +431,14 @@ async def send_message(
     props = stamp((h.properties or "").encode())
     is_batch = cmd.code == RC.SEND_BATCH_MESSAGE or bool(h.batch)
     dead_of = _dead_letter_group(p, h) if not is_batch else None
+    topic = h.topic
     if dead_of is not None:
         # RocketMQ's handleRetryAndDLQ: the retry went past the group's limit (or the group
         # consumes orderly): the message goes to the group's dead-letter queue instead, at
         # once, with DELAY -1 (as RocketMQ stores it; never routed to the schedule topic)
-        queue_id = 0
+        topic, queue_id = DLQ_GROUP_TOPIC_PREFIX + dead_of, 0
+        p.topics.system(topic)  # created (and announced) the first time
         props = _dead_letter_delay(props)
-    topic = h.topic if dead_of is None else DLQ_GROUP_TOPIC_PREFIX + dead_of
-    if dead_of is not None:
-        p.topics.system(topic)
-        p.topics.changed()
     store_qid, sys_flag = queue_id, h.sys_flag
     if not is_batch and dead_of is None and special.may_route(props):
         # Transaction halves and delayed/timer messages are stored on system topics first.
@@ -680,8 +678,7 @@ async def consumer_send_msg_back(
     dead = reconsume > max_times or h.delay_level < 0
     if dead:
         topic = DLQ_GROUP_TOPIC_PREFIX + h.group
-        p.topics.system(topic)
-        p.topics.changed()
+        p.topics.system(topic)  # created (and announced) the first time
         props.pop(PROPERTY_DELAY, None)
     else:
         topic = RETRY_GROUP_TOPIC_PREFIX + h.group
