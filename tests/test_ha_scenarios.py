@@ -23,6 +23,24 @@ pytestmark = pytest.mark.timeout(180)
 TOPIC = "TopicHA"
 
 
+def classic_pair(tmp_path: Path) -> HaCluster:
+    """A classic (no controller) master + slave; the master is dropped from routes 1.5 s
+    after its last heartbeat."""
+    return HaCluster(
+        tmp_path,
+        replicas=2,
+        controller_mode=False,
+        broker={"brokerNotActiveTimeoutMillis": 1500},
+    )
+
+
+async def slave_caught_up(c: HaCluster) -> None:
+    """Until broker 1 (the slave) holds the master's max offset."""
+    with trio.fail_after(30):
+        while (await c.status(1) or {}).get("maxOffset") != (await c.status(0) or {})["maxOffset"]:
+            await trio.sleep(0.1)
+
+
 async def slave_transferring(c: HaCluster) -> None:
     """Until broker 1 (the slave) is in the TRANSFER state."""
     with trio.fail_after(30):
@@ -131,12 +149,7 @@ async def test_an_idle_group_takes_its_slaves_in_at_the_handshake(tmp_path: Path
 async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it_dies(
     tmp_path: Path,
 ) -> None:
-    c = HaCluster(
-        tmp_path,
-        replicas=2,
-        controller_mode=False,
-        broker={"brokerNotActiveTimeoutMillis": 1500},
-    )
+    c = classic_pair(tmp_path)
     async with started(c):
         acked = Acked()
         await slave_transferring(c)
@@ -151,11 +164,7 @@ async def test_classic_sync_master_replicates_and_the_slave_serves_reads_when_it
         assert await send_codes_direct(c.broker_addr(0), ["maybe-x"]) == [Resp.SLAVE_NOT_AVAILABLE]
         c.brokers[1].start()
         await c.brokers[1].wait_ready()
-        with trio.fail_after(30):
-            while (await c.status(1) or {}).get("maxOffset") != (await c.status(0) or {})[
-                "maxOffset"
-            ]:
-                await trio.sleep(0.1)
+        await slave_caught_up(c)
         # The master dies: once the name servers drop it, reads go to the slave.
         c.brokers[0].kill()
         await routed_without_master(c.ns_addrs[0])
@@ -292,12 +301,7 @@ async def test_a_deleted_topic_is_deleted_on_the_slave_too_and_comes_back_empty(
     """deleteTopic on the master hides the topic's messages on every replica (the store's
     deletion marker replicates with the log): after the master dies, reading the topic (created
     again by the next sends) from the slave finds only what was sent after the deletion."""
-    c = HaCluster(
-        tmp_path,
-        replicas=2,
-        controller_mode=False,
-        broker={"brokerNotActiveTimeoutMillis": 1500},
-    )
+    c = classic_pair(tmp_path)
     async with started(c):
         await slave_transferring(c)
         ns = c.ns_addrs[0]
@@ -311,11 +315,7 @@ async def test_a_deleted_topic_is_deleted_on_the_slave_too_and_comes_back_empty(
                 await trio.sleep(0.2)
         assert await send_values(ns, TOPIC, [f"new{i}" for i in range(1, 10)], new) == []
         assert read_values(await read_all(ns, TOPIC)) == set(new.values)
-        with trio.fail_after(30):
-            while (await c.status(1) or {}).get("maxOffset") != (await c.status(0) or {})[
-                "maxOffset"
-            ]:
-                await trio.sleep(0.1)
+        await slave_caught_up(c)
         c.brokers[0].kill()
         await routed_without_master(ns)
         assert read_values(await read_all(ns, TOPIC)) == set(new.values)

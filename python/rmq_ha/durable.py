@@ -30,13 +30,18 @@ def fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replaces `path` with `data` so that a crash leaves either the old or the new content."""
+def write_atomic(path: Path, data: bytes, *, keep_backup: bool = False) -> None:
+    """Replaces `path` with `data` so that a crash leaves either the old or the new content.
+    With `keep_backup`, the content it replaces is kept as ``PATH.bak``; a crash between the
+    two renames leaves no ``PATH`` and the previous content in ``PATH.bak``, which
+    ``read_with_backup`` then reads."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    if keep_backup and path.exists():
+        os.replace(path, backup_path(path))
     os.replace(tmp, path)
     fsync_dir(path.parent)
 
@@ -46,19 +51,8 @@ def backup_path(path: Path) -> Path:
 
 
 def write_with_backup(path: Path, data: bytes) -> None:
-    """``write_atomic`` that keeps the content it replaces as ``PATH.bak``. A crash between
-    the two renames leaves no ``PATH`` and the previous content in ``PATH.bak``, which
-    ``read_with_backup`` then reads."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if path.exists():
-        os.replace(path, backup_path(path))
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    """The broker's config files: ``write_atomic`` keeping the previous content."""
+    write_atomic(path, data, keep_backup=True)
 
 
 def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | None:

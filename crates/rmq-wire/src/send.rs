@@ -120,18 +120,13 @@ pub const TRACE_ON: &str = "true";
 /// message that names its region) and `CLUSTER` (a request-reply consumer addresses its reply
 /// from it; not added when `cluster` is empty).
 pub fn stamp(props: &[u8], cluster: &str) -> Vec<u8> {
-    if cluster.is_empty() {
-        with_properties(props, &[("MSG_REGION", MSG_REGION), ("TRACE_ON", TRACE_ON)])
-    } else {
-        with_properties(
-            props,
-            &[
-                ("MSG_REGION", MSG_REGION),
-                ("TRACE_ON", TRACE_ON),
-                ("CLUSTER", cluster),
-            ],
-        )
-    }
+    let all = [
+        ("MSG_REGION", MSG_REGION),
+        ("TRACE_ON", TRACE_ON),
+        ("CLUSTER", cluster),
+    ];
+    let n = if cluster.is_empty() { 2 } else { 3 };
+    with_properties(props, &all[..n])
 }
 
 /// What the caller keeps between calls: the topic table, the limits, the random state.
