@@ -355,3 +355,41 @@ def test_a_missing_middle_segment_is_refused_and_the_later_ones_are_kept(
     assert "segment missing" in str(e.value)
     del files[2 * SEG]
     assert log_files(root) == files, "a segment was deleted or changed"
+
+
+def test_a_missing_first_segment_is_refused_unless_retention_removed_it(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """Retention writes the log's new min offset to the checkpoint before unlinking. A first
+    segment removed any other way used to look like retention: the queues skipped its records
+    as expired. Now the open is refused, naming the file, and nothing on disk changes;
+    deleting the checkpoint (as the message says) accepts the loss."""
+    root = tmp_path / "store"
+    recs = write_store(root, 200, seed=9)
+    files = log_files(root)
+    assert len(files) >= 4
+    # Retention's own deletion: the next open accepts the new head.
+    s = open_native(root)
+    assert s.delete_segments_before(SEG) != []
+    s.close()
+    files = log_files(root)
+    assert min(files) == SEG
+    s = open_native(root)
+    assert s.min_offset == SEG
+    s.close()
+    # The next segment removed by hand: refused.
+    os.remove(segment_path(root, SEG))
+    with pytest.raises(CorruptFileError) as e:
+        open_native(root)
+    assert e.value.path == str(segment_path(root, SEG))
+    assert "segment missing" in str(e.value) and "retention did not delete" in str(e.value)
+    del files[SEG]
+    assert log_files(root) == files, "a segment was deleted or changed"
+    # The operator accepts the loss: without the checkpoint the log is validated again and
+    # the store opens at the first segment left.
+    os.remove(root / "checkpoint")
+    s = open_native(root)
+    assert s.min_offset == 2 * SEG
+    last = recs[-1]
+    assert s.read_record(last.offset).tobytes() == last.raw
+    s.close()

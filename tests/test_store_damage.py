@@ -464,27 +464,80 @@ def _usage(ratio: float) -> DiskUsage:
     return DiskUsage(total_bytes=total, available_bytes=int(total * (1 - ratio)))
 
 
-def test_get_messages_keeps_failing_where_a_unit_matches_no_record(
-    open_native: StoreFactory, tmp_path: Path
+def _units(root: Path, queue_id: int) -> bytes:
+    return read_file(root / "consumequeue" / TOPIC / str(queue_id) / f"{0:020d}")
+
+
+def _point_unit(root: Path, queue_id: int, index: int, phys: int, size: int | None = None) -> None:
+    unit_file = root / "consumequeue" / TOPIC / str(queue_id) / f"{0:020d}"
+    write_at(unit_file, index * 20, phys.to_bytes(8, "big"))
+    if size is not None:
+        write_at(unit_file, index * 20 + 8, size.to_bytes(4, "big"))
+
+
+@pytest.mark.parametrize("damage", ["mid-record", "other-queue", "run-of-three"])
+def test_a_damaged_unit_in_the_middle_is_found_again_and_rewritten(
+    open_native: StoreFactory, tmp_path: Path, damage: str
 ) -> None:
-    """A consume-queue unit that points into the middle of a record (damaged index) is never
-    served as a record: read_queue skips it and says why, get_messages fails on it."""
+    """A consume-queue unit in the middle of a queue that names no record of its queue (the log
+    is fine): the read finds the records between the good units around it, rewrites the units
+    (durably) and serves every message; nothing is skipped."""
     root = tmp_path / "store"
     s = open_native(root, segment_size=MIB)
     recs = write(s, 400)
     s.close()
-    target = next(r for r in recs if r.queue_id == 1 and r.queue_offset == 20)
-    unit_file = root / "consumequeue" / TOPIC / "1" / f"{0:020d}"
-    write_at(unit_file, 20 * 20, (target.offset + 8).to_bytes(8, "big"))
-    # The first and last units are checked on open; this one in the middle is found on read.
+    before = _units(root, 1)
+    q1 = {r.queue_offset: r for r in recs if r.queue_id == 1}
+    hit = [20, 21, 22] if damage == "run-of-three" else [20]
+    for i in hit:
+        if damage == "other-queue":
+            # a valid record of queue 2 that keeps the units in physical order
+            other = next(r for r in recs if r.queue_id == 2 and q1[i - 1].end <= r.offset)
+            _point_unit(root, 1, i, other.offset, other.size)
+        else:
+            _point_unit(root, 1, i, q1[i].offset + 8)
+    assert _units(root, 1) != before
+    # The first and last units are checked on open; these in the middle are found on read.
     s = open_native(root, segment_size=MIB)
-    bufs, nxt, _, _, skipped = s.read_queue(TOPIC, 1, 18, 5)
-    assert [k[0] for k in skipped] == [20]
+    bufs, nxt, _, _, skipped = s.read_queue(TOPIC, 1, 18, 8)
+    assert skipped == []
+    assert [b.tobytes() for b in bufs] == [q1[i].raw for i in range(18, 26)]
+    assert nxt == 26
+    st = s.status()
+    assert st["cq_units_repaired"] == len(hit)
+    assert st["cq_mismatches"] >= 1
+    assert s.quarantined() == [], "the log is fine: nothing is quarantined"
+    s.close()
+    assert _units(root, 1) == before, "the rewritten units reached the file"
+    s = open_native(root, segment_size=MIB)
+    assert [b.tobytes() for b in s.get_messages(TOPIC, 1, 20, 3)[0]] == [
+        q1[i].raw for i in (20, 21, 22)
+    ]
+    assert s.status()["cq_units_repaired"] == 0
+
+
+def test_get_messages_keeps_failing_where_a_damaged_unit_cannot_be_found_again(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """Units in the middle of a queue that point into the middle of records, too many in a row
+    to look for their records (no good unit within 64 positions on both sides of any of them):
+    the read skips them and says why, get_messages fails on them; nothing is rewritten."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    recs = write(s, 2000)
+    s.close()
+    q1 = {r.queue_offset: r for r in recs if r.queue_id == 1}
+    for i in range(20, 300):
+        _point_unit(root, 1, i, q1[i].offset + 8)
+    s = open_native(root, segment_size=MIB)
+    bufs, _, _, _, skipped = s.read_queue(TOPIC, 1, 18, 5)
+    assert [k[0] for k in skipped][:3] == [20, 21, 22]
     assert "points at no valid record" in skipped[0][3]
-    assert len(bufs) == 5 and nxt == 24
+    assert [b.tobytes() for b in bufs][:2] == [q1[18].raw, q1[19].raw]
     with pytest.raises(CorruptRecordError):
         s.get_messages(TOPIC, 1, 20, 5)
     assert s.status()["cq_mismatches"] >= 1
+    assert s.status()["cq_units_repaired"] == 0
     assert s.quarantined() == [], "the log is fine: nothing is quarantined"
 
 

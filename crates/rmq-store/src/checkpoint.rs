@@ -3,7 +3,10 @@
 //! Layout (big-endian i64s, the first five at RocketMQ's positions so the meaning matches
 //! `StoreCheckpoint`): physicMsgTimestamp @0, logicsMsgTimestamp @8, indexMsgTimestamp @16,
 //! masterFlushedOffset @24, confirmPhyOffset @32; then ours: dispatchedOffset @40,
-//! flushedOffset @48, format version @56 (u32), CRC32 of bytes 0..60 @60 (u32). 64 bytes.
+//! flushedOffset @48, format version @56 (u32). Version 1 (64 bytes): CRC32 of bytes 0..60 @60
+//! (u32). Version 2 (80 bytes): zero @60 (u32), the commitlog's min offset @64 (what retention
+//! left; a head segment missing below it was not deleted by the store), CRC32 of bytes 0..72
+//! @72 (u32), zero @76 (u32). Version 1 files are still read (min offset unknown).
 //!
 //! A missing checkpoint means a fresh store. A corrupt one (bad CRC, wrong length) is reported
 //! and treated as "know nothing": recovery then validates and redispatches from the first
@@ -14,8 +17,9 @@ use std::path::{Path, PathBuf};
 use crate::error::Result;
 use crate::fsutil::{read_optional, write_atomic};
 
-pub const CHECKPOINT_LEN: usize = 64;
-const VERSION: u32 = 1;
+pub const CHECKPOINT_LEN: usize = 80;
+const V1_LEN: usize = 64;
+const VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -26,6 +30,8 @@ pub struct Checkpoint {
     pub confirm_offset: i64,
     pub dispatched_offset: i64,
     pub flushed_offset: i64,
+    /// The commitlog's min offset when the checkpoint was written (None: a version 1 file).
+    pub log_min_offset: Option<u64>,
 }
 
 /// How the checkpoint was found on open.
@@ -52,23 +58,34 @@ impl Checkpoint {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_be_bytes());
         }
         b[56..60].copy_from_slice(&VERSION.to_be_bytes());
-        let crc = crc32fast::hash(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_be_bytes());
+        b[64..72].copy_from_slice(&self.log_min_offset.unwrap_or(0).to_be_bytes());
+        let crc = crc32fast::hash(&b[..72]);
+        b[72..76].copy_from_slice(&crc.to_be_bytes());
         b
     }
 
     pub fn decode(b: &[u8]) -> std::result::Result<Checkpoint, String> {
-        if b.len() != CHECKPOINT_LEN {
-            return Err(format!("length {} instead of {CHECKPOINT_LEN}", b.len()));
-        }
-        let crc = u32::from_be_bytes([b[60], b[61], b[62], b[63]]);
-        let computed = crc32fast::hash(&b[..60]);
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let (crc_at, version) = match b.len() {
+            V1_LEN => (60, 1),
+            CHECKPOINT_LEN => (72, VERSION),
+            n => {
+                return Err(format!(
+                    "length {n} instead of {CHECKPOINT_LEN} (or {V1_LEN})"
+                ))
+            }
+        };
+        let crc = u32_at(crc_at);
+        let computed = crc32fast::hash(&b[..crc_at]);
         if crc != computed {
             return Err(format!("CRC mismatch: stored {crc}, computed {computed}"));
         }
-        let version = u32::from_be_bytes([b[56], b[57], b[58], b[59]]);
-        if version != VERSION {
-            return Err(format!("unknown format version {version}"));
+        if u32_at(56) != version {
+            return Err(format!(
+                "format version {} in a {}-byte file",
+                u32_at(56),
+                b.len()
+            ));
         }
         let f = |i: usize| {
             let mut a = [0u8; 8];
@@ -83,6 +100,7 @@ impl Checkpoint {
             confirm_offset: f(4),
             dispatched_offset: f(5),
             flushed_offset: f(6),
+            log_min_offset: (version >= 2).then(|| f(8) as u64),
         })
     }
 }
@@ -135,6 +153,7 @@ mod tests {
             confirm_offset: 5,
             dispatched_offset: 6,
             flushed_offset: 7,
+            log_min_offset: Some(8),
         };
         f.store(&c).expect("store");
         assert_eq!(f.load().expect("load"), (c, CheckpointLoad::Loaded));
@@ -148,6 +167,21 @@ mod tests {
             f.load().expect("load").1,
             CheckpointLoad::Corrupt(_)
         ));
+        // A version 1 file (64 bytes, CRC over 0..60) is read, its min offset unknown.
+        let mut v1 = raw[..64].to_vec();
+        v1[56..60].copy_from_slice(&1u32.to_be_bytes());
+        let crc = crc32fast::hash(&v1[..60]);
+        v1[60..64].copy_from_slice(&crc.to_be_bytes());
+        std::fs::write(f.path(), &v1).expect("write");
+        let (old, load) = f.load().expect("load");
+        assert_eq!(load, CheckpointLoad::Loaded);
+        assert_eq!(
+            old,
+            Checkpoint {
+                log_min_offset: None,
+                ..c
+            }
+        );
         std::fs::write(f.path(), &raw[..10]).expect("write");
         assert!(matches!(
             f.load().expect("load").1,

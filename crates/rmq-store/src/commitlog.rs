@@ -349,6 +349,9 @@ pub struct CommitLogConfig {
     pub dir: PathBuf,
     pub segment_size: u64,
     pub store_host: SocketAddr,
+    /// Where the last checkpoint says the log starts (None: unknown). A first segment on disk
+    /// past it means segments were removed from the head by something other than retention.
+    pub expected_min: Option<u64>,
 }
 
 /// The commitlog. Appends and truncation take `&mut self` (the store serialises them); reads
@@ -407,6 +410,24 @@ impl CommitLog {
                     cfg.dir.display()
                 ),
             });
+        }
+        // Retention writes the new min offset to the checkpoint before it unlinks segments,
+        // so a log starting past the checkpoint's min lost its head some other way: refused
+        // like a missing segment in the middle (the queues would otherwise skip those records
+        // as if retention had deleted them, and consumers commit past them).
+        if let (Some(want), Some(&first)) = (cfg.expected_min, starts.first()) {
+            if first > want {
+                return Err(StoreError::CorruptFile {
+                    path: cfg.dir.join(segment_name(want - want % cfg.segment_size)),
+                    reason: format!(
+                        "commitlog segment missing: the log starts at {} but the checkpoint \
+                         says it starts at {want}, and retention did not delete the segments \
+                         in between; restore them, or delete the checkpoint file to start \
+                         without their records (the whole log is then validated again)",
+                        segment_name(first)
+                    ),
+                });
+            }
         }
         let mut segments: Vec<Arc<Segment>> = Vec::new();
         for &start in &starts {

@@ -406,44 +406,60 @@ impl ConsumeQueue {
         Ok(out)
     }
 
-    /// Replaces the unit at `index` (in `[min, max)`) in place: the repair of a damaged record
-    /// whose unit was a placeholder. The physical offsets must stay strictly increasing.
-    pub fn rewrite_unit(&mut self, index: u64, unit: CqUnit) -> Result<()> {
-        if index < self.min || index >= self.max {
-            return Err(self.out_of_range(index));
+    /// Replaces the units `[from, from + units.len())` (all in `[min, max)`) in place: the
+    /// repair of damaged units with the records found for them. The new units must be in
+    /// strictly increasing physical order and fit between the units around the run. Nothing
+    /// is written on a refusal.
+    pub fn rewrite_run(&mut self, from: u64, units: &[CqUnit]) -> Result<()> {
+        let to = from + units.len() as u64;
+        if units.is_empty() {
+            return Ok(());
         }
-        if let Some(reason) = unit.shape_error() {
+        if from < self.min || to > self.max {
+            return Err(self.out_of_range(if from < self.min { from } else { to - 1 }));
+        }
+        if let Some(reason) = units.iter().find_map(|u| u.shape_error()) {
             return Err(StoreError::CorruptRecord {
-                offset: index,
+                offset: from,
                 reason,
             });
         }
-        let below = if index > self.base {
-            Some(self.read_unit(index - 1)?)
+        let below = if from > self.base {
+            Some(self.read_unit(from - 1)?)
         } else {
             None
         };
-        let above = if index + 1 < self.max {
-            Some(self.read_unit(index + 1)?)
+        let above = if to < self.max {
+            Some(self.read_unit(to)?)
         } else {
             None
         };
-        if below.is_some_and(|b| b.phys_offset >= unit.phys_offset)
-            || above.is_some_and(|a| a.phys_offset <= unit.phys_offset)
-        {
+        let ordered = units
+            .windows(2)
+            .all(|w| w[0].phys_offset < w[1].phys_offset)
+            && below.map_or(true, |b| b.phys_offset < units[0].phys_offset)
+            && above.map_or(true, |a| units[units.len() - 1].phys_offset < a.phys_offset);
+        if !ordered {
             return Err(StoreError::InvalidArgument(format!(
-                "unit {index} at physical offset {} would break the order of its neighbours",
-                unit.phys_offset
+                "units {from}..{to} would break the physical order of the queue"
             )));
         }
         self.write_buffer()?;
-        let seg = self.segment_of(index)?;
-        seg.file
-            .write_all_at(&unit.encode(), (index - seg.start) * CQ_UNIT_SIZE)
-            .at(&seg.path)?;
-        seg.file.sync_data().at(&seg.path)?;
-        if index + 1 == self.max {
-            self.last = Some(unit);
+        for (k, unit) in units.iter().enumerate() {
+            let index = from + k as u64;
+            let seg = self.segment_of(index)?;
+            seg.file
+                .write_all_at(&unit.encode(), (index - seg.start) * CQ_UNIT_SIZE)
+                .at(&seg.path)?;
+        }
+        let mut index = from;
+        while index < to {
+            let seg = self.segment_of(index)?;
+            seg.file.sync_data().at(&seg.path)?;
+            index = seg.start + self.units_per_file;
+        }
+        if to == self.max {
+            self.last = units.last().copied();
         }
         Ok(())
     }
@@ -1344,6 +1360,34 @@ mod tests {
         let (cq, rec) = ConsumeQueue::open(dir, 4).unwrap();
         assert_eq!((cq.max_offset(), rec.cut_units), (5, 0));
         assert_eq!(cq.last_unit(), Some(unit(phys_of(4))));
+    }
+
+    #[test]
+    fn rewrite_run_checks_order_and_reaches_every_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let mut cq = filled(dir, 2, 0, 8);
+        // Units 2..6 span three files; a run whose end passes its upper neighbour is refused.
+        let bad = [unit(phys_of(2) + 1), unit(phys_of(6) + 1)];
+        assert!(matches!(
+            cq.rewrite_run(2, &bad),
+            Err(StoreError::InvalidArgument(_))
+        ));
+        assert!(cq.rewrite_run(7, &[unit(1), unit(2)]).is_err(), "past max");
+        assert_eq!(
+            cq.get(3).unwrap(),
+            unit(phys_of(3)),
+            "a refusal writes nothing"
+        );
+        let run: Vec<CqUnit> = (2..7).map(|i| unit(phys_of(i) + 1)).collect();
+        cq.rewrite_run(2, &run).unwrap();
+        cq.rewrite_run(7, &[unit(phys_of(7) + 1)]).unwrap();
+        assert_eq!(cq.last_unit(), Some(unit(phys_of(7) + 1)));
+        drop(cq);
+        let (cq, rec) = ConsumeQueue::open(dir, 2).unwrap();
+        assert_eq!(rec, CqRecovery::default());
+        assert_eq!(cq.get_range(2, 5).unwrap(), run);
+        assert_eq!(cq.last_unit(), Some(unit(phys_of(7) + 1)));
     }
 
     #[test]

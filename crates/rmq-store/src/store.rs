@@ -265,9 +265,12 @@ pub struct StoreStats {
     pub repaired: u64,
     /// Units skipped by reads because their record is quarantined.
     pub skipped_reads: u64,
-    /// Units skipped because they do not match the record they point at (consume-queue damage
-    /// found while running; the queue is rebuilt on the next open).
+    /// Units that did not match the record they point at (consume-queue damage found while
+    /// running). A read rewrites such units when it finds their records between the good
+    /// units around them (`cq_units_repaired`); otherwise it skips them.
     pub cq_mismatches: u64,
+    /// Consume-queue units rewritten to point at their records.
+    pub cq_units_repaired: u64,
     /// Commitlog segments deleted by retention, and their bytes.
     pub retention_segments: u64,
     pub retention_bytes: u64,
@@ -631,7 +634,7 @@ impl Core {
             });
         }
         let _one_at_a_time = lock(&self.ckpt_lock);
-        let (files, dirs, dispatched, confirm, ts, manifest) = {
+        let (files, dirs, dispatched, confirm, ts, manifest, log_min) = {
             let mut inner = self.inner()?;
             let mut files = Vec::new();
             let mut dirs = Vec::new();
@@ -663,6 +666,7 @@ impl Core {
                 self.effective_confirm(),
                 inner.last_store_ts,
                 manifest,
+                inner.log.min_offset(),
             )
         };
         let synced = files
@@ -714,6 +718,7 @@ impl Core {
             confirm_offset: confirm as i64,
             dispatched_offset: dispatched.min(flushed) as i64,
             flushed_offset: flushed as i64,
+            log_min_offset: Some(log_min),
         };
         self.ckpt_file.store(&c)?;
         Ok(c)
@@ -822,6 +827,7 @@ impl Store {
                 dir: cfg.root.join("commitlog"),
                 segment_size: cfg.segment_size,
                 store_host: cfg.store_host,
+                expected_min: if trusted { ckpt.log_min_offset } else { None },
             },
             recover_from,
             durable,
@@ -1611,7 +1617,7 @@ impl Store {
         inner.log.overwrite(offset, data)?;
         for (key, index, unit) in rewrites {
             if let Some(q) = inner.cqs.get_mut(&key) {
-                q.rewrite_unit(index, unit)?;
+                q.rewrite_run(index, &[unit])?;
             }
         }
         inner.quarantine.remove(offset)?;
@@ -1905,6 +1911,11 @@ impl Store {
         detached: Vec<Arc<crate::commitlog::Segment>>,
     ) -> Result<RetentionResult> {
         let bytes = detached.iter().map(|s| s.size).sum();
+        if !detached.is_empty() {
+            // The new min offset is durable before the files go: a head segment missing on
+            // the next open is then known not to be retention's.
+            self.core.checkpoint_now()?;
+        }
         let dir = self.core.cfg.root.join("commitlog");
         let deleted = unlink_segments(&dir, &detached)?;
         Ok(RetentionResult {
@@ -2045,6 +2056,8 @@ fn read_queue_locked(
     let mut bytes = 0usize;
     let mut next = queue_offset;
     let mut scanned = 0usize;
+    // The last position whose damaged unit was relocated (tried once per position per call).
+    let mut relocated_at: Option<u64> = None;
     'scan: while next < max && records.len() < max_count && scanned < MAX_FILTER_SCAN {
         let chunk = if tag_codes.is_some() { 256 } else { max_count };
         let units = match inner.cqs.get(&key) {
@@ -2095,6 +2108,16 @@ fn read_queue_locked(
                 },
             };
             if let Some(sk) = skip {
+                // A unit that names no record of its queue (the log is fine there): look for
+                // the right records between the nearest good units and rewrite the units.
+                if !sk.reason.starts_with("quarantined")
+                    && relocated_at != Some(next)
+                    && relocate_units(inner, &key, next)?
+                {
+                    relocated_at = Some(next);
+                    scanned -= 1;
+                    continue 'scan;
+                }
                 if stop_at_skip {
                     if records.is_empty() {
                         skipped.push(sk);
@@ -2125,6 +2148,112 @@ fn skipped_for(index: u64, e: &QuarantineEntry) -> SkippedUnit {
         size: e.size,
         reason: format!("quarantined: {}", e.reason),
     }
+}
+
+/// How far a damaged consume-queue unit's record is looked for: units around it, and bytes of
+/// commitlog between the good units that bound the search.
+const RELOCATE_UNITS: u64 = 64;
+const RELOCATE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Whether the unit at `index` of `key` points at that queue's record (read, not quarantined).
+fn unit_good(inner: &Inner, key: &(String, i32), index: u64) -> Result<Option<CqUnit>> {
+    let Some(q) = inner.cqs.get(key) else {
+        return Ok(None);
+    };
+    let u = q.get(index)?;
+    if u.phys_offset < inner.log.min_offset()
+        || inner.quarantine.containing(u.phys_offset).is_some()
+    {
+        return Ok(None);
+    }
+    Ok(match inner.log.read_record(u.phys_offset) {
+        Ok(r) => record_mismatch(key, index, &u, &r).is_none().then_some(u),
+        Err(_) => None,
+    })
+}
+
+/// The unit at `index` of `key` names no record of its queue (consume-queue damage: a record
+/// of another queue, or no record boundary). Finds the nearest good units around it (within
+/// [`RELOCATE_UNITS`]; past the last unit, the dispatch point), scans the valid records
+/// between them for this queue's records at those positions and, when every position in
+/// between has its record, rewrites those units. Returns whether it did; the store's damage
+/// counters say what happened.
+fn relocate_units(inner: &mut Inner, key: &(String, i32), index: u64) -> Result<bool> {
+    let Some(q) = inner.cqs.get(key) else {
+        return Ok(false);
+    };
+    let (min, max) = (q.min_offset(), q.max_offset());
+    // The good unit below (the run starts after it); the queue's first unit has none.
+    let mut lo = None;
+    let mut j = index;
+    while j > min && index - j < RELOCATE_UNITS {
+        j -= 1;
+        if let Some(u) = unit_good(inner, key, j)? {
+            lo = Some((j + 1, u.phys_offset + u64::from(u.size)));
+            break;
+        }
+    }
+    let Some((from, lo_phys)) = lo else {
+        return Ok(false);
+    };
+    let mut hi = None;
+    let mut j = index + 1;
+    while j < max && j - index <= RELOCATE_UNITS {
+        if let Some(u) = unit_good(inner, key, j)? {
+            hi = Some((j, u.phys_offset));
+            break;
+        }
+        j += 1;
+    }
+    let (to, hi_phys) = match hi {
+        Some(h) => h,
+        None if j >= max => (max, inner.state.pending_from.min(inner.log.max_offset())),
+        None => return Ok(false),
+    };
+    if hi_phys <= lo_phys || hi_phys - lo_phys > RELOCATE_BYTES {
+        return Ok(false);
+    }
+    let mut found: Vec<Option<CqUnit>> = vec![None; (to - from) as usize];
+    let scan = scan_around(
+        &inner.log,
+        &inner.quarantine,
+        lo_phys,
+        hi_phys,
+        true,
+        &mut |item| {
+            if let Item::Record(o, r) = item {
+                let qo = u64::try_from(r.queue_offset).unwrap_or(u64::MAX);
+                if r.topic == key.0.as_bytes()
+                    && r.queue_id == key.1
+                    && (from..to).contains(&qo)
+                    && is_dispatchable(r.sys_flag)
+                {
+                    found[(qo - from) as usize] = Some(CqUnit {
+                        phys_offset: o,
+                        size: r.total_size() as u32,
+                        tag_code: tag_code(r.properties),
+                    });
+                }
+            }
+            Ok(())
+        },
+    );
+    if scan.is_err() {
+        return Ok(false); // damaged bytes in between: the scrub or a read quarantines them
+    }
+    let Some(units) = found.into_iter().collect::<Option<Vec<CqUnit>>>() else {
+        return Ok(false);
+    };
+    let Some(q) = inner.cqs.get_mut(key) else {
+        return Ok(false);
+    };
+    match q.rewrite_run(from, &units) {
+        Ok(()) => {}
+        Err(StoreError::InvalidArgument(_)) => return Ok(false), // out of order: leave them
+        Err(e) => return Err(e),
+    }
+    inner.stats.cq_units_repaired += units.len() as u64;
+    Ok(true)
 }
 
 /// Why a valid record does not belong at queue position `index` (None: it does).
