@@ -20,8 +20,8 @@ from controllerutil import controller_config, free_ports
 from rmq_ha import config, mqadmin
 from rmq_ha.broker.broker import open_broker
 from rmq_ha.broker.handlers.config import check_update
-from rmq_ha.client import Admin, ConsumeStatus, MessageQueue, Producer, PushConsumer
-from rmq_ha.client.errors import BrokerResponseError, SendError
+from rmq_ha.client import Admin, ConsumeStatus, MessageQueue, Producer, PushConsumer, SendStatus
+from rmq_ha.client.errors import BrokerResponseError, RouteNotFoundError, SendError
 from rmq_ha.config import BrokerConfig, NamesrvConfig, NotRuntimeKey
 from rmq_ha.controller import config_admin
 from rmq_ha.errors import ConfigError
@@ -552,3 +552,68 @@ async def test_consumer_running_info_is_asked_of_the_consumer_itself(tmp_path: P
                     await a.instance.api.call(env.broker, RC.GET_CONSUMER_RUNNING_INFO, ext)
                 assert e.value.code == Resp.SYSTEM_ERROR
                 assert "The Consumer <rig> <nobody@1> not online" in str(e.value)
+
+
+# --- name server: write permission and config ------------------------------------------------
+
+
+async def test_wipe_and_add_write_perm_drain_a_broker_group(tmp_path: Path) -> None:
+    """mqadmin wipeWritePerm (205): the group's queues lose the write bit on the name server, so
+    a producer that refreshes its route stops sending there; the periodic re-registration of an
+    unchanged broker does not undo it; addWritePerm (327) gives read+write back."""
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("PermT", cluster="DefaultCluster", queue_nums=2,
+                                 wait_for_route_s=5)  # fmt: skip
+
+        async def perm() -> int:
+            _, route = await mq("topicRoute", "-n", ns, "-t", "PermT")
+            return int(route["queueDatas"][0]["perm"])
+
+        assert await perm() == 6
+        _, rows = await mq("wipeWritePerm", "-n", ns, "-b", "broker-a")
+        assert len(rows) == 1 and rows[0]["result"] == "OK" and rows[0]["topics"] >= 1
+        assert await perm() == 4
+        lines = await table("topicRoute", "-n", ns, "-t", "PermT")
+        assert lines[1].split()[-1] == "R--"
+        async with Producer("pg-perm", ns, config=FAST_PRODUCER) as p:
+            # no writable queue left: the client finds no route to publish on, as RocketMQ's
+            with pytest.raises(RouteNotFoundError):
+                await p.send("PermT", "nowhere to write")
+        # A full re-registration with the same data version leaves the wipe in place.
+        assert env.node is not None
+        await env.node.namesrv.register_all()
+        assert await perm() == 4
+        _, rows = await mq("addWritePerm", "-n", ns, "-b", "broker-a")
+        assert rows[0]["result"] == "OK" and rows[0]["topics"] >= 1
+        assert await perm() == 6
+        async with Producer("pg-perm", ns, config=FAST_PRODUCER) as p:
+            assert (await p.send("PermT", "writable again")).status == SendStatus.SEND_OK
+        # An unknown group changes nothing and is not an error (RocketMQ answers 0 topics).
+        _, rows = await mq("wipeWritePerm", "-n", ns, "-b", "no-such-broker")
+        assert rows[0]["topics"] == 0
+
+
+async def test_namesrv_config_is_read_and_its_runtime_keys_updated(tmp_path: Path) -> None:
+    """GET_NAMESRV_CONFIG (319) answers the properties text; UPDATE_NAMESRV_CONFIG (318)
+    changes a runtime key and refuses any other, naming it."""
+    async with client_cluster(tmp_path) as env:
+        async with Admin(env.namesrv, config=FAST_CLIENT) as a:
+            api = a.instance.api
+            resp = await api.call(env.namesrv, RC.GET_NAMESRV_CONFIG)
+            props = config.parse_properties(resp.body.decode())
+            assert props["supportActingMaster"] == "false"
+            assert "scanNotActiveBrokerInterval" in props and "listenPort" in props
+            resp = await api.call(
+                env.namesrv, RC.UPDATE_NAMESRV_CONFIG, None, b"supportActingMaster=true\n"
+            )
+            assert resp.code == Resp.SUCCESS
+            resp = await api.call(env.namesrv, RC.GET_NAMESRV_CONFIG)
+            assert "supportActingMaster=true\n" in resp.body.decode()
+            with pytest.raises(BrokerResponseError) as e:
+                await api.call(env.namesrv, RC.UPDATE_NAMESRV_CONFIG, None, b"listenPort=1\n")
+            assert e.value.code == Resp.NO_PERMISSION and "listenPort" in str(e.value)
+            with pytest.raises(BrokerResponseError) as e:
+                await api.call(env.namesrv, RC.UPDATE_NAMESRV_CONFIG, None, b"noSuchKey=1\n")
+            assert e.value.code == Resp.SYSTEM_ERROR and "noSuchKey" in str(e.value)

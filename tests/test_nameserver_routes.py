@@ -166,3 +166,27 @@ def test_a_stall_of_the_name_server_is_credited_to_the_brokers() -> None:
     t.credit(lost, 10_400)
     assert t.scan(10_400) == [], "expired by the name server's own pause"
     assert [a for a, _ in t.scan(11_901)] == ["m:1"], "no heartbeat since: expires after all"
+
+
+def test_write_perm_is_wiped_and_added_per_broker_group() -> None:
+    """wipeWritePerm clears the write bit of every queue data of one group (not another's);
+    addWritePerm sets read+write (6) whatever the perm was, as RocketMQ; a registration with
+    the same data version keeps the wipe, a changed one brings the broker's perms back."""
+    t = RouteTable()
+    dv = DataVersion(counter=1, timestamp=10)
+    reg(t, "m:1", 0, 0, data_version=dv, topics={"T": qd(4), "U": qd(2)})
+    t.register(cluster="c", addr="b:1", broker_name="broker-b", broker_id=0, now_ms=0,
+               topics={"T": qd(4)})  # fmt: skip
+    assert t.set_write_perm("broker-a", writable=False) == 2
+    assert (t.topics["T"]["broker-a"].perm, t.topics["U"]["broker-a"].perm) == (4, 4)
+    assert t.topics["T"]["broker-b"].perm == 6
+    reg(t, "m:1", 0, 1, data_version=dv, topics={"T": qd(4), "U": qd(2)})
+    assert t.topics["T"]["broker-a"].perm == 4, "same data version: the wipe stays"
+    t.topics["U"]["broker-a"].perm = 0
+    assert t.set_write_perm("broker-a", writable=True) == 2
+    assert (t.topics["T"]["broker-a"].perm, t.topics["U"]["broker-a"].perm) == (6, 6)
+    assert t.set_write_perm("broker-a", writable=False) == 2
+    reg(t, "m:1", 0, 2, data_version=DataVersion(counter=2, timestamp=11),
+        topics={"T": qd(4), "U": qd(2)})  # fmt: skip
+    assert t.topics["T"]["broker-a"].perm == 6
+    assert t.set_write_perm("nobody", writable=False) == 0

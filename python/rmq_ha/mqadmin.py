@@ -273,6 +273,26 @@ async def delete_topic(a: Admin, args: argparse.Namespace) -> Output:
     return out
 
 
+async def wipe_write_perm(a: Admin, args: argparse.Namespace) -> Output:
+    return await _write_perm(a, args, writable=False)
+
+
+async def add_write_perm(a: Admin, args: argparse.Namespace) -> Output:
+    return await _write_perm(a, args, writable=True)
+
+
+async def _write_perm(a: Admin, args: argparse.Namespace, *, writable: bool) -> Output:
+    """Every name server of -n, as mqadmin does: each keeps its own routes."""
+    out = Output(["namesrv", "brokerName", "topics", "result"])
+    for addr, r in await a.set_write_perm(args.broker_name, writable):
+        if isinstance(r, str):
+            out.failed = True
+            out.add(namesrv=addr, brokerName=args.broker_name, topics="", result=r)
+        else:
+            out.add(namesrv=addr, brokerName=args.broker_name, topics=r, result="OK")
+    return out
+
+
 async def update_sub_group(a: Admin, args: argparse.Namespace) -> Output:
     cfg = SubscriptionGroupConfig(
         group_name=args.group,
@@ -825,6 +845,16 @@ def add_commands(sub: Any) -> None:
     p = _ns(sub, "deleteTopic", delete_topic, "delete a topic from a cluster and the name servers")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-c", "--clusterName", dest="cluster", required=True)
+    p = _ns(
+        sub,
+        "wipeWritePerm",
+        wipe_write_perm,
+        "producers stop sending to a broker group (its queues lose the write bit on every name "
+        "server), e.g. to drain it before maintenance",
+    )
+    p.add_argument("-b", "--brokerName", dest="broker_name", required=True)
+    p = _ns(sub, "addWritePerm", add_write_perm, "give a broker group's queues read+write back")
+    p.add_argument("-b", "--brokerName", dest="broker_name", required=True)
     p = _ns(sub, "updateSubGroup", update_sub_group, "create or update a subscription group")
     p.add_argument("-g", "--groupName", dest="group", required=True)
     _target(p)

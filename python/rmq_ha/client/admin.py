@@ -31,6 +31,7 @@ from rmq_ha.config import parse_properties
 from rmq_ha.errors import RemotingError
 from rmq_ha.protocol.admin import (
     UNIQUE_MSG_QUERY_FLAG,
+    BrokerWritePermRequestHeader,
     ConsumerConnection,
     ConsumeStats,
     DeleteSubscriptionGroupRequestHeader,
@@ -248,6 +249,23 @@ class Admin:
                 out.append((addr, await self.instance.api.call(addr, code, ext)))
             except (BrokerResponseError, RemotingError) as e:
                 out.append((addr, str(e)))
+        return out
+
+    async def set_write_perm(self, broker_name: str, writable: bool) -> list[tuple[str, int | str]]:
+        """mqadmin wipeWritePerm / addWritePerm: WIPE_WRITE_PERM_OF_BROKER (205) or
+        ADD_WRITE_PERM_OF_BROKER (327) on every name server. Returns (name server, topics
+        changed, or why it failed)."""
+        code = RC.ADD_WRITE_PERM_OF_BROKER if writable else RC.WIPE_WRITE_PERM_OF_BROKER
+        ext = BrokerWritePermRequestHeader(broker_name=broker_name).to_ext()
+        out: list[tuple[str, int | str]] = []
+        for addr, r in await self._namesrv_each(code, ext):
+            if isinstance(r, str):
+                out.append((addr, r))
+            elif r.code != Resp.SUCCESS:
+                out.append((addr, f"code {r.code}: {r.remark}"))
+            else:
+                key = "addTopicCount" if writable else "wipeTopicCount"
+                out.append((addr, int(r.ext_fields.get(key, "0"))))
         return out
 
     async def topic_list(self, cluster: str | None = None) -> list[str]:

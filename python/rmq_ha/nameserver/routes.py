@@ -40,6 +40,7 @@ from rmq_ha.protocol.models import (
 MASTER_ID = 0
 SYNC_BROKER_MEMBER_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 PERM_WRITE_BIT = 2
+PERM_READ_BIT = 4
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,20 @@ class RouteTable:
             queues.pop(name, None)
         if not queues:
             del self.topics[topic]
+
+    def set_write_perm(self, broker_name: str, writable: bool) -> int:
+        """mqadmin wipeWritePerm / addWritePerm: every queue data of the group loses its write
+        bit, or gets read and write back (RocketMQ sets perm to 6, whatever it was). Returns
+        how many topics changed. A registration that carries new topic configs (a changed
+        data version) sets the perms the broker sends again, as in RocketMQ."""
+        n = 0
+        for queues in self.topics.values():
+            qd = queues.get(broker_name)
+            if qd is None:
+                continue
+            qd.perm = qd.perm & ~PERM_WRITE_BIT if not writable else PERM_READ_BIT | PERM_WRITE_BIT
+            n += 1
+        return n
 
     def topics_of_cluster(self, cluster: str) -> list[str]:
         names = self.clusters.get(cluster, set())

@@ -14,12 +14,12 @@ NOTIFY_MIN_BROKER_ID_CHANGE (905, oneway) when its smallest id changes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from rmq_ha import faults
+from rmq_ha import config_admin, faults
 from rmq_ha.clock import STALL_TICK_S, StallCredit, monotonic_ms, wall_ms
 from rmq_ha.config import ControllerConfig, NamesrvConfig
 from rmq_ha.metrics import Families, SnapshotCollector, endpoint, registry_of, serve_metrics
@@ -29,13 +29,17 @@ from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.net.server import RemotingServer
 from rmq_ha.protocol.admin import (
+    AddWritePermOfBrokerResponseHeader,
+    BrokerWritePermRequestHeader,
     DeleteTopicFromNamesrvRequestHeader,
     GetTopicsByClusterRequestHeader,
     TopicList,
+    WipeWritePermOfBrokerResponseHeader,
 )
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.headerbase import CommandHeader
 from rmq_ha.protocol.headers import (
     BrokerHeartbeatRequestHeader,
     GetBrokerMemberGroupRequestHeader,
@@ -61,6 +65,13 @@ if TYPE_CHECKING:
     from rmq_ha.controller.role import ControllerNode
 
 log = logging.getLogger(__name__)
+
+#: RocketMQ key -> why it is safe to change on a running name server (UPDATE_NAMESRV_CONFIG).
+RUNTIME_KEYS: Final[Mapping[str, str]] = {
+    "scanNotActiveBrokerInterval": "read before every scan of broker heartbeats",
+    "supportActingMaster": "read by every route request",
+    "notifyMinBrokerIdChanged": "read before every NOTIFY_MIN_BROKER_ID_CHANGE",
+}
 
 
 class Nameserver:
@@ -92,6 +103,17 @@ class Nameserver:
         d.register(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics)
         d.register(RC.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
         d.register(RC.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        d.register(RC.WIPE_WRITE_PERM_OF_BROKER, self.write_perm)
+        d.register(RC.ADD_WRITE_PERM_OF_BROKER, self.write_perm)
+        config_admin.register(
+            d,
+            lambda: self.cfg,
+            self._apply_config,
+            get_code=RC.GET_NAMESRV_CONFIG,
+            update_code=RC.UPDATE_NAMESRV_CONFIG,
+            runtime_keys=RUNTIME_KEYS,
+            role="name server",
+        )
         self.dispatcher = d
         self.server = RemotingServer(
             d,
@@ -115,6 +137,10 @@ class Nameserver:
         node = ControllerNode(ccfg)
         node.embed(self.dispatcher, self.cfg.listen_port, self.broker_heartbeat)
         return node
+
+    def _apply_config(self, new: NamesrvConfig) -> None:
+        """UPDATE_NAMESRV_CONFIG: `new` differs only in RUNTIME_KEYS, each read where used."""
+        self.cfg = new
 
     @property
     def address(self) -> str:
@@ -342,6 +368,26 @@ class Nameserver:
         self.routes.delete_topic(h.topic, h.cluster_name)
         log.info("topic %s deleted from the routes (cluster %s)", h.topic, h.cluster_name or "all")
         return cmd.response(Resp.SUCCESS)
+
+    async def write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """mqadmin wipeWritePerm / addWritePerm (205 / 327): producers stop (or start again)
+        sending to a broker group, e.g. to drain it before maintenance. Each name server keeps
+        its own routes: an admin sends this to every one of them."""
+        h = BrokerWritePermRequestHeader.from_ext(cmd.ext_fields)
+        wipe = cmd.code == RC.WIPE_WRITE_PERM_OF_BROKER
+        n = self.routes.set_write_perm(h.broker_name, writable=not wipe)
+        log.warning(
+            "write permission of broker %s %s on %d topics",
+            h.broker_name,
+            "wiped" if wipe else "restored",
+            n,
+        )
+        rh: CommandHeader = (
+            WipeWritePermOfBrokerResponseHeader(wipe_topic_count=n)
+            if wipe
+            else AddWritePermOfBrokerResponseHeader(add_topic_count=n)
+        )
+        return cmd.response(Resp.SUCCESS, None, rh.to_ext())
 
     # ---- KV config (RocketMQ keeps e.g. ORDER_TOPIC_CONFIG here) -------------------------
 

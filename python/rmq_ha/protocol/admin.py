@@ -96,6 +96,30 @@ class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
 
 
 @dataclass(kw_only=True, slots=True)
+class BrokerWritePermRequestHeader(CommandHeader):
+    """WIPE_WRITE_PERM_OF_BROKER (205) and ADD_WRITE_PERM_OF_BROKER (327): the broker group
+    whose queue data loses (or gets back) its write bit on this name server."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.WIPE_WRITE_PERM_OF_BROKER, RC.ADD_WRITE_PERM_OF_BROKER)
+
+    broker_name: str
+
+
+@dataclass(kw_only=True, slots=True)
+class WipeWritePermOfBrokerResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.WIPE_WRITE_PERM_OF_BROKER,)
+
+    wipe_topic_count: I32
+
+
+@dataclass(kw_only=True, slots=True)
+class AddWritePermOfBrokerResponseHeader(CommandHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.ADD_WRITE_PERM_OF_BROKER,)
+
+    add_topic_count: I32
+
+
+@dataclass(kw_only=True, slots=True)
 class DeleteSubscriptionGroupRequestHeader(RpcRequestHeader):
     CODES: ClassVar[tuple[int, ...]] = (RC.DELETE_SUBSCRIPTIONGROUP,)
 

@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from rmq_ha import config as config_mod
 from rmq_ha.broker.ports import Ports
-from rmq_ha.config import BrokerConfig, NotRuntimeKey, parse_properties
-from rmq_ha.errors import ConfigError
+from rmq_ha.config import BrokerConfig
+from rmq_ha.config_admin import config_text, decode_update
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import GetBrokerConfigResponseHeader
@@ -45,11 +45,6 @@ def check_update(cfg: BrokerConfig, values: Mapping[str, str]) -> BrokerConfig:
     """The config after the update, or ConfigError naming the first bad key and why
     (NotRuntimeKey for a key that may not change at runtime). Pure."""
     return config_mod.replace_runtime_keys(cfg, values, RUNTIME_KEYS)
-
-
-def config_text(cfg: BrokerConfig) -> str:
-    """GET_BROKER_CONFIG's body: every key, sorted, one `key=value` line each."""
-    return "".join(f"{k}={v}\n" for k, v in sorted(config_mod.rocketmq_items(cfg)))
 
 
 def _runtime(boot_ms: int) -> str:
@@ -96,15 +91,9 @@ def register(d: Dispatcher, p: Ports, apply: Apply, status: Status) -> None:
         return cmd.response(Resp.SUCCESS, None, h.to_ext(), config_text(p.cfg).encode())
 
     async def update_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            text = (cmd.body or b"").decode("utf-8")
-        except UnicodeDecodeError:
-            return cmd.response(Resp.SYSTEM_ERROR, "config update body is not UTF-8 text")
-        try:
-            new = check_update(p.cfg, parse_properties(text))
-        except ConfigError as e:
-            code = Resp.NO_PERMISSION if isinstance(e, NotRuntimeKey) else Resp.SYSTEM_ERROR
-            return cmd.response(code, str(e))
+        new = decode_update(p.cfg, cmd.body, RUNTIME_KEYS)
+        if isinstance(new, tuple):
+            return cmd.response(new[0], new[1])
         await apply(new)
         version[0] = version[0].next_version(int(time.time() * 1000))
         return cmd.response(Resp.SUCCESS)
