@@ -169,6 +169,10 @@ async def test_message_queries_and_producer_connection(tmp_path: Path) -> None:
         assert found[0]["msgId"] == results[3].msg_id
         _, common = await mq("queryMsgByKey", "-n", ns, "-t", "MsgT", "-k", "common", "-c", "4")
         assert len(common) == 4
+        # The newest matches, newest first, as RocketMQ's index answers.
+        assert [m["body"] for m in common] == ["body5", "body4", "body3", "body2"]
+        _, newest = await mq("queryMsgByKey", "-n", ns, "-t", "MsgT", "-k", "common", "-c", "1")
+        assert [m["body"] for m in newest] == ["body5"]
         _, none = await mq("queryMsgByKey", "-n", ns, "-t", "MsgT", "-k", "key3", "-b", "0",
                            "-e", "1")  # fmt: skip
         assert none == []

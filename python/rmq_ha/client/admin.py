@@ -490,7 +490,8 @@ class Admin:
         unique: bool = False,
     ) -> list[MessageExt]:
         """QUERY_MESSAGE (12) on every broker of the topic's route: messages whose KEYS hold
-        `key` (or, with `unique`, whose UNIQ_KEY is `key`, i.e. a client message id)."""
+        `key` (or, with `unique`, whose UNIQ_KEY is `key`, i.e. a client message id), the
+        newest `max_num` of them, newest first."""
         out: list[MessageExt] = []
         for name, addr in sorted((await self._route_masters(topic)).items()):
             h = QueryMessageRequestHeader(
@@ -508,7 +509,9 @@ class Admin:
             )
             if resp.code == Resp.SUCCESS:
                 out += decode_messages(resp.body, name)
-        return sorted(out, key=lambda m: m.store_timestamp_ms)[:max_num]
+        # the newest `max_num` of every broker's answer, newest first (RocketMQ's index)
+        newest = sorted(out, key=lambda m: (m.store_timestamp_ms, m.commit_log_offset))
+        return newest[::-1][:max_num]
 
     async def query_by_offset(self, mq: MessageQueue, offset: int) -> MessageExt | None:
         """The message at `offset` of the queue (a one-message pull, as mqadmin

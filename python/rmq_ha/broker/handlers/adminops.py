@@ -12,11 +12,12 @@ commands:
     QUERY_MESSAGE (12)                                                queryMsgByKey, queryMsgById
     QUERY_TOPIC_CONSUME_BY_WHO (300)                                  topicList -c
 
-QUERY_MESSAGE has no hash index behind it (RocketMQ's IndexFile): it scans the topic's queues
-from the first message stored at or after beginTimestamp (the consume queues' time search) up
-to endTimestamp, reading each record's KEYS / UNIQ_KEY, in a worker thread, and stops after
-maxNum matches or `QUERY_SCAN_LIMIT` records. Correct, but its cost grows with the messages
-in the time range.
+QUERY_MESSAGE has no hash index behind it (RocketMQ's IndexFile): it scans each of the topic's
+queues backwards from the last message stored at or before endTimestamp down to the first
+stored at or after beginTimestamp (the consume queues' time search), reading each record's
+KEYS / UNIQ_KEY, in a worker thread; it answers the newest maxNum matches (as RocketMQ's index
+does) and reads at most `QUERY_SCAN_LIMIT` records. Correct, but its cost grows with the
+messages in the time range.
 """
 
 from __future__ import annotations
@@ -156,29 +157,38 @@ def reset_offsets(p: Ports, h: ResetOffsetRequestHeader) -> dict[MessageQueue, i
 
 
 def query_messages(p: Ports, h: QueryMessageRequestHeader, unique: bool) -> list[bytes]:
-    """Records of `h.topic` stored in [begin, end] whose key matches (see module doc)."""
+    """Records of `h.topic` stored in [begin, end] whose key matches, newest first and at most
+    maxNum of them, as RocketMQ's index answers (it walks each key's entries from the latest):
+    each queue is read backwards from its last message stored at or before `end` (see module
+    doc)."""
     native = p.store.native
     queues = sorted(q for t, q in native.queues() if t == h.topic)
-    found: list[bytes] = []
-    scanned = 0
     limit = max(1, h.max_num)
+    found: list[tuple[int, int, bytes]] = []  # (store time, commitlog offset, record)
+    scanned = 0
     for qid in queues:
-        offset = native.search_offset_by_timestamp(h.topic, qid, h.begin_timestamp)
-        end = native.queue_max_offset(h.topic, qid)
-        while offset < end and len(found) < limit and scanned < QUERY_SCAN_LIMIT:
-            bufs, nxt, _lo, _hi = native.get_messages(h.topic, qid, offset, _BATCH)
-            if not bufs:
-                break
-            past_end = False
-            for buf in bufs:
-                raw = buf.tobytes()
+        lo = native.search_offset_by_timestamp(h.topic, qid, h.begin_timestamp)
+        hi = (
+            native.search_offset_by_timestamp(h.topic, qid, h.end_timestamp + 1)
+            if h.end_timestamp < 2**63 - 1
+            else native.queue_max_offset(h.topic, qid)
+        )
+        mine = 0
+        while hi > lo and mine < limit and scanned < QUERY_SCAN_LIMIT:
+            start = max(lo, hi - _BATCH)
+            window: list[bytes] = []
+            offset = start
+            while offset < hi:
+                bufs, nxt, _lo, _hi = native.get_messages(h.topic, qid, offset, hi - offset)
+                if not bufs or nxt <= offset:
+                    break
+                window.extend(b.tobytes() for b in bufs)
+                offset = nxt
+            for raw in reversed(window):
                 scanned += 1
                 rec = decode_stored_record(raw)
                 ts = rec.get("store_timestamp", 0)
-                if isinstance(ts, int) and ts > h.end_timestamp:
-                    past_end = True
-                    break
-                if isinstance(ts, int) and ts < h.begin_timestamp:
+                if not isinstance(ts, int) or not h.begin_timestamp <= ts <= h.end_timestamp:
                     continue
                 props_raw = rec.get("properties")
                 props = decode_properties(props_raw if isinstance(props_raw, bytes) else b"")
@@ -187,13 +197,14 @@ def query_messages(p: Ports, h: QueryMessageRequestHeader, unique: bool) -> list
                 else:
                     hit = h.key in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR)
                 if hit:
-                    found.append(raw)
-                    if len(found) >= limit:
+                    phys = rec.get("physical_offset", 0)
+                    found.append((ts, phys if isinstance(phys, int) else 0, raw))
+                    mine += 1
+                    if mine >= limit:
                         break
-            if past_end or nxt <= offset:
-                break
-            offset = nxt
-    return found
+            hi = start
+    found.sort(key=lambda f: (-f[0], -f[1]))
+    return [raw for _, _, raw in found[:limit]]
 
 
 def consumer_groups_of(p: Ports, topic: str) -> set[str]:
