@@ -28,15 +28,21 @@ from rmq_ha.errors import ConfigError
 from rmq_ha.nameserver.server import Nameserver
 from rmq_ha.protocol.admin import (
     ConsumeStats,
+    ConsumeStatsList,
     GetTopicConfigRequestHeader,
     OffsetWrapper,
+    QueryConsumeQueueResponseBody,
+    QueryConsumeTimeSpanBody,
+    QuerySubscriptionResponseBody,
     TopicConfigAndQueueMapping,
+    TopicList,
     TopicStatsTable,
     loads_fastjson,
 )
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
+from rmq_ha.protocol.message import parse_offset_msg_id
 from rmq_ha.protocol.models import MessageQueue as MQ
 from test_client_cluster import FAST_CLIENT, FAST_CONSUMER, FAST_PRODUCER, client_cluster
 
@@ -621,3 +627,73 @@ async def test_namesrv_config_is_read_and_its_runtime_keys_updated(tmp_path: Pat
             with pytest.raises(BrokerResponseError) as e:
                 await api.call(env.namesrv, RC.UPDATE_NAMESRV_CONFIG, None, b"noSuchKey=1\n")
             assert e.value.code == Resp.SYSTEM_ERROR and "noSuchKey" in str(e.value)
+
+
+async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_path: Path) -> None:
+    """GET_BROKER_CONSUME_STATS (317), QUERY_TOPICS_BY_CONSUMER (343),
+    QUERY_SUBSCRIPTION_BY_CONSUMER (345), QUERY_CONSUME_TIME_SPAN (303) and QUERY_CONSUME_QUEUE
+    (321) on a group with offsets committed by a reset (no consumer online)."""
+    async with client_cluster(tmp_path) as env:
+        ns, broker = env.namesrv, env.broker
+        await mq("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "cg2")
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("ST", cluster="DefaultCluster", queue_nums=2, wait_for_route_s=5)
+            mq0 = MessageQueue("ST", "broker-a", 0)
+            async with Producer("pg", ns, config=FAST_PRODUCER) as p:
+                early = [await p.send("ST", f"early{i}", queue=mq0) for i in range(5)]
+                stats = await a.topic_stats("ST")
+                t_mid = stats.offset_table[MQ("ST", "broker-a", 0)].last_update_timestamp + 1
+                await trio.sleep(0.05)  # the later messages are stored after t_mid
+                for i in range(3):
+                    await p.send("ST", f"late{i}", queue=mq0)
+            await mq("resetOffsetByTime", "-n", ns, "-g", "cg2", "-t", "ST", "-s", str(t_mid))
+            api = a.instance.api
+
+            resp = await api.call(broker, RC.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
+            body = ConsumeStatsList.from_json(resp.body)
+            assert body.broker_addr == broker and body.total_diff == 3
+            (cg2,) = [e["cg2"] for e in body.consume_stats_list if "cg2" in e]
+            (cs,) = cg2
+            w0 = cs.offset_table[MQ("ST", "broker-a", 0)]
+            assert (w0.broker_offset, w0.consumer_offset) == (8, 5)
+            resp = await api.call(broker, RC.GET_BROKER_CONSUME_STATS, {"isOrder": "true"})
+            ordered = ConsumeStatsList.from_json(resp.body)
+            assert [e["cg2"] for e in ordered.consume_stats_list if "cg2" in e] == [[]]
+
+            _, bcs = await mq("brokerConsumeStats", "-n", ns, "-b", broker)
+            assert bcs["totalDiff"] == 3
+            rows = [(r["queueId"], r["diff"]) for r in bcs["queues"] if r["group"] == "cg2"]
+            assert rows == [(0, 3), (1, 0)]
+            resp = await api.call(broker, RC.QUERY_TOPICS_BY_CONSUMER, {"group": "cg2"})
+            tl = TopicList.from_json(resp.body)
+            assert (tl.topic_list, tl.broker_addr) == ({"ST"}, broker)
+
+            ext = {"group": "cg2", "topic": "ST"}
+            resp = await api.call(broker, RC.QUERY_SUBSCRIPTION_BY_CONSUMER, ext)
+            sub = QuerySubscriptionResponseBody.from_json(resp.body)
+            assert (sub.group, sub.topic, sub.subscription_data) == ("cg2", "ST", None)
+
+            resp = await api.call(broker, RC.QUERY_CONSUME_TIME_SPAN, ext)
+            spans = QueryConsumeTimeSpanBody.from_json(resp.body).consume_time_span_set
+            s0, s1 = sorted(spans, key=lambda s: s.message_queue.queue_id)
+            assert 0 < s0.min_time_stamp <= s0.consume_time_stamp < t_mid <= s0.max_time_stamp
+            assert s0.delay_time >= 0
+            assert (s1.min_time_stamp, s1.max_time_stamp, s1.delay_time) == (-1, -1, 0)
+            with pytest.raises(BrokerResponseError) as e:
+                await api.call(broker, RC.QUERY_CONSUME_TIME_SPAN, {"group": "cg2", "topic": "No"})
+            assert e.value.code == Resp.TOPIC_NOT_EXIST
+
+            ext = {"topic": "ST", "queueId": "0", "index": "3", "count": "100",
+                   "consumerGroup": "cg2"}  # fmt: skip
+            resp = await api.call(broker, RC.QUERY_CONSUME_QUEUE, ext)
+            cq = QueryConsumeQueueResponseBody.from_json(resp.body)
+            assert (cq.min_queue_index, cq.max_queue_index) == (0, 8)
+            assert cq.filter_data == "cg2@ST is not online!"
+            units = [(u.physic_offset, u.physic_size) for u in cq.queue_data]
+            assert len(units) == 5 and units == sorted(units)
+            assert [u[0] for u in units[:2]] == [
+                parse_offset_msg_id(r.offset_msg_id)[2] for r in early[3:5]
+            ]
+            with pytest.raises(BrokerResponseError) as e:
+                await api.call(broker, RC.QUERY_CONSUME_QUEUE, {**ext, "queueId": "7"})
+            assert e.value.code == Resp.SYSTEM_ERROR

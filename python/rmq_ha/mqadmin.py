@@ -334,6 +334,29 @@ async def broker_status(a: Admin, args: argparse.Namespace) -> Output:
     return out
 
 
+async def broker_consume_stats(a: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin brokerConsumeStats: per group, topic and queue of one broker, its lag."""
+    body = await a.broker_consume_stats(args.broker, is_order=args.order)
+    out = Output(
+        ["group", "topic", "queueId", "brokerOffset", "consumerOffset", "diff", "lastTimestamp"]
+    )
+    for entry in body.consume_stats_list:
+        for group, stats in sorted(entry.items()):
+            for cs in stats:
+                for mq, w in sorted(cs.offset_table.items()):
+                    out.add(
+                        group=group,
+                        topic=mq.topic,
+                        queueId=mq.queue_id,
+                        brokerOffset=w.broker_offset,
+                        consumerOffset=w.consumer_offset,
+                        diff=max(0, w.broker_offset - w.consumer_offset),
+                        lastTimestamp=w.last_timestamp,
+                    )
+    out.doc = {"brokerAddr": body.broker_addr, "totalDiff": body.total_diff, "queues": out.rows}
+    return out
+
+
 async def consumer_progress(a: Admin, args: argparse.Namespace) -> Output:
     if not args.group:
         return await _all_groups_progress(a, args)
@@ -891,6 +914,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("-r", "--removeOffset", dest="remove_offset", type=_bool, default=False)
     p = _ns(sub, "brokerStatus", broker_status, "a broker's runtime info")
     _target(p)
+    p = _ns(sub, "brokerConsumeStats", broker_consume_stats, "every group's lag on one broker")
+    p.add_argument("-b", "--brokerAddr", dest="broker", required=True, help="broker host:port")
+    p.add_argument("-o", "--order", type=_bool, default=False, help="orderly topics only")
     p = _ns(
         sub,
         "consumerProgress",

@@ -30,7 +30,17 @@ from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleConfig, RoleCore
 from rmq_ha.broker.core.storage import record_store_timestamp, retention_floor
 from rmq_ha.broker.ha.service import HaService
-from rmq_ha.broker.handlers import admin, adminops, clients, locks, pull, queries, send, topics
+from rmq_ha.broker.handlers import (
+    admin,
+    adminops,
+    clients,
+    groupstats,
+    locks,
+    pull,
+    queries,
+    send,
+    topics,
+)
 from rmq_ha.broker.handlers import config as config_handlers
 from rmq_ha.broker.handlers import store as store_handlers
 from rmq_ha.broker.io.acting import FENCED_CODES, SYNC_BROKER_MEMBER_PREFIX, ActingShell
@@ -258,6 +268,7 @@ class Broker:
         )
         config_handlers.register(d, p, self.apply_config, self.status)
         adminops.register(d, p, self.subgroups)
+        groupstats.register(d, p, self.subgroups)
         self.special.register(d)
         self.acting.register(d)
         return d

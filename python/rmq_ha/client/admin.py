@@ -34,10 +34,12 @@ from rmq_ha.protocol.admin import (
     BrokerWritePermRequestHeader,
     ConsumerConnection,
     ConsumeStats,
+    ConsumeStatsList,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicFromNamesrvRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetProducerConnectionListRequestHeader,
     GetTopicsByClusterRequestHeader,
@@ -323,6 +325,12 @@ class Admin:
         """GET_BROKER_RUNTIME_INFO (28)."""
         resp = await self.instance.api.call(addr, RC.GET_BROKER_RUNTIME_INFO)
         return KVTable.from_json(resp.body).table
+
+    async def broker_consume_stats(self, addr: str, is_order: bool = False) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS (317): every subscription group's progress on one broker."""
+        ext = GetConsumeStatsInBrokerHeader(is_order=is_order).to_ext()
+        resp = await self.instance.api.call(addr, RC.GET_BROKER_CONSUME_STATS, ext)
+        return ConsumeStatsList.from_json(resp.body)
 
     async def _route_masters(self, topic: str) -> dict[str, str]:
         """brokerName -> master address of the brokers serving `topic`."""

@@ -184,6 +184,52 @@ class GetTopicsByClusterRequestHeader(CommandHeader):
     cluster: str
 
 
+@dataclass(kw_only=True, slots=True)
+class QueryTopicsByConsumerRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_TOPICS_BY_CONSUMER,)
+
+    group: str
+
+
+@dataclass(kw_only=True, slots=True)
+class QuerySubscriptionByConsumerRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_SUBSCRIPTION_BY_CONSUMER,)
+
+    group: str
+    topic: str
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryConsumeTimeSpanRequestHeader(TopicRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_CONSUME_TIME_SPAN,)
+
+    topic: str
+    group: str
+
+
+@dataclass(kw_only=True, slots=True)
+class GetConsumeStatsInBrokerHeader(RpcRequestHeader):
+    """GET_BROKER_CONSUME_STATS (317): every group's progress on one broker (mqadmin
+    brokerConsumeStats); `is_order` keeps only orderly topics."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_BROKER_CONSUME_STATS,)
+
+    is_order: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class QueryConsumeQueueRequestHeader(TopicRequestHeader):
+    """QUERY_CONSUME_QUEUE (321): `count` units of a queue from `index` (mqadmin queryCq)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.QUERY_CONSUME_QUEUE,)
+
+    topic: str
+    queue_id: I32
+    index: int
+    count: I32
+    consumer_group: str | None = None
+
+
 ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetConsumerConnectionListRequestHeader,
     GetProducerConnectionListRequestHeader,
@@ -197,6 +243,11 @@ ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetTopicConfigRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     GetTopicsByClusterRequestHeader,
+    QueryTopicsByConsumerRequestHeader,
+    QuerySubscriptionByConsumerRequestHeader,
+    QueryConsumeTimeSpanRequestHeader,
+    GetConsumeStatsInBrokerHeader,
+    QueryConsumeQueueRequestHeader,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -319,13 +370,118 @@ class ConsumeStats:
 
     @classmethod
     def from_json(cls, data: bytes | str | None) -> ConsumeStats:
-        doc = loads_fastjson(data)
+        return cls.from_doc(loads_fastjson(data))
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> ConsumeStats:
         table = _mq_table_of(doc, "offsetTable")
         tps = doc.get("consumeTps", 0.0) if isinstance(doc, dict) else 0.0
         return cls(
             {mq: OffsetWrapper.from_obj(v, "$.offsetTable") for mq, v in table.items()},
             float(tps) if isinstance(tps, int | float) else 0.0,
         )
+
+
+@dataclass(slots=True)
+class ConsumeStatsList:
+    """GET_BROKER_CONSUME_STATS (317) body: per subscription group, the ConsumeStats of each
+    topic it has offsets on; the totals are the sum of (broker offset - consumer offset)."""
+
+    consume_stats_list: list[dict[str, list[ConsumeStats]]] = field(default_factory=list)
+    broker_addr: str | None = None
+    total_diff: int = 0
+    total_inflight_diff: int = 0
+
+    def to_json(self) -> bytes:
+        groups = []
+        for entry in self.consume_stats_list:
+            parts = [
+                json.dumps(g) + ":[" + ",".join(cs.to_json().decode() for cs in stats) + "]"
+                for g, stats in sorted(entry.items())
+            ]
+            groups.append("{" + ",".join(parts) + "}")
+        head = f'"brokerAddr":{json.dumps(self.broker_addr)},' if self.broker_addr else ""
+        return (
+            "{" + head + '"consumeStatsList":[' + ",".join(groups) + "],"
+            f'"totalDiff":{self.total_diff},"totalInflightDiff":{self.total_inflight_diff}' + "}"
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str | None) -> ConsumeStatsList:
+        doc = loads_fastjson(data)
+        if not isinstance(doc, dict):
+            raise BodyDecodeError("expected an object", "$")
+        out: list[dict[str, list[ConsumeStats]]] = []
+        raw = doc.get("consumeStatsList") or []
+        if not isinstance(raw, list):
+            raise BodyDecodeError("expected a list", "$.consumeStatsList")
+        for entry in raw:
+            if not isinstance(entry, dict):
+                raise BodyDecodeError("expected an object", "$.consumeStatsList[]")
+            out.append(
+                {
+                    str(g): [ConsumeStats.from_doc(cs) for cs in (stats or [])]
+                    for g, stats in entry.items()
+                }
+            )
+
+        def num(key: str) -> int:
+            v = doc.get(key, 0)
+            return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+        addr = doc.get("brokerAddr")
+        return cls(
+            out,
+            addr if isinstance(addr, str) else None,
+            num("totalDiff"),
+            num("totalInflightDiff"),
+        )
+
+
+@dataclass(slots=True)
+class QuerySubscriptionResponseBody(JsonModel):
+    """QUERY_SUBSCRIPTION_BY_CONSUMER (345) body (no subscription: subscriptionData absent)."""
+
+    subscription_data: SubscriptionData | None = None
+    group: str = ""
+    topic: str = ""
+
+
+@dataclass(slots=True)
+class QueueTimeSpan(JsonModel):
+    message_queue: MessageQueue = field(default_factory=lambda: MessageQueue("", "", 0))
+    min_time_stamp: int = 0
+    max_time_stamp: int = 0
+    consume_time_stamp: int = 0
+    delay_time: int = 0
+
+
+@dataclass(slots=True)
+class QueryConsumeTimeSpanBody(JsonModel):
+    """QUERY_CONSUME_TIME_SPAN (303) body: per write queue, the store times of its first and
+    last message and of the group's last consumed one, and how long its next one waits."""
+
+    consume_time_span_set: list[QueueTimeSpan] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ConsumeQueueData(JsonModel):
+    physic_offset: int = 0
+    physic_size: int = 0
+    tags_code: int = 0
+    extend_data_json: str | None = None
+    bit_map: str | None = None
+    eval: bool = False
+    msg: str | None = None
+
+
+@dataclass(slots=True)
+class QueryConsumeQueueResponseBody(JsonModel):
+    subscription_data: SubscriptionData | None = None
+    filter_data: str | None = None
+    queue_data: list[ConsumeQueueData] = field(default_factory=list)
+    max_queue_index: int = 0
+    min_queue_index: int = 0
 
 
 @dataclass(slots=True)

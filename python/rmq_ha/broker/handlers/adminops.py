@@ -86,7 +86,7 @@ def _connection(c: ClientInfo) -> ClientConnection:
     )
 
 
-def _store_time(p: Ports, topic: str, queue_id: int, queue_offset: int) -> int:
+def store_time(p: Ports, topic: str, queue_id: int, queue_offset: int) -> int:
     """Store timestamp of the message at `queue_offset`, 0 when it cannot be read."""
     native = p.store.native
     try:
@@ -105,7 +105,7 @@ def topic_stats(p: Ports, topic: str) -> TopicStatsTable:
     table: dict[MessageQueue, TopicOffset] = {}
     for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
         lo, hi = native.queue_min_offset(topic, qid), native.queue_max_offset(topic, qid)
-        last = _store_time(p, topic, qid, hi - 1) if hi > lo else 0
+        last = store_time(p, topic, qid, hi - 1) if hi > lo else 0
         table[MessageQueue(topic, p.cfg.broker_name, qid)] = TopicOffset(lo, hi, last)
     return TopicStatsTable(table)
 
@@ -122,7 +122,7 @@ def consume_stats(p: Ports, group: str, topic: str | None) -> ConsumeStats:
             committed = p.offsets.query(group, t, qid)
             consumer = committed if committed is not None else 0
             broker = native.queue_max_offset(t, qid)
-            last = _store_time(p, t, qid, consumer - 1) if consumer > 0 else 0
+            last = store_time(p, t, qid, consumer - 1) if consumer > 0 else 0
             table[MessageQueue(t, p.cfg.broker_name, qid)] = OffsetWrapper(
                 broker_offset=broker,
                 consumer_offset=consumer,
