@@ -594,3 +594,27 @@ async def test_transactions_count_commits_and_rollbacks_by_real_topic(tmp_path: 
         s = await scrape(addr)
         assert value(s, "rocketmq_commit_messages_total", topic="TxM") == 2
         assert value(s, "rocketmq_rollback_messages_total", topic="TxM") == 1
+
+
+def test_rates_count_per_second_over_their_windows() -> None:
+    """putTps / getTransferredTps / a group's consumeTps: one-second buckets, a rate per
+    window; old buckets leave (a fake clock, no waiting)."""
+    now = [1000.0]
+    t = Traffic(clock=lambda: now[0])
+    t.put("T", "Normal", 30, 300)
+    t.got("T", "g", 12, 120, queue_id=0, next_offset=12)
+    now[0] = 1005.5
+    t.put("T", "Normal", 10, 100)
+    assert t.tps_text(t.put_rate) == "4.0 0.6666666666666666 0.06666666666666667"
+    assert t.consume_tps("T", "g") == 12 / 60
+    assert t.consume_tps("T", "other") == 0.0
+    assert t.pulled[("T", "g", 0)] == 12
+    now[0] = 1059.0  # the first second is still inside the last minute
+    assert t.consume_tps("T", "g") == 12 / 60
+    now[0] = 1060.0
+    assert t.consume_tps("T", "g") == 0.0
+    assert t.tps_text(t.got_rate) == "0.0 0.0 0.02"
+    now[0] = 1700.0
+    t.put("T", "Normal", 6, 60)
+    assert t.tps_text(t.put_rate) == "0.6 0.1 0.01"
+    assert len(t.put_rate.buckets) == 1, "buckets older than 10 minutes are dropped"

@@ -21,6 +21,7 @@ from rmq_ha import config, mqadmin
 from rmq_ha.broker.broker import open_broker
 from rmq_ha.broker.handlers.config import check_update
 from rmq_ha.client import Admin, ConsumeStatus, MessageQueue, Producer, PushConsumer, SendStatus
+from rmq_ha.client.api import PULL_FLAG_SUBSCRIPTION
 from rmq_ha.client.errors import BrokerResponseError, RouteNotFoundError, SendError
 from rmq_ha.config import BrokerConfig, NamesrvConfig, NotRuntimeKey
 from rmq_ha.controller import config_admin
@@ -649,13 +650,19 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
             await mq("resetOffsetByTime", "-n", ns, "-g", "cg2", "-t", "ST", "-s", str(t_mid))
             api = a.instance.api
 
+            # A pull of the group that commits nothing: its 3 messages are in flight.
+            r = await api.pull(broker, "broker-a", group="cg2", mq=mq0, offset=5, max_nums=8,
+                               sys_flag=PULL_FLAG_SUBSCRIPTION, subscription="*")  # fmt: skip
+            assert [m.queue_offset for m in r.messages] == [5, 6, 7]
+
             resp = await api.call(broker, RC.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
             body = ConsumeStatsList.from_json(resp.body)
-            assert body.broker_addr == broker and body.total_diff == 3
+            assert body.broker_addr == broker
+            assert (body.total_diff, body.total_inflight_diff) == (3, 3)
             (cg2,) = [e["cg2"] for e in body.consume_stats_list if "cg2" in e]
             (cs,) = cg2
             w0 = cs.offset_table[MQ("ST", "broker-a", 0)]
-            assert (w0.broker_offset, w0.consumer_offset) == (8, 5)
+            assert (w0.broker_offset, w0.consumer_offset, w0.pull_offset) == (8, 5, 8)
             resp = await api.call(broker, RC.GET_BROKER_CONSUME_STATS, {"isOrder": "true"})
             ordered = ConsumeStatsList.from_json(resp.body)
             assert [e["cg2"] for e in ordered.consume_stats_list if "cg2" in e] == [[]]

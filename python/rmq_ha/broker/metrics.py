@@ -10,7 +10,9 @@ and `BrokerSnapshot`, a plain record broker.py fills at scrape time from its com
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
@@ -24,11 +26,42 @@ MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1 << 20, 2 << 20, 4 << 20)
 RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 10, 100, 1000, 3000)
 
 
+class RateRing:
+    """Events per second over the last `span_s` seconds, counted in one-second buckets (the
+    rates behind RocketMQ's putTps / getTransferredTps and a group's consumeTps)."""
+
+    __slots__ = ("buckets", "span_s")
+
+    def __init__(self, span_s: int = 600) -> None:
+        self.span_s = span_s
+        self.buckets: deque[list[int]] = deque()
+
+    def add(self, now_s: int, n: int) -> None:
+        b = self.buckets
+        if b and b[-1][0] == now_s:
+            b[-1][1] += n
+        else:
+            b.append([now_s, n])
+        while b and b[0][0] <= now_s - self.span_s:
+            b.popleft()
+
+    def rate(self, now_s: int, window_s: int) -> float:
+        """Events per second in the `window_s` seconds up to and including `now_s`."""
+        return sum(n for sec, n in self.buckets if now_s - window_s < sec <= now_s) / window_s
+
+
 class Traffic:
     """Messages and bytes in (stored by sends) and out (served to pulls), RocketMQ's
-    rocketmq_messages_in_total / _out_total and rocketmq_throughput_in_total / _out_total."""
+    rocketmq_messages_in_total / _out_total and rocketmq_throughput_in_total / _out_total;
+    and their recent rates (`clock` gives the seconds the rates are counted in)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        #: messages stored, and served, per second (RocketMQ's putTps, getTransferredTps)
+        self.put_rate = RateRing()
+        self.got_rate = RateRing()
+        #: (topic, consumer_group) -> messages served per second in the last minute
+        self.group_rate: dict[tuple[str, str], RateRing] = {}
         #: (topic, message_type) -> [messages, body bytes]
         self.inbound: dict[tuple[str, str], list[int]] = {}
         #: (topic, consumer_group) -> [messages, record bytes]
@@ -78,7 +111,21 @@ class Traffic:
             h = self.rpc[(request, response)] = Histogram(RPC_LATENCY_BUCKETS_MS)
         h.observe(ms)
 
+    def now_s(self) -> int:
+        return int(self.clock())
+
+    def consume_tps(self, topic: str, group: str) -> float:
+        """Messages per second served to `group` from `topic` over the last minute."""
+        r = self.group_rate.get((topic, group))
+        return r.rate(self.now_s(), 60) if r is not None else 0.0
+
+    def tps_text(self, ring: RateRing) -> str:
+        """RocketMQ's runtime-info form: the rates over 10 s, 1 min and 10 min."""
+        now = self.now_s()
+        return " ".join(repr(ring.rate(now, w)) for w in (10, 60, 600))
+
     def put(self, topic: str, message_type: str, messages: int, nbytes: int) -> None:
+        self.put_rate.add(self.now_s(), messages)
         c = self.inbound.get((topic, message_type))
         if c is None:
             self.inbound[(topic, message_type)] = [messages, nbytes]
@@ -106,6 +153,12 @@ class Traffic:
         """Messages served to a group; a pull also says where the group will pull next."""
         if queue_id is not None and next_offset is not None:
             self.pulled[(topic, group, queue_id)] = next_offset
+        now = self.now_s()
+        self.got_rate.add(now, messages)
+        r = self.group_rate.get((topic, group))
+        if r is None:
+            r = self.group_rate[(topic, group)] = RateRing(60)
+        r.add(now, messages)
         c = self.outbound.get((topic, group))
         if c is None:
             self.outbound[(topic, group)] = [messages, nbytes]

@@ -114,22 +114,26 @@ def consume_stats(p: Ports, group: str, topic: str | None) -> ConsumeStats:
     topics = [topic] if topic else p.offsets.topics_of_group(group)
     native = p.store.native
     table: dict[MessageQueue, OffsetWrapper] = {}
+    tps = 0.0
     for t in topics:
         tc = p.topics.get(t)
         if tc is None:
             continue
+        tps += p.traffic.consume_tps(t, group)
         for qid in range(tc.read_queue_nums):
             committed = p.offsets.query(group, t, qid)
             consumer = committed if committed is not None else 0
             broker = native.queue_max_offset(t, qid)
             last = store_time(p, t, qid, consumer - 1) if consumer > 0 else 0
+            pulled = p.traffic.pulled.get((t, group, qid), 0)
             table[MessageQueue(t, p.cfg.broker_name, qid)] = OffsetWrapper(
                 broker_offset=broker,
                 consumer_offset=consumer,
-                pull_offset=consumer,
+                # where the group's last pull asked to go on from (RocketMQ's pull offset)
+                pull_offset=max(consumer, pulled),
                 last_timestamp=last,
             )
-    return ConsumeStats(table, 0.0)
+    return ConsumeStats(table, tps)
 
 
 def reset_offsets(p: Ports, h: ResetOffsetRequestHeader) -> dict[MessageQueue, int]:

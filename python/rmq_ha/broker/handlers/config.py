@@ -70,6 +70,8 @@ def runtime_info(p: Ports, status: dict[str, Any], boot_ms: int) -> dict[str, st
         "dispatchBehindBytes": max(0, native.max_offset - native.dispatched_offset),
         "msgPutTotalTodayNow": msgs_in,
         "msgGetTotalTodayNow": msgs_out,
+        "putTps": p.traffic.tps_text(p.traffic.put_rate),
+        "getTransferredTps": p.traffic.tps_text(p.traffic.got_rate),
         "brokerPermission": p.cfg.broker_permission,
         # rmq_ha: replication state (GET_BROKER_EPOCH_CACHE has the rest).
         "role": status.get("role"),

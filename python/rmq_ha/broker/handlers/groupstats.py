@@ -55,7 +55,7 @@ def broker_consume_stats(p: Ports, groups: list[str], is_order: bool) -> Consume
     no config here, not orderly when `is_order`, or outside the subscriptions of an online
     group is left out), with the total lag."""
     out = []
-    total = 0
+    total = inflight = 0
     for group in groups:
         stats = []
         online = p.clients.consumers.get(group)
@@ -66,12 +66,12 @@ def broker_consume_stats(p: Ports, groups: list[str], is_order: bool) -> Consume
             if online is not None and online.subscriptions and topic not in online.subscriptions:
                 continue
             cs = consume_stats(p, group, topic)
-            total += sum(
-                max(0, w.broker_offset - w.consumer_offset) for w in cs.offset_table.values()
-            )
+            for w in cs.offset_table.values():
+                total += max(0, w.broker_offset - w.consumer_offset)
+                inflight += max(0, w.pull_offset - w.consumer_offset)
             stats.append(cs)
         out.append({group: stats})
-    return ConsumeStatsList(out, p.address, total, total)
+    return ConsumeStatsList(out, p.address, total, inflight)
 
 
 def time_spans(p: Ports, topic: str, group: str, now_ms: int) -> list[QueueTimeSpan]:
