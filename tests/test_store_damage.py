@@ -312,6 +312,29 @@ async def test_open_store_logs_what_recovery_did(
     assert len(errors) == 1 and f"at {recs[100].offset}" in errors[0]
 
 
+async def test_a_quarantine_list_read_from_its_backup_names_the_main_files_problem(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The quarantine list's main file damaged: the list comes from its backup, and the
+    WARNING says the problem was the main file's (it used to label it "backup")."""
+    root = tmp_path / "store"
+    s = Store(root, segment_size=MIB)
+    recs = write(s, 300)
+    s.close()
+    flip(segment_path(root, 0), recs[100].offset + 80, 4)
+    s = Store(root, segment_size=MIB)
+    s.close()  # the list (and its backup) now hold the damaged record
+    flip(root / "quarantine", 10, 1)
+    with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
+        async with open_store(root, segment_size=MIB) as st:
+            assert [e["offset"] for e in st.native.quarantined()] == [recs[100].offset]
+    (warning,) = [
+        r.getMessage() for r in caplog.records if "quarantine list read from its backup" in
+        r.getMessage()
+    ]  # fmt: skip
+    assert "(backup; the main file: " in warning and "CRC" in warning
+
+
 # ---------------------------------------------------------------------------------------------
 # Primitives for the broker integration
 # ---------------------------------------------------------------------------------------------

@@ -299,7 +299,7 @@ fn report_dict<'py>(
         match &r.quarantine_load {
             QuarantineLoad::Fresh => "fresh".to_string(),
             QuarantineLoad::Main => "main".to_string(),
-            QuarantineLoad::Backup(why) => format!("backup: {why}"),
+            QuarantineLoad::Backup(why) => format!("backup; the main file: {why}"),
             QuarantineLoad::Lost(why) => format!("lost: {why}"),
         },
     )?;
