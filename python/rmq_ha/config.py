@@ -354,6 +354,12 @@ class BrokerConfig(SecurityKeys):
         "connected slaves for brokerNotActiveTimeoutMillis stops serving reads and writes",
     )
     long_polling_enable: bool = rmq("longPollingEnable", True)
+    enable_property_filter: bool = rmq(
+        "enablePropertyFilter",
+        False,
+        "serve consumers that filter by SQL92 expressions on message properties (off: their "
+        "start is refused, as RocketMQ's default)",
+    )
     short_polling_time_ms: int = rmq("shortPollingTimeMills", 1000)
     max_reconsume_times: int = rmq("maxReconsumeTimes", 16, "then the message goes to the DLQ")
     lock_expire_ms: int = rmq("rebalanceLockMaxLiveTime", 60_000, "queue lock lifetime")

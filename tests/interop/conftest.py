@@ -84,6 +84,21 @@ def cluster(request: pytest.FixtureRequest, interop_tmp: Path) -> Iterator[harne
         c.stop()
 
 
+@pytest.fixture(scope="session", params=selected_impls())
+def filter_cluster(request: pytest.FixtureRequest, interop_tmp: Path) -> Iterator[harness.Cluster]:
+    """A cluster of its own with enablePropertyFilter=true (SQL92 selectors)."""
+    impl: str = request.param
+    workdir = interop_tmp / f"filter-cluster-{impl}"
+    if impl == "real":
+        c = start_real(workdir, extra_broker_conf={"enablePropertyFilter": "true"})
+    else:
+        c = harness.start_rmq_ha(workdir, broker_conf=["enablePropertyFilter=true"])
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 def _smoke(c: harness.Cluster, workdir: Path) -> None:
     """Before rmq_ha is ready, one quick send decides whether the remaining runs are worth their
     timeouts; if it fails, every rmq_ha test fails fast (and is reported as XFAIL)."""

@@ -119,6 +119,8 @@ def pull(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> No
 
 
 TAGS = ("TagA", "TagB", "TagC")
+#: The user property the Java client puts on every message: its id (InteropMain.USER_PROP).
+USER_PROP = "interop"
 
 
 def tag_filter(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
@@ -403,6 +405,38 @@ def sql92_refused(client: str, cluster: Cluster, tmp: Path, names: Names, ser: s
         "CODE: 1 " in m and "does not support consumer to filter message by SQL92" in m
         for m in msgs
     ), msgs
+
+
+def sql92_filter(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
+    """With enablePropertyFilter on: a push consumer with an SQL92 selector on the tags and on
+    a user property gets exactly the matching messages. Sends rotate through TagA, TagB, TagC
+    and carry their id in the user property; the Java client counts the tags in the raw
+    PULL_MESSAGE answers: the broker itself must not send what does not match."""
+    n = 30
+    sent = _run(
+        client, "send-sync", cluster, tmp, names, ser, count=n, extra=["--tags", ",".join(TAGS)]
+    )
+    check_sent(sent, n)
+    tag_of = {s["body"]: TAGS[int(s["body"].rsplit("-", 1)[1]) % len(TAGS)] for s in sent.sent}
+    want = {b for b, t in tag_of.items() if t != "TagB" and not b.endswith("0")}
+    sql = f"TAGS <> 'TagB' AND NOT ({USER_PROP} ENDSWITH '0')"
+    got = _run(
+        client,
+        "consume-push-concurrent",
+        cluster,
+        tmp,
+        names,
+        ser,
+        count=len(want),
+        extra=["--sql", sql],
+    )
+    first = first_deliveries(got.received)
+    assert set(first) == want, (sorted(set(first) ^ want), got.describe())
+    for body, r in first.items():
+        assert r["tags"] == tag_of[body] and r["userProp"] == body, r
+    if client == "java":
+        wire = got.data["wireTags"]
+        assert set(wire) <= {"TagA", "TagC"} and sum(wire.values()) >= len(want), wire
 
 
 TRACE_TYPES = ("Pub", "SubBefore", "SubAfter")

@@ -96,6 +96,12 @@ def test_sql92_selector_is_refused_at_start(
     scenarios.sql92_refused(CLIENT, live, tmp_path, names, ser)
 
 
+def test_sql92_selector_with_property_filters_on(
+    filter_cluster: Cluster, tmp_path: Path, names: Names, ser: str
+) -> None:
+    scenarios.sql92_filter(CLIENT, filter_cluster, tmp_path, names, ser)
+
+
 def test_message_trace(live: Cluster, tmp_path: Path, names: Names, ser: str) -> None:
     scenarios.trace(CLIENT, live, tmp_path, names, ser)
 

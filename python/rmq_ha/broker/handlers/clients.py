@@ -8,6 +8,7 @@ import logging
 
 from rmq_ha.broker.clients import ClientInfo
 from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.sqlfilter import SqlFilterError, compile_sql
 from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.clock import wall_ms as now_ms
 from rmq_ha.errors import RemotingError, RemotingTimeoutError
@@ -92,9 +93,9 @@ def register(d: Dispatcher, p: Ports) -> None:
         return cmd.response(Resp.SUCCESS, None, None, body.to_json())
 
     async def check_client_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        # Tag expressions are filtered here; SQL92 (property) filters are not implemented,
-        # and the answer is the one a RocketMQ broker gives with enablePropertyFilter=false
-        # (its default): the consumer's start fails with this remark.
+        # A consumer asks before it starts. Tag expressions are always served; SQL92 ones
+        # when enablePropertyFilter is on (and they compile); otherwise the start fails with
+        # the remark a RocketMQ broker gives.
         try:
             body = CheckClientRequestBody.from_json(cmd.body) if cmd.body else None
         except (ValueError, TypeError) as e:
@@ -102,11 +103,17 @@ def register(d: Dispatcher, p: Ports) -> None:
         sub = body.subscription_data if body is not None else None
         # RocketMQ's ExpressionType.isTagType: null, empty or exactly "TAG"
         etype = (sub.expression_type or ExpressionType.TAG) if sub is not None else None
-        if etype is not None and etype != ExpressionType.TAG:
+        if sub is None or etype == ExpressionType.TAG:
+            return cmd.response(Resp.SUCCESS)
+        if etype != ExpressionType.SQL92 or not p.cfg.enable_property_filter:
             return cmd.response(
                 Resp.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {etype}",
             )
+        try:
+            compile_sql(sub.sub_string)
+        except SqlFilterError as e:
+            return cmd.response(Resp.SUBSCRIPTION_PARSE_FAILED, str(e))
         return cmd.response(Resp.SUCCESS)
 
     async def consumer_running_info(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -7,7 +7,9 @@ Outcomes follow RocketMQ's store statuses and their response codes:
   PULL_NOT_FOUND;
 * offset > max, or below min -> PULL_OFFSET_MOVED with nextBeginOffset corrected to max/min;
 * an empty queue asked for a non-zero offset -> PULL_OFFSET_MOVED to 0;
-* units exist but none matches the tag filter -> PULL_RETRY_IMMEDIATELY past them;
+* units exist but none matches the tag filter, or (an SQL92 subscription, with
+  enablePropertyFilter) no record read matches the expression on its properties ->
+  PULL_RETRY_IMMEDIATELY past them;
 * a damaged (quarantined) record (issue 15): the records before it are served; while it may
   still be repaired from a replica (damagedRecordWaitMs from the first reader) the pull stops
   before it — held until a repair or the end of the wait, then PULL_NOT_FOUND at the same
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 import trio
 
+from rmq_ha._native import decode_stored_record
 from rmq_ha.broker.core.storage import record_queue_offset
 from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.sqlfilter import SqlFilter, SqlFilterError, compile_sql
 from rmq_ha.errors import OffsetOutOfRangeError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -29,7 +33,8 @@ from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from rmq_ha.protocol.message import java_hash, parse_tag_expression
+from rmq_ha.protocol.message import decode_properties, java_hash, parse_tag_expression
+from rmq_ha.protocol.models import ExpressionType
 from rmq_ha.protocol.perm import is_readable
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -46,17 +51,49 @@ def register(d: Dispatcher, p: Ports) -> None:
     d.register(RC.LITE_PULL_MESSAGE, pull)
 
 
-def _tag_codes(p: Ports, h: PullMessageRequestHeader) -> tuple[list[int] | None, str | None]:
-    """Tag codes to filter on, or an error remark."""
+def _filter(
+    p: Ports, h: PullMessageRequestHeader
+) -> tuple[list[int] | None, SqlFilter | None, tuple[int, str] | None]:
+    """What the pull filters on: tag codes (checked against the consume queue), or an SQL92
+    filter (checked against each record's properties); or the refusal (code, remark)."""
     if h.sys_flag & FLAG_SUBSCRIPTION:
         expr, etype = h.subscription, h.expression_type
     else:
         sub = p.clients.subscription(h.consumer_group, h.topic)
         expr, etype = (sub.sub_string, sub.expression_type) if sub is not None else (None, None)
-    if etype and etype.upper() != "TAG":
-        return None, f"expression type {etype} is not supported (only TAG)"
+    if etype and etype != ExpressionType.TAG:
+        if etype != ExpressionType.SQL92 or not p.cfg.enable_property_filter:
+            return (
+                None,
+                None,
+                (
+                    Resp.SYSTEM_ERROR,
+                    f"The broker does not support consumer to filter message by {etype}",
+                ),
+            )
+        try:
+            return None, compile_sql(expr or ""), None
+        except SqlFilterError as e:
+            return None, None, (Resp.SUBSCRIPTION_PARSE_FAILED, f"bad SQL92 expression: {e}")
     tags = parse_tag_expression(expr)
-    return ([java_hash(t) for t in tags] if tags is not None else None), None
+    return ([java_hash(t) for t in tags] if tags is not None else None), None, None
+
+
+def _sql_matching(body: bytes, sql: SqlFilter) -> tuple[bytes, int]:
+    """The records of a pull body (stored records back to back) whose properties match."""
+    kept: list[bytes] = []
+    view = memoryview(body)
+    at = 0
+    while at + 4 <= len(view):
+        size = int.from_bytes(view[at : at + 4], "big")
+        if size <= 0 or at + size > len(view):
+            break
+        record = body[at : at + size]
+        raw_props = decode_stored_record(record).get("properties")
+        if sql.matches(decode_properties(raw_props if isinstance(raw_props, bytes) else b"")):
+            kept.append(record)
+        at += size
+    return b"".join(kept), len(kept)
 
 
 async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
@@ -83,9 +120,9 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
     refusal = p.subgroups.consume_refusal(h.consumer_group)
     if refusal is not None:
         return cmd.response(Resp.NO_PERMISSION, refusal)
-    tag_codes, err = _tag_codes(p, h)
-    if err is not None:
-        return cmd.response(Resp.SUBSCRIPTION_PARSE_FAILED, err)
+    tag_codes, sql, filter_refusal = _filter(p, h)
+    if filter_refusal is not None:
+        return cmd.response(*filter_refusal)
     if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
         p.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     may_suspend = bool(h.sys_flag & FLAG_SUSPEND) and p.cfg.long_polling_enable
@@ -126,6 +163,8 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
                 if verdict.serve_below is not None:
                     body, n = _records_below(body, verdict.serve_below)
                     nxt, wait_until = verdict.serve_below, verdict.wait_until_ms
+            if sql is not None and n:
+                body, n = _sql_matching(body, sql)
             if n:
                 p.traffic.got(h.topic, h.consumer_group, n, len(body), h.queue_id, nxt)
                 return _respond(cmd, Resp.SUCCESS, nxt, qmin, qmax, body)
