@@ -21,6 +21,8 @@ from rmq_ha.broker.special.pop import (
     remote_retry_wait_ms,
 )
 from rmq_ha.client import MessageExt, PopConsumer, PopStatus, Producer
+from rmq_ha.client.errors import BrokerResponseError
+from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.message import decode_properties
 from rmq_ha.protocol.pop import ExtraInfo
 from specialutil import SpecialEnv, eventually, special_cluster
@@ -262,3 +264,25 @@ async def test_an_unreadable_group_costs_one_failed_read_per_revive_pass(tmp_pat
         assert await pop.revive_once() == 0
         assert pop.stats()["remote_read_failures"] == 2 and pop.stats()["pending"] == 3
         assert env.broker.offsets.query(REVIVE_GROUP, pop.revive_topic, 1) == 0
+
+
+@pytest.mark.timeout(30)
+async def test_sql92_pops_lease_only_matching_messages(tmp_path: Path) -> None:
+    """With enablePropertyFilter, a pop with an SQL92 expression leases only the messages whose
+    properties match; the others are moved past (the group's offset goes on), not leased."""
+    async with special_cluster(tmp_path, enable_property_filter=True, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "PopSql", queues=1)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            for i in range(8):
+                await p.send("PopSql", f"m{i}", tags="T", properties={"n": str(i)})
+        async with PopConsumer("sqlcg", env.namesrv, ["PopSql"], config=FAST_CONSUMER) as c:
+            r = await c.pop("PopSql", expression="n >= 5 OR n = 1", expression_type="SQL92")
+            assert sorted(m.body.decode() for m in r.messages) == ["m1", "m5", "m6", "m7"]
+            for m in r.messages:
+                await c.ack(m)
+            assert env.broker.offsets.query("sqlcg", "PopSql", 0) == 8
+            r = await c.pop("PopSql", expression="n > 100", expression_type="SQL92")
+            assert r.status is PopStatus.NO_NEW_MSG
+            with pytest.raises(BrokerResponseError) as e:
+                await c.pop("PopSql", expression="n >", expression_type="SQL92")
+            assert e.value.code == Resp.SUBSCRIPTION_PARSE_FAILED

@@ -155,6 +155,7 @@ class PopConsumer:
         queue_id: int = -1,
         broker_name: str | None = None,
         expression: str = "*",
+        expression_type: str = "TAG",
         init_mode: int = INIT_MODE_MIN,
     ) -> PopResult:
         name, addr = await self._broker_of(topic, broker_name)
@@ -167,7 +168,7 @@ class PopConsumer:
             poll_time=int(poll_time_s * 1000),
             born_time=int(time.time() * 1000),
             init_mode=init_mode,
-            exp_type="TAG",
+            exp_type=expression_type,
             exp=expression,
             order=False,
             bname=name,

@@ -71,6 +71,7 @@ from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.special.base import InnerMessage, Peers, SpecialService
 from rmq_ha.broker.special.escape import GONE, EscapeBridge
 from rmq_ha.broker.special.records import Record, read_queue
+from rmq_ha.broker.sqlfilter import SqlFilter, SqlFilterError, compile_sql
 from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq_ha.clock import wall_ms
 from rmq_ha.net.connection import Connection
@@ -94,6 +95,7 @@ from rmq_ha.protocol.message import (
     java_hash,
     parse_tag_expression,
 )
+from rmq_ha.protocol.models import ExpressionType
 from rmq_ha.protocol.perm import is_readable
 from rmq_ha.protocol.pop import ExtraInfo, pop_retry_topic, retry_flag
 
@@ -402,12 +404,21 @@ class PopService(SpecialService):
                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}]",
             )
-        if h.exp_type and h.exp_type.upper() != "TAG":
-            return cmd.response(
-                Resp.SUBSCRIPTION_PARSE_FAILED, f"expression type {h.exp_type} is not supported"
-            )
-        tags = parse_tag_expression(h.exp)
-        tag_codes = [java_hash(t) for t in tags] if tags is not None else None
+        sql: SqlFilter | None = None
+        tag_codes: list[int] | None = None
+        if h.exp_type and h.exp_type != ExpressionType.TAG:
+            if h.exp_type != ExpressionType.SQL92 or not ports.cfg.enable_property_filter:
+                return cmd.response(
+                    Resp.SYSTEM_ERROR,
+                    f"The broker does not support consumer to filter message by {h.exp_type}",
+                )
+            try:
+                sql = compile_sql(h.exp or "")
+            except SqlFilterError as e:
+                return cmd.response(Resp.SUBSCRIPTION_PARSE_FAILED, f"bad SQL92 expression: {e}")
+        else:
+            tags = parse_tag_expression(h.exp)
+            tag_codes = [java_hash(t) for t in tags] if tags is not None else None
         retry = pop_retry_topic(h.topic, h.consumer_group)
         ids = list(range(tc.read_queue_nums)) if h.queue_id < 0 else [h.queue_id]
         # A random first queue spreads concurrent pops of one group over the queues.
@@ -421,7 +432,7 @@ class PopService(SpecialService):
         deadline = trio.current_time() + max(0, h.poll_time) / 1000
         while True:
             pop_time = wall_ms()
-            popped = await self._pop_queues(h, queues, tag_codes, pop_time, revive_qid)
+            popped = await self._pop_queues(h, queues, (tag_codes, sql), pop_time, revive_qid)
             if isinstance(popped, RemotingCommand):
                 return cmd.response(popped.code, popped.remark)
             if popped or trio.current_time() >= deadline:
@@ -441,7 +452,7 @@ class PopService(SpecialService):
         self,
         h: PopMessageRequestHeader,
         queues: Sequence[tuple[str, int]],
-        tag_codes: list[int] | None,
+        flt: tuple[list[int] | None, SqlFilter | None],
         pop_time: int,
         revive_qid: int,
     ) -> list[_Popped] | RemotingCommand:
@@ -451,7 +462,7 @@ class PopService(SpecialService):
             if room <= 0:
                 break
             got = await self._pop_queue(
-                h.consumer_group, topic, qid, room, tag_codes, pop_time, h.invisible_time,
+                h.consumer_group, topic, qid, room, flt, pop_time, h.invisible_time,
                 revive_qid, h.init_mode,
             )  # fmt: skip
             if isinstance(got, RemotingCommand):
@@ -474,7 +485,7 @@ class PopService(SpecialService):
         topic: str,
         qid: int,
         max_nums: int,
-        tag_codes: list[int] | None,
+        flt: tuple[list[int] | None, SqlFilter | None],
         pop_time: int,
         invisible_time: int,
         revive_qid: int,
@@ -494,9 +505,13 @@ class PopService(SpecialService):
             offset = min(max(offset, qmin), qmax)
             if offset >= qmax:
                 return None
+            tag_codes, sql = flt
             recs, nxt = read_queue(
                 store, topic, qid, offset, max_nums, tag_codes, storage=ports.storage
             )
+            if sql is not None:
+                # filtered on each record's properties; the others are moved past
+                recs = [r for r in recs if sql.matches(decode_properties(_bytes(r["properties"])))]
             recs = recs[:max_nums]
             if recs:
                 nxt = _int(recs[-1]["queue_offset"]) + 1
