@@ -32,9 +32,11 @@ from rmq_ha.protocol.admin import (
     ConsumeStatsList,
     GetTopicConfigRequestHeader,
     OffsetWrapper,
+    ProducerTableInfo,
     QueryConsumeQueueResponseBody,
     QueryConsumeTimeSpanBody,
     QuerySubscriptionResponseBody,
+    SubscriptionGroupConfig,
     TopicConfigAndQueueMapping,
     TopicList,
     TopicStatsTable,
@@ -667,6 +669,17 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
             ordered = ConsumeStatsList.from_json(resp.body)
             assert [e["cg2"] for e in ordered.consume_stats_list if "cg2" in e] == [[]]
 
+            # cloneGroupOffset: a new group starts where cg2 is
+            _, rows = await mq("cloneGroupOffset", "-n", ns, "-s", "cg2", "-d", "cg3", "-t", "ST")
+            assert rows[0]["brokers"] == [broker]
+            assert env.node is not None
+            assert [env.node.offsets.query("cg3", "ST", q) for q in (0, 1)] == [5, 0]
+            # GET_SUBSCRIPTIONGROUP_CONFIG (352) and GET_ALL_PRODUCER_INFO (328)
+            resp = await api.call(broker, RC.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": "cg2"})
+            assert SubscriptionGroupConfig.from_json(resp.body).group_name == "cg2"
+            with pytest.raises(BrokerResponseError) as e:
+                await api.call(broker, RC.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": "nobody"})
+            assert e.value.code == Resp.SUBSCRIPTION_GROUP_NOT_EXIST
             _, bcs = await mq("brokerConsumeStats", "-n", ns, "-b", broker)
             assert bcs["totalDiff"] == 3
             rows = [(r["queueId"], r["diff"]) for r in bcs["queues"] if r["group"] == "cg2"]
@@ -704,3 +717,14 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
             with pytest.raises(BrokerResponseError) as e:
                 await api.call(broker, RC.QUERY_CONSUME_QUEUE, {**ext, "queueId": "7"})
             assert e.value.code == Resp.SYSTEM_ERROR
+            async with Producer("pg-info", ns, config=FAST_PRODUCER) as prod:
+                await prod.send("ST", "x", queue=MessageQueue("ST", "broker-a", 1))
+
+                async def listed() -> bool:
+                    r = await api.call(broker, RC.GET_ALL_PRODUCER_INFO)
+                    return "pg-info" in ProducerTableInfo.from_json(r.body).data
+
+                await until(listed)
+                r = await api.call(broker, RC.GET_ALL_PRODUCER_INFO)
+                (info,) = ProducerTableInfo.from_json(r.body).data["pg-info"]
+                assert info.language == "PYTHON" and info.remote_ip.startswith("127.0.0.1:")

@@ -293,6 +293,13 @@ async def _write_perm(a: Admin, args: argparse.Namespace, *, writable: bool) -> 
     return out
 
 
+async def clone_group_offset(a: Admin, args: argparse.Namespace) -> Output:
+    addrs = await a.clone_group_offset(args.src, args.dest, args.topic, offline=args.offline)
+    out = Output(["srcGroup", "destGroup", "topic", "brokers", "result"])
+    out.add(srcGroup=args.src, destGroup=args.dest, topic=args.topic, brokers=addrs, result="OK")
+    return out
+
+
 async def update_sub_group(a: Admin, args: argparse.Namespace) -> Output:
     cfg = SubscriptionGroupConfig(
         group_name=args.group,
@@ -878,6 +885,16 @@ def add_commands(sub: Any) -> None:
     p.add_argument("-b", "--brokerName", dest="broker_name", required=True)
     p = _ns(sub, "addWritePerm", add_write_perm, "give a broker group's queues read+write back")
     p.add_argument("-b", "--brokerName", dest="broker_name", required=True)
+    p = _ns(
+        sub,
+        "cloneGroupOffset",
+        clone_group_offset,
+        "copy a group's committed offsets on a topic to another group (on every master)",
+    )
+    p.add_argument("-s", "--srcGroup", dest="src", required=True)
+    p.add_argument("-d", "--destGroup", dest="dest", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-o", "--offline", type=_bool, default=False, help="the source group is offline")
     p = _ns(sub, "updateSubGroup", update_sub_group, "create or update a subscription group")
     p.add_argument("-g", "--groupName", dest="group", required=True)
     _target(p)

@@ -166,6 +166,14 @@ class ConsumerOffsetManager:
             self._dirty = True
         return len(gone)
 
+    def clone(self, src: str, dest: str, topic: str) -> int:
+        """Copies `src`'s committed offsets on `topic` to `dest` (CLONE_GROUP_OFFSET); returns
+        how many queues it copied."""
+        queues = dict(self.table.get(self.key(topic, src), {}))
+        for qid, offset in sorted(queues.items()):
+            self.commit(dest, topic, qid, offset)
+        return len(queues)
+
     def topics_of_group(self, group: str) -> list[str]:
         return sorted(k.split("@", 1)[0] for k in self.table if k.split("@", 1)[1] == group)
 

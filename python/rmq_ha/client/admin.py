@@ -32,6 +32,7 @@ from rmq_ha.errors import RemotingError
 from rmq_ha.protocol.admin import (
     UNIQUE_MSG_QUERY_FLAG,
     BrokerWritePermRequestHeader,
+    CloneGroupOffsetRequestHeader,
     ConsumerConnection,
     ConsumeStats,
     ConsumeStatsList,
@@ -325,6 +326,19 @@ class Admin:
         """GET_BROKER_RUNTIME_INFO (28)."""
         resp = await self.instance.api.call(addr, RC.GET_BROKER_RUNTIME_INFO)
         return KVTable.from_json(resp.body).table
+
+    async def clone_group_offset(
+        self, src: str, dest: str, topic: str, *, offline: bool = False
+    ) -> list[str]:
+        """mqadmin cloneGroupOffset: CLONE_GROUP_OFFSET (314) on every master of the topic's
+        route. Returns the brokers."""
+        ext = CloneGroupOffsetRequestHeader(
+            src_group=src, dest_group=dest, topic=topic, offline=offline
+        ).to_ext()
+        addrs = sorted((await self._route_masters(topic)).values())
+        for addr in addrs:
+            await self.instance.api.call(addr, RC.CLONE_GROUP_OFFSET, ext)
+        return addrs
 
     async def broker_consume_stats(self, addr: str, is_order: bool = False) -> ConsumeStatsList:
         """GET_BROKER_CONSUME_STATS (317): every subscription group's progress on one broker."""

@@ -23,7 +23,7 @@ from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.headerbase import I32, CommandHeader
 from rmq_ha.protocol.headers import RpcRequestHeader, TopicRequestHeader
 from rmq_ha.protocol.json_compat import BodyDecodeError, quote_bare_keys
-from rmq_ha.protocol.jsonmodel import JsonModel
+from rmq_ha.protocol.jsonmodel import JsonModel, json_name
 from rmq_ha.protocol.models import DataVersion, MessageQueue, SubscriptionData, TopicConfig
 
 # ---------------------------------------------------------------------------------------------
@@ -230,6 +230,27 @@ class QueryConsumeQueueRequestHeader(TopicRequestHeader):
     consumer_group: str | None = None
 
 
+@dataclass(kw_only=True, slots=True)
+class CloneGroupOffsetRequestHeader(RpcRequestHeader):
+    """CLONE_GROUP_OFFSET (314): copy `src_group`'s offsets on `topic` (every topic it has
+    offsets on, when empty) to `dest_group` (mqadmin cloneGroupOffset). Unless `offline`, a
+    topic the online source group does not subscribe to is left out."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.CLONE_GROUP_OFFSET,)
+
+    src_group: str
+    dest_group: str
+    topic: str | None = None
+    offline: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class GetSubscriptionGroupConfigRequestHeader(RpcRequestHeader):
+    CODES: ClassVar[tuple[int, ...]] = (RC.GET_SUBSCRIPTIONGROUP_CONFIG,)
+
+    group: str
+
+
 ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetConsumerConnectionListRequestHeader,
     GetProducerConnectionListRequestHeader,
@@ -248,6 +269,8 @@ ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     QueryConsumeTimeSpanRequestHeader,
     GetConsumeStatsInBrokerHeader,
     QueryConsumeQueueRequestHeader,
+    CloneGroupOffsetRequestHeader,
+    GetSubscriptionGroupConfigRequestHeader,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -436,6 +459,22 @@ class ConsumeStatsList:
             num("totalDiff"),
             num("totalInflightDiff"),
         )
+
+
+@dataclass(slots=True)
+class ProducerInfo(JsonModel):
+    client_id: str = ""
+    remote_ip: str = field(default="", metadata=json_name("remoteIP"))
+    language: str = ""
+    version: int = 0
+    last_update_timestamp: int = 0
+
+
+@dataclass(slots=True)
+class ProducerTableInfo(JsonModel):
+    """GET_ALL_PRODUCER_INFO (328) body: producer group -> its connected producers."""
+
+    data: dict[str, list[ProducerInfo]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

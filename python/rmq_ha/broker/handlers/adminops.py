@@ -76,13 +76,20 @@ _BATCH: Final = 64
 KEY_SEPARATOR: Final = " "
 
 
-def _connection(c: ClientInfo) -> ClientConnection:
+def language_name(code: int) -> str:
+    """A client's LanguageCode as RocketMQ prints it (the number when unknown)."""
     try:
-        lang = LanguageCode(c.language).name
+        return LanguageCode(code).name
     except ValueError:
-        lang = str(c.language)
+        return str(code)
+
+
+def _connection(c: ClientInfo) -> ClientConnection:
     return ClientConnection(
-        client_id=c.client_id, client_addr=c.conn.peer, language=lang, version=c.version
+        client_id=c.client_id,
+        client_addr=c.conn.peer,
+        language=language_name(c.language),
+        version=c.version,
     )
 
 

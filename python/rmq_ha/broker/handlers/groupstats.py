@@ -9,6 +9,9 @@ queryConsumeTimeSpan send:
     QUERY_CONSUME_TIME_SPAN (303)         per write queue: first, last and last-consumed
                                           store times, and how long the next message waits
     QUERY_CONSUME_QUEUE (321)             raw consume-queue units of a queue
+    CLONE_GROUP_OFFSET (314)              one group's offsets copied to another
+    GET_ALL_PRODUCER_INFO (328)           every connected producer, by group
+    GET_SUBSCRIPTIONGROUP_CONFIG (352)    one subscription group's config
 
 The rules are RocketMQ's AdminBrokerProcessor's. Pure functions over `Ports` compute the
 bodies; the handlers only decode and answer.
@@ -19,16 +22,21 @@ from __future__ import annotations
 import logging
 import time
 
-from rmq_ha.broker.handlers.adminops import consume_stats, store_time
+from rmq_ha.broker.clients import ClientInfo
+from rmq_ha.broker.handlers.adminops import consume_stats, language_name, store_time
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.errors import RmqHaError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import (
+    CloneGroupOffsetRequestHeader,
     ConsumeQueueData,
     ConsumeStatsList,
     GetConsumeStatsInBrokerHeader,
+    GetSubscriptionGroupConfigRequestHeader,
+    ProducerInfo,
+    ProducerTableInfo,
     QueryConsumeQueueRequestHeader,
     QueryConsumeQueueResponseBody,
     QueryConsumeTimeSpanBody,
@@ -132,6 +140,44 @@ def cq_units(p: Ports, h: QueryConsumeQueueRequestHeader) -> QueryConsumeQueueRe
     return body
 
 
+def clone_offsets(p: Ports, h: CloneGroupOffsetRequestHeader) -> int:
+    """CLONE_GROUP_OFFSET: `h.src_group`'s offsets copied to `h.dest_group` on `h.topic` (every
+    topic the source has offsets on, when empty); a topic without config here, or (unless
+    offline) outside the subscriptions of the online source group, is left out. Returns how
+    many queues were copied. (RocketMQ copies only the named topic even when it loops over
+    all of them; here each topic of the loop is copied.)"""
+    topics = [h.topic] if h.topic else p.offsets.topics_of_group(h.src_group)
+    online = p.clients.consumers.get(h.src_group)
+    n = 0
+    for topic in topics:
+        if p.topics.get(topic) is None:
+            continue
+        if not h.offline and online is not None and online.subscriptions:
+            if topic not in online.subscriptions:
+                continue
+        n += p.offsets.clone(h.src_group, h.dest_group, topic)
+    return n
+
+
+def producer_table(p: Ports) -> ProducerTableInfo:
+    """GET_ALL_PRODUCER_INFO: every producer group with its connected producers."""
+    data: dict[str, list[ProducerInfo]] = {}
+    for group, clients in sorted(p.clients.producers.items()):
+        if clients:
+            data[group] = [_producer_info(c) for _, c in sorted(clients.items())]
+    return ProducerTableInfo(data=data)
+
+
+def _producer_info(c: ClientInfo) -> ProducerInfo:
+    return ProducerInfo(
+        client_id=c.client_id,
+        remote_ip=c.conn.peer,
+        language=language_name(c.language),
+        version=c.version,
+        last_update_timestamp=c.last_update_ms,
+    )
+
+
 def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
     async def broker_stats(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetConsumeStatsInBrokerHeader.from_ext(cmd.ext_fields)
@@ -166,6 +212,31 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
             return cmd.response(Resp.SYSTEM_ERROR, f"{h.queue_id}@{h.topic} is not exist!")
         return cmd.response(Resp.SUCCESS, None, None, body.to_json())
 
+    async def clone(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = CloneGroupOffsetRequestHeader.from_ext(cmd.ext_fields)
+        n = clone_offsets(p, h)
+        log.info(
+            "offsets of %s cloned to %s (%s): %d queues",
+            h.src_group,
+            h.dest_group,
+            h.topic or "every topic",
+            n,
+        )
+        return cmd.response(Resp.SUCCESS)
+
+    async def producers(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(Resp.SUCCESS, None, None, producer_table(p).to_json())
+
+    async def group_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetSubscriptionGroupConfigRequestHeader.from_ext(cmd.ext_fields)
+        cfg = groups.get(h.group)
+        if cfg is None:
+            return cmd.response(Resp.SUBSCRIPTION_GROUP_NOT_EXIST, "No group in this broker")
+        return cmd.response(Resp.SUCCESS, None, None, cfg.to_json())
+
+    d.register(RC.CLONE_GROUP_OFFSET, clone)
+    d.register(RC.GET_ALL_PRODUCER_INFO, producers)
+    d.register(RC.GET_SUBSCRIPTIONGROUP_CONFIG, group_config)
     d.register(RC.GET_BROKER_CONSUME_STATS, broker_stats)
     d.register(RC.QUERY_TOPICS_BY_CONSUMER, topics_of)
     d.register(RC.QUERY_SUBSCRIPTION_BY_CONSUMER, subscription_of)
