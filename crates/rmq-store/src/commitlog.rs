@@ -1068,19 +1068,7 @@ impl CommitLog {
     /// first replicated bytes are the master's last segment). Existing (empty) segment files
     /// are deleted first.
     pub fn start_at(&mut self, offset: u64) -> Result<()> {
-        if self.max_offset() != self.min_offset() {
-            return Err(StoreError::InvalidArgument(format!(
-                "the log is not empty (min {}, max {}): only an empty log can start elsewhere",
-                self.min_offset(),
-                self.max_offset()
-            )));
-        }
-        if offset % self.cfg.segment_size != 0 {
-            return Err(StoreError::InvalidArgument(format!(
-                "start offset {offset} is not a segment boundary (segment size {})",
-                self.cfg.segment_size
-            )));
-        }
+        self.check_start_at(offset)?;
         let _guard = self
             .shared
             .flush_lock
@@ -1099,6 +1087,25 @@ impl CommitLog {
         self.shared.max_offset.store(offset, Ordering::Release);
         self.shared.flushed.store(offset, Ordering::Release);
         self.writable_segment(offset)?;
+        Ok(())
+    }
+
+    /// Why [`CommitLog::start_at`] would refuse `offset` (the log is not empty, or the offset
+    /// is not a segment boundary), checked before anything changes.
+    pub fn check_start_at(&self, offset: u64) -> Result<()> {
+        if self.max_offset() != self.min_offset() {
+            return Err(StoreError::InvalidArgument(format!(
+                "the log is not empty (min {}, max {}): only an empty log can start elsewhere",
+                self.min_offset(),
+                self.max_offset()
+            )));
+        }
+        if offset % self.cfg.segment_size != 0 {
+            return Err(StoreError::InvalidArgument(format!(
+                "start offset {offset} is not a segment boundary (segment size {})",
+                self.cfg.segment_size
+            )));
+        }
         Ok(())
     }
 

@@ -323,6 +323,9 @@ struct Core {
     closed: AtomicBool,
     /// `<root>/lock`, flocked while the store is open (released by `close`).
     root_lock: Mutex<Option<std::fs::File>>,
+    /// A min offset the log is about to move to (`start_at`): checkpoints record at least
+    /// this, so a crash while the files move is not taken for a lost head segment.
+    announced_min: AtomicU64,
 }
 
 /// Takes `<root>/lock` (an exclusive `flock`): two stores open on one directory would both
@@ -666,7 +669,10 @@ impl Core {
                 self.effective_confirm(),
                 inner.last_store_ts,
                 manifest,
-                inner.log.min_offset(),
+                inner
+                    .log
+                    .min_offset()
+                    .max(self.announced_min.load(Ordering::Acquire)),
             )
         };
         let synced = files
@@ -1158,6 +1164,7 @@ impl Store {
             notify_w,
             flush_error: Mutex::new(None),
             ckpt_broken: Mutex::new(None),
+            announced_min: AtomicU64::new(0),
             ckpt_lock: Mutex::new(()),
             ckpt_file,
             manifest_written: Mutex::new((Vec::new(), None)),
@@ -1937,6 +1944,12 @@ impl Store {
     /// `offset` (a slave with syncFromLastFile joining a master whose log starts later). Empty
     /// consume queues are cleared, the checkpoint is rewritten.
     pub fn start_at(&self, offset: u64) -> Result<()> {
+        // The new min offset reaches the checkpoint before the files move: a crash between
+        // leaves an old, empty head, which the next open accepts (a head segment missing
+        // below the checkpoint's min would be refused).
+        self.core.inner()?.log.check_start_at(offset)?;
+        self.core.announced_min.fetch_max(offset, Ordering::AcqRel);
+        self.core.checkpoint_with(true)?;
         {
             let mut guard = self.core.inner()?;
             let inner = &mut *guard;
