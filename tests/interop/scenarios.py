@@ -123,17 +123,23 @@ TAGS = ("TagA", "TagB", "TagC")
 USER_PROP = "interop"
 
 
+def _send_rotating_tags(
+    client: str, cluster: Cluster, tmp: Path, names: Names, ser: str, n: int
+) -> dict[str, str]:
+    """Sends `n` messages, body k tagged TAGS[k % 3]; returns each body's tag."""
+    sent = _run(
+        client, "send-sync", cluster, tmp, names, ser, count=n, extra=["--tags", ",".join(TAGS)]
+    )
+    check_sent(sent, n)
+    return {s["body"]: TAGS[int(s["body"].rsplit("-", 1)[1]) % len(TAGS)] for s in sent.sent}
+
+
 def tag_filter(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
     """Sends rotate through TagA, TagB, TagC (body n gets TAGS[n % 3]); a push consumer
     subscribed to "TagA || TagC" gets every TagA and TagC body, each with its tag, and no
     TagB. The Java client counts the tags in the raw PULL_MESSAGE answers, before its own
     tag filter: the broker itself must not send TagB."""
-    n = 30
-    sent = _run(
-        client, "send-sync", cluster, tmp, names, ser, count=n, extra=["--tags", ",".join(TAGS)]
-    )
-    check_sent(sent, n)
-    tag_of = {s["body"]: TAGS[int(s["body"].rsplit("-", 1)[1]) % len(TAGS)] for s in sent.sent}
+    tag_of = _send_rotating_tags(client, cluster, tmp, names, ser, 30)
     want = {b for b, t in tag_of.items() if t in ("TagA", "TagC")}
     got = _run(
         client,
@@ -412,12 +418,7 @@ def sql92_filter(client: str, cluster: Cluster, tmp: Path, names: Names, ser: st
     a user property gets exactly the matching messages. Sends rotate through TagA, TagB, TagC
     and carry their id in the user property; the Java client counts the tags in the raw
     PULL_MESSAGE answers: the broker itself must not send what does not match."""
-    n = 30
-    sent = _run(
-        client, "send-sync", cluster, tmp, names, ser, count=n, extra=["--tags", ",".join(TAGS)]
-    )
-    check_sent(sent, n)
-    tag_of = {s["body"]: TAGS[int(s["body"].rsplit("-", 1)[1]) % len(TAGS)] for s in sent.sent}
+    tag_of = _send_rotating_tags(client, cluster, tmp, names, ser, 30)
     want = {b for b, t in tag_of.items() if t != "TagB" and not b.endswith("0")}
     sql = f"TAGS <> 'TagB' AND NOT ({USER_PROP} ENDSWITH '0')"
     got = _run(

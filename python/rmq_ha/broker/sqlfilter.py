@@ -233,34 +233,29 @@ def _not(e: Expr) -> Expr:
     return Bool(fn, f"NOT {e!r}")
 
 
-def _and(a: Expr, b: Expr) -> Expr:
+def _logic(a: Expr, b: Expr, decisive: bool) -> Expr:
+    """AND (`decisive` False: one FALSE side decides) or OR (True: one TRUE side decides),
+    with NULL for an undecided unknown side."""
     a, b = as_bool(a), as_bool(b)
 
     def fn(props: Props) -> Value:
         lv = a.ev(props)
-        if lv is False:
-            return False
+        if lv is decisive:
+            return decisive
         rv = b.ev(props)
-        if rv is False:
-            return False
-        return None if lv is None or rv is None else True
+        if rv is decisive:
+            return decisive
+        return None if lv is None or rv is None else not decisive
 
-    return Bool(fn, f"({a!r} AND {b!r})")
+    return Bool(fn, f"({a!r} {'OR' if decisive else 'AND'} {b!r})")
+
+
+def _and(a: Expr, b: Expr) -> Expr:
+    return _logic(a, b, False)
 
 
 def _or(a: Expr, b: Expr) -> Expr:
-    a, b = as_bool(a), as_bool(b)
-
-    def fn(props: Props) -> Value:
-        lv = a.ev(props)
-        if lv is True:
-            return True
-        rv = b.ev(props)
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
-
-    return Bool(fn, f"({a!r} OR {b!r})")
+    return _logic(a, b, True)
 
 
 def _equal(a: Expr, b: Expr, checked: bool = True) -> Expr:
