@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -67,6 +68,12 @@ async def table(*argv: str) -> list[str]:
     buf = io.StringIO()
     assert await mqadmin.main_async(list(argv), buf) == 0, argv
     return buf.getvalue().splitlines()
+
+
+async def wall_clock_past(ms: int) -> None:
+    """Waits until this process's wall clock (the in-process broker's too) reaches `ms`."""
+    while int(time.time() * 1000) < ms:
+        await trio.sleep(0.001)
 
 
 async def until(pred: Any, timeout_s: float = 10.0) -> None:
@@ -224,7 +231,7 @@ async def test_groups_connections_progress_and_reset(tmp_path: Path) -> None:
                     await p.send("GT", f"early{i}", queue=mq0)
                 stats = await a.topic_stats("GT")
                 t_mid = stats.offset_table[MQ("GT", "broker-a", 0)].last_update_timestamp + 1
-                await trio.sleep(0.05)  # the later messages are stored after t_mid
+                await wall_clock_past(t_mid)  # the later messages are stored after t_mid
                 for i in range(3):
                     await p.send("GT", f"late{i}", queue=mq0)
 
@@ -646,7 +653,7 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
                 early = [await p.send("ST", f"early{i}", queue=mq0) for i in range(5)]
                 stats = await a.topic_stats("ST")
                 t_mid = stats.offset_table[MQ("ST", "broker-a", 0)].last_update_timestamp + 1
-                await trio.sleep(0.05)  # the later messages are stored after t_mid
+                await wall_clock_past(t_mid)  # the later messages are stored after t_mid
                 for i in range(3):
                     await p.send("ST", f"late{i}", queue=mq0)
             await mq("resetOffsetByTime", "-n", ns, "-g", "cg2", "-t", "ST", "-s", str(t_mid))

@@ -17,10 +17,11 @@ from rmq_ha.broker.special.base import InnerMessage
 from rmq_ha.broker.special.pop import (
     REVIVE_GROUP,
     REVIVE_TOPIC_PREFIX,
+    SQL_POP_SCAN,
     CheckPoint,
     remote_retry_wait_ms,
 )
-from rmq_ha.client import MessageExt, PopConsumer, PopStatus, Producer
+from rmq_ha.client import MessageExt, MessageQueue, PopConsumer, PopStatus, Producer
 from rmq_ha.client.errors import BrokerResponseError
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.message import decode_properties
@@ -266,7 +267,10 @@ async def test_an_unreadable_group_costs_one_failed_read_per_revive_pass(tmp_pat
         assert env.broker.offsets.query(REVIVE_GROUP, pop.revive_topic, 1) == 0
 
 
-@pytest.mark.timeout(30)
+MQ_SQL = MessageQueue("PopSql", "broker-a", 0)
+
+
+@pytest.mark.timeout(60)
 async def test_sql92_pops_lease_only_matching_messages(tmp_path: Path) -> None:
     """With enablePropertyFilter, a pop with an SQL92 expression leases only the messages whose
     properties match; the others are moved past (the group's offset goes on), not leased."""
@@ -283,6 +287,18 @@ async def test_sql92_pops_lease_only_matching_messages(tmp_path: Path) -> None:
             assert env.broker.offsets.query("sqlcg", "PopSql", 0) == 8
             r = await c.pop("PopSql", expression="n > 100", expression_type="SQL92")
             assert r.status is PopStatus.NO_NEW_MSG
+            # a selective filter over a backlog: the pop reads on past what does not match
+            # (in batches, and past SQL_POP_SCAN records without parking) within one request
+            async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+                for i in range(8, 8 + SQL_POP_SCAN + 300):
+                    props = {"n": str(i)}
+                    await p.send("PopSql", f"m{i}", tags="T", properties=props, queue=MQ_SQL)
+            last = 8 + SQL_POP_SCAN + 299
+            r = await c.pop(
+                "PopSql", max_nums=1, poll_time_s=30.0, expression=f"n = {last}",
+                expression_type="SQL92",
+            )  # fmt: skip
+            assert [m.body.decode() for m in r.messages] == [f"m{last}"]
             with pytest.raises(BrokerResponseError) as e:
                 await c.pop("PopSql", expression="n >", expression_type="SQL92")
             assert e.value.code == Resp.SUBSCRIPTION_PARSE_FAILED

@@ -14,7 +14,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::Result;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+
+use crate::error::{IoContext, Result};
 use crate::fsutil::{read_optional, write_atomic};
 
 pub const CHECKPOINT_LEN: usize = 80;
@@ -134,11 +137,68 @@ impl CheckpointFile {
     pub fn store(&self, c: &Checkpoint) -> Result<()> {
         write_atomic(&self.path, &c.encode())
     }
+
+    /// Raises the recorded commitlog min offset to `min`, rewriting the file in place (one
+    /// positioned write of the whole record and an fdatasync): retention calls this before it
+    /// unlinks segments, and it must work on a full disk, where a new file cannot be written.
+    /// Nothing to do without a readable checkpoint (then no head check happens on open).
+    pub fn raise_min_in_place(&self, min: u64) -> Result<()> {
+        let Some(data) = read_optional(&self.path)? else {
+            return Ok(());
+        };
+        let Ok(mut c) = Checkpoint::decode(&data) else {
+            return Ok(());
+        };
+        if c.log_min_offset.is_some_and(|m| m >= min) {
+            return Ok(());
+        }
+        c.log_min_offset = Some(min);
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .at(&self.path)?;
+        f.write_all_at(&c.encode(), 0).at(&self.path)?;
+        f.sync_data().at(&self.path)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_min_offset_is_raised_in_place_and_never_lowered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = CheckpointFile::new(dir.path());
+        f.raise_min_in_place(7).expect("no file: nothing to do");
+        assert_eq!(f.load().expect("load").1, CheckpointLoad::Fresh);
+        let c = Checkpoint {
+            flushed_offset: 9,
+            log_min_offset: Some(0),
+            ..Checkpoint::default()
+        };
+        f.store(&c).expect("store");
+        let inode =
+            |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).expect("stat"));
+        let before = inode(f.path());
+        f.raise_min_in_place(4096).expect("raise");
+        let (got, load) = f.load().expect("load");
+        assert_eq!(load, CheckpointLoad::Loaded);
+        assert_eq!(
+            got,
+            Checkpoint {
+                log_min_offset: Some(4096),
+                ..c
+            }
+        );
+        assert_eq!(inode(f.path()), before, "rewritten in place, no new file");
+        f.raise_min_in_place(100).expect("lower: kept");
+        assert_eq!(f.load().expect("load").0.log_min_offset, Some(4096));
+        std::fs::write(f.path(), b"junk").expect("write");
+        f.raise_min_in_place(8192)
+            .expect("a corrupt file is left alone");
+        assert_eq!(std::fs::read(f.path()).expect("read"), b"junk");
+    }
 
     #[test]
     fn roundtrip_and_corruption() {

@@ -416,7 +416,8 @@ impl CommitLog {
         // like a missing segment in the middle (the queues would otherwise skip those records
         // as if retention had deleted them, and consumers commit past them).
         if let (Some(want), Some(&first)) = (cfg.expected_min, starts.first()) {
-            if first > want {
+            // (nothing durable at or past `want`: nothing was lost)
+            if first > want && durable > want {
                 return Err(StoreError::CorruptFile {
                     path: cfg.dir.join(segment_name(want - want % cfg.segment_size)),
                     reason: format!(

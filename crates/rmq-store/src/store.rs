@@ -1455,6 +1455,7 @@ impl Store {
             max_bytes,
             tag_codes,
             true,
+            self.core.dispatched.load(Ordering::Acquire),
         )?;
         if let Some(first) = r.skipped.first() {
             if r.records.is_empty() {
@@ -1497,6 +1498,7 @@ impl Store {
             max_bytes,
             tag_codes,
             false,
+            self.core.dispatched.load(Ordering::Acquire),
         )
     }
 
@@ -1920,8 +1922,11 @@ impl Store {
         let bytes = detached.iter().map(|s| s.size).sum();
         if !detached.is_empty() {
             // The new min offset is durable before the files go: a head segment missing on
-            // the next open is then known not to be retention's.
-            self.core.checkpoint_now()?;
+            // the next open is then known not to be retention's. Written in place, under the
+            // checkpoint writers' lock: it must work on a full disk and after a failed sync
+            // stopped full checkpoints.
+            let _one_at_a_time = lock(&self.core.ckpt_lock);
+            self.core.ckpt_file.raise_min_in_place(self.min_offset())?;
         }
         let dir = self.core.cfg.root.join("commitlog");
         let deleted = unlink_segments(&dir, &detached)?;
@@ -1948,12 +1953,18 @@ impl Store {
         // leaves an old, empty head, which the next open accepts (a head segment missing
         // below the checkpoint's min would be refused).
         self.core.inner()?.log.check_start_at(offset)?;
-        self.core.announced_min.fetch_max(offset, Ordering::AcqRel);
-        self.core.checkpoint_with(true)?;
+        let before = self.core.announced_min.fetch_max(offset, Ordering::AcqRel);
+        let moved = self.core.checkpoint_with(true).and_then(|_| {
+            let mut guard = self.core.inner()?;
+            guard.log.start_at(offset)
+        });
+        if let Err(e) = moved {
+            self.core.announced_min.store(before, Ordering::Release);
+            return Err(e);
+        }
         {
             let mut guard = self.core.inner()?;
             let inner = &mut *guard;
-            inner.log.start_at(offset)?;
             for q in inner.cqs.values_mut() {
                 q.clear()?;
             }
@@ -2045,6 +2056,7 @@ fn read_queue_locked(
     max_bytes: usize,
     tag_codes: Option<&[i64]>,
     stop_at_skip: bool,
+    dispatched: u64,
 ) -> Result<GetResult> {
     let key = (topic.to_string(), queue_id);
     let Some(q) = inner.cqs.get(&key) else {
@@ -2069,8 +2081,10 @@ fn read_queue_locked(
     let mut bytes = 0usize;
     let mut next = queue_offset;
     let mut scanned = 0usize;
-    // The last position whose damaged unit was relocated (tried once per position per call).
+    // The last position whose damaged unit was relocated, and the positions below which a
+    // relocation already failed in this call (not tried again for each of them).
     let mut relocated_at: Option<u64> = None;
+    let mut no_relocation_below = 0u64;
     'scan: while next < max && records.len() < max_count && scanned < MAX_FILTER_SCAN {
         let chunk = if tag_codes.is_some() { 256 } else { max_count };
         let units = match inner.cqs.get(&key) {
@@ -2125,11 +2139,16 @@ fn read_queue_locked(
                 // the right records between the nearest good units and rewrite the units.
                 if !sk.reason.starts_with("quarantined")
                     && relocated_at != Some(next)
-                    && relocate_units(inner, &key, next)?
+                    && next >= no_relocation_below
                 {
-                    relocated_at = Some(next);
-                    scanned -= 1;
-                    continue 'scan;
+                    match relocate_units(inner, &key, next, dispatched)? {
+                        Ok(()) => {
+                            relocated_at = Some(next);
+                            scanned -= 1;
+                            continue 'scan;
+                        }
+                        Err(until) => no_relocation_below = until,
+                    }
                 }
                 if stop_at_skip {
                     if records.is_empty() {
@@ -2166,7 +2185,7 @@ fn skipped_for(index: u64, e: &QuarantineEntry) -> SkippedUnit {
 /// How far a damaged consume-queue unit's record is looked for: units around it, and bytes of
 /// commitlog between the good units that bound the search.
 const RELOCATE_UNITS: u64 = 64;
-const RELOCATE_BYTES: u64 = 256 * 1024 * 1024;
+const RELOCATE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Whether the unit at `index` of `key` points at that queue's record (read, not quarantined).
 fn unit_good(inner: &Inner, key: &(String, i32), index: u64) -> Result<Option<CqUnit>> {
@@ -2187,13 +2206,19 @@ fn unit_good(inner: &Inner, key: &(String, i32), index: u64) -> Result<Option<Cq
 
 /// The unit at `index` of `key` names no record of its queue (consume-queue damage: a record
 /// of another queue, or no record boundary). Finds the nearest good units around it (within
-/// [`RELOCATE_UNITS`]; past the last unit, the dispatch point), scans the valid records
-/// between them for this queue's records at those positions and, when every position in
-/// between has its record, rewrites those units. Returns whether it did; the store's damage
-/// counters say what happened.
-fn relocate_units(inner: &mut Inner, key: &(String, i32), index: u64) -> Result<bool> {
+/// [`RELOCATE_UNITS`]; past the last unit, the dispatch point `dispatched`), scans the valid
+/// records between them (at most [`RELOCATE_BYTES`]) for this queue's records at those
+/// positions and, when every position in between has its record, rewrites those units.
+/// `Ok(Err(until))`: it did not, and no position below `until` would fare better.
+fn relocate_units(
+    inner: &mut Inner,
+    key: &(String, i32),
+    index: u64,
+    dispatched: u64,
+) -> Result<std::result::Result<(), u64>> {
+    let give_up = Err(index + 1);
     let Some(q) = inner.cqs.get(key) else {
-        return Ok(false);
+        return Ok(give_up);
     };
     let (min, max) = (q.min_offset(), q.max_offset());
     // The good unit below (the run starts after it); the queue's first unit has none.
@@ -2207,7 +2232,7 @@ fn relocate_units(inner: &mut Inner, key: &(String, i32), index: u64) -> Result<
         }
     }
     let Some((from, lo_phys)) = lo else {
-        return Ok(false);
+        return Ok(give_up);
     };
     let mut hi = None;
     let mut j = index + 1;
@@ -2220,11 +2245,12 @@ fn relocate_units(inner: &mut Inner, key: &(String, i32), index: u64) -> Result<
     }
     let (to, hi_phys) = match hi {
         Some(h) => h,
-        None if j >= max => (max, inner.state.pending_from.min(inner.log.max_offset())),
-        None => return Ok(false),
+        None if j >= max => (max, dispatched.min(inner.log.max_offset())),
+        None => return Ok(give_up), // a later position may reach a good unit further on
     };
+    let fail = Err(to);
     if hi_phys <= lo_phys || hi_phys - lo_phys > RELOCATE_BYTES {
-        return Ok(false);
+        return Ok(fail);
     }
     let mut found: Vec<Option<CqUnit>> = vec![None; (to - from) as usize];
     let scan = scan_around(
@@ -2252,21 +2278,21 @@ fn relocate_units(inner: &mut Inner, key: &(String, i32), index: u64) -> Result<
         },
     );
     if scan.is_err() {
-        return Ok(false); // damaged bytes in between: the scrub or a read quarantines them
+        return Ok(fail); // damaged bytes in between: the scrub or a read quarantines them
     }
     let Some(units) = found.into_iter().collect::<Option<Vec<CqUnit>>>() else {
-        return Ok(false);
+        return Ok(fail);
     };
     let Some(q) = inner.cqs.get_mut(key) else {
-        return Ok(false);
+        return Ok(fail);
     };
     match q.rewrite_run(from, &units) {
         Ok(()) => {}
-        Err(StoreError::InvalidArgument(_)) => return Ok(false), // out of order: leave them
+        Err(StoreError::InvalidArgument(_)) => return Ok(fail), // out of order: leave them
         Err(e) => return Err(e),
     }
     inner.stats.cq_units_repaired += units.len() as u64;
-    Ok(true)
+    Ok(Ok(()))
 }
 
 /// Why a valid record does not belong at queue position `index` (None: it does).

@@ -22,11 +22,17 @@ The language and its semantics are RocketMQ's (its filter module, derived from t
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Union
 
+#: Longer values are no number Java reads (and Python's int() refuses very long ones).
+MAX_NUMBER_CHARS: Final = 400
+#: Double.MIN_VALUE: RocketMQ refuses a float literal below it (0.0 included) or above
+#: Double.MAX_VALUE.
+DOUBLE_MIN_VALUE: Final = 5e-324
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
@@ -101,6 +107,8 @@ def _tokens(sql: str) -> list[Tok]:
 
 def _to_number(s: str, kind: str) -> Num:
     """Java's Integer.valueOf / Long.valueOf / Double.valueOf of a property value."""
+    if len(s) > MAX_NUMBER_CHARS:
+        raise SqlEvalError(f"a {len(s)}-character value is not a number")
     if kind == "d":
         if _JAVA_DOUBLE.fullmatch(s) is None:
             raise SqlEvalError(f"{s!r} is not a number")
@@ -116,7 +124,18 @@ def _to_number(s: str, kind: str) -> Num:
 
 
 def _cmp_same(a: Any, b: Any) -> int:
+    if isinstance(a, float) or isinstance(b, float):
+        return _double_cmp(float(a), float(b))
     return int(a > b) - int(a < b)
+
+
+def _double_cmp(a: float, b: float) -> int:
+    """Java's Double.compareTo: NaN equals NaN and is above everything, -0.0 is below 0.0."""
+    if math.isnan(a) or math.isnan(b):
+        return int(math.isnan(a)) - int(math.isnan(b))
+    if a == b:
+        return int(math.copysign(1, a) > 0) - int(math.copysign(1, b) > 0)
+    return 1 if a > b else -1
 
 
 def compare(lv: Value, rv: Value) -> int:
@@ -471,13 +490,20 @@ class _Parser:
             return Const(self.string())
         if t.kind == "int":
             self.i += 1
+            if len(t.text) > 21:
+                raise SqlFilterError(f"{t.text[:30]}... is out of the long range")
             v = int(t.text.rstrip("lL"))
             if not LONG_MIN <= v <= LONG_MAX:
                 raise SqlFilterError(f"{t.text} is out of the long range")
             return Const(Num(v, "i" if INT_MIN <= v <= INT_MAX else "l"))
         if t.kind == "float":
             self.i += 1
-            return Const(Num(float(t.text), "d"))
+            f = float(t.text)
+            if math.isinf(f):
+                raise SqlFilterError(f"{t.text} is greater than 1.7976931348623157E308")
+            if f < DOUBLE_MIN_VALUE:
+                raise SqlFilterError(f"{t.text} is less than 4.9E-324")
+            return Const(Num(f, "d"))
         if t.kind == "kw" and t.text in ("TRUE", "FALSE", "NULL"):
             self.i += 1
             return Const({"TRUE": True, "FALSE": False, "NULL": None}[t.text])
@@ -507,7 +533,7 @@ class SqlFilter:
         """Only TRUE matches; unknown and failed evaluations do not."""
         try:
             return self.expr.ev(props) is True
-        except (SqlEvalError, RecursionError):
+        except (ValueError, RecursionError):  # SqlEvalError included
             return False
 
 

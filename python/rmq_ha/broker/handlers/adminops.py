@@ -16,8 +16,8 @@ QUERY_MESSAGE has no hash index behind it (RocketMQ's IndexFile): it scans each 
 queues backwards from the last message stored at or before endTimestamp down to the first
 stored at or after beginTimestamp (the consume queues' time search), reading each record's
 KEYS / UNIQ_KEY, in a worker thread; it answers the newest maxNum matches (as RocketMQ's index
-does) and reads at most `QUERY_SCAN_LIMIT` records. Correct, but its cost grows with the
-messages in the time range.
+does) and reads at most `QUERY_SCAN_LIMIT` records, shared evenly by the queues. Correct, but
+its cost grows with the messages in the time range.
 """
 
 from __future__ import annotations
@@ -176,8 +176,11 @@ def query_messages(p: Ports, h: QueryMessageRequestHeader, unique: bool) -> list
     queues = sorted(q for t, q in native.queues() if t == h.topic)
     limit = max(1, h.max_num)
     found: list[tuple[int, int, bytes]] = []  # (store time, commitlog offset, record)
-    scanned = 0
+    # each queue has its share of the budget, so one long queue cannot use it up before the
+    # newest records of the others are read
+    per_queue = max(1, QUERY_SCAN_LIMIT // max(1, len(queues)))
     for qid in queues:
+        scanned = 0
         lo = native.search_offset_by_timestamp(h.topic, qid, h.begin_timestamp)
         hi = (
             native.search_offset_by_timestamp(h.topic, qid, h.end_timestamp + 1)
@@ -185,7 +188,7 @@ def query_messages(p: Ports, h: QueryMessageRequestHeader, unique: bool) -> list
             else native.queue_max_offset(h.topic, qid)
         )
         mine = 0
-        while hi > lo and mine < limit and scanned < QUERY_SCAN_LIMIT:
+        while hi > lo and mine < limit and scanned < per_queue:
             start = max(lo, hi - _BATCH)
             window: list[bytes] = []
             offset = start

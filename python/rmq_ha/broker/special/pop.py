@@ -101,6 +101,18 @@ from rmq_ha.protocol.pop import ExtraInfo, pop_retry_topic, retry_flag
 
 log = logging.getLogger(__name__)
 
+#: An SQL92 pop reads this many records at a time, and at most SQL_POP_SCAN per queue and pop
+#: past filtered-out ones.
+SQL_POP_BATCH: Final = 256
+SQL_POP_SCAN: Final = 4096
+
+
+class _MovedPast:
+    """What `_pop_queue` answers when it only moved the group past filtered-out records."""
+
+
+MOVED_PAST: Final = _MovedPast()
+
 REVIVE_TOPIC_PREFIX: Final = "rmq_sys_REVIVE_LOG_"
 #: PopAckConstants.REVIVE_GROUP: its offsets on the revive topic are the revive progress.
 REVIVE_GROUP: Final = "CID_RMQ_SYS_REVIVE_GROUP"
@@ -432,11 +444,17 @@ class PopService(SpecialService):
         deadline = trio.current_time() + max(0, h.poll_time) / 1000
         while True:
             pop_time = wall_ms()
-            popped = await self._pop_queues(h, queues, (tag_codes, sql), pop_time, revive_qid)
-            if isinstance(popped, RemotingCommand):
-                return cmd.response(popped.code, popped.remark)
+            got = await self._pop_queues(h, queues, (tag_codes, sql), pop_time, revive_qid)
+            if isinstance(got, RemotingCommand):
+                return cmd.response(got.code, got.remark)
+            popped, moved_past = got
             if popped or trio.current_time() >= deadline:
                 break
+            if moved_past:
+                # only filtered-out records were read: look further at once, not park while
+                # matching ones may already be stored
+                await trio.sleep(0)
+                continue
             if self._parked >= MAX_PARKED_POPS:
                 return cmd.response(Resp.POLLING_FULL, "the broker has too many parked pops")
             self._parked += 1
@@ -455,8 +473,10 @@ class PopService(SpecialService):
         flt: tuple[list[int] | None, SqlFilter | None],
         pop_time: int,
         revive_qid: int,
-    ) -> list[_Popped] | RemotingCommand:
+    ) -> tuple[list[_Popped], bool] | RemotingCommand:
+        """What the queues gave, and whether one was moved past filtered-out records only."""
         out: list[_Popped] = []
+        moved_past = False
         room = h.max_msg_nums
         for topic, qid in queues:
             if room <= 0:
@@ -467,10 +487,12 @@ class PopService(SpecialService):
             )  # fmt: skip
             if isinstance(got, RemotingCommand):
                 return got
-            if got is not None:
+            if got is MOVED_PAST:
+                moved_past = True
+            elif isinstance(got, _Popped):
                 out.append(got)
                 room -= len(got.records)
-        return out
+        return out, moved_past
 
     def _queue_lock(self, group: str, topic: str, qid: int) -> trio.Lock:
         key = (group, topic, qid)
@@ -490,7 +512,7 @@ class PopService(SpecialService):
         invisible_time: int,
         revive_qid: int,
         init_mode: int,
-    ) -> _Popped | RemotingCommand | None:
+    ) -> _Popped | RemotingCommand | _MovedPast | None:
         ports = self.ports
         store = ports.store.native
         # One pop at a time per (group, queue): the offset read and its commit must not
@@ -506,12 +528,12 @@ class PopService(SpecialService):
             if offset >= qmax:
                 return None
             tag_codes, sql = flt
-            recs, nxt = read_queue(
-                store, topic, qid, offset, max_nums, tag_codes, storage=ports.storage
-            )
-            if sql is not None:
-                # filtered on each record's properties; the others are moved past
-                recs = [r for r in recs if sql.matches(decode_properties(_bytes(r["properties"])))]
+            if sql is None:
+                recs, nxt = read_queue(
+                    store, topic, qid, offset, max_nums, tag_codes, storage=ports.storage
+                )
+            else:
+                recs, nxt = self._read_matching(store, topic, qid, offset, qmax, max_nums, sql)
             recs = recs[:max_nums]
             if recs:
                 nxt = _int(recs[-1]["queue_offset"]) + 1
@@ -519,6 +541,7 @@ class PopService(SpecialService):
                 # Everything up to `nxt` was filtered out: nothing to hide, move past it.
                 if nxt > offset:
                     ports.offsets.commit(group, topic, qid, nxt)
+                    return MOVED_PAST
                 return None
             ck = CheckPoint(
                 start_offset=offset,
@@ -536,6 +559,26 @@ class PopService(SpecialService):
                 return RemotingCommand(code=r.code, remark=r.remark or "writing the CK failed")
             ports.offsets.commit(group, topic, qid, nxt)
             return _Popped(topic, qid, offset, recs, max(0, qmax - nxt))
+
+    def _read_matching(
+        self, store: Any, topic: str, qid: int, offset: int, qmax: int, want: int, sql: SqlFilter
+    ) -> tuple[list[Record], int]:
+        """Records from `offset` on whose properties match `sql` (at least `want` of them when
+        there are), reading on past filtered-out ones up to SQL_POP_SCAN records; and the
+        offset after the last record read."""
+        kept: list[Record] = []
+        scanned = 0
+        cursor = offset
+        while len(kept) < want and cursor < qmax and scanned < SQL_POP_SCAN:
+            recs, nxt = read_queue(
+                store, topic, qid, cursor, SQL_POP_BATCH, None, storage=self.ports.storage
+            )
+            scanned += len(recs)
+            kept += [r for r in recs if sql.matches(decode_properties(_bytes(r["properties"])))]
+            if nxt <= cursor:
+                break  # a damaged record still waited for: stop before it
+            cursor = nxt
+        return kept, cursor
 
     async def _wait_any(self, queues: Sequence[tuple[str, int]], deadline: float) -> None:
         """Parks until a message arrives on one of `queues` or `deadline`."""
