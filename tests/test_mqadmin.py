@@ -31,6 +31,7 @@ from rmq_ha.nameserver.server import Nameserver
 from rmq_ha.protocol.admin import (
     ConsumeStats,
     ConsumeStatsList,
+    CreateTopicListRequestBody,
     GetTopicConfigRequestHeader,
     OffsetWrapper,
     ProducerTableInfo,
@@ -38,6 +39,7 @@ from rmq_ha.protocol.admin import (
     QueryConsumeTimeSpanBody,
     QuerySubscriptionResponseBody,
     SubscriptionGroupConfig,
+    SubscriptionGroupList,
     TopicConfigAndQueueMapping,
     TopicList,
     TopicStatsTable,
@@ -48,6 +50,7 @@ from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.message import parse_offset_msg_id
 from rmq_ha.protocol.models import MessageQueue as MQ
+from rmq_ha.protocol.models import TopicConfig
 from test_client_cluster import FAST_CLIENT, FAST_CONSUMER, FAST_PRODUCER, client_cluster
 
 pytestmark = pytest.mark.timeout(90)
@@ -735,3 +738,48 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
                 r = await api.call(broker, RC.GET_ALL_PRODUCER_INFO)
                 (info,) = ProducerTableInfo.from_json(r.body).data["pg-info"]
                 assert info.language == "PYTHON" and info.remote_ip.startswith("127.0.0.1:")
+
+
+async def test_topic_and_group_lists_are_created_all_or_none(tmp_path: Path) -> None:
+    """UPDATE_AND_CREATE_TOPIC_LIST (18) and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST (225):
+    every entry is stored and announced; one bad name refuses the whole list
+    (INVALID_PARAMETER) and stores nothing."""
+    async with client_cluster(tmp_path) as env:
+        async with Admin(env.namesrv, config=FAST_CLIENT) as a:
+            api = a.instance.api
+
+            def topics(*names: str) -> bytes:
+                tcs = [TopicConfig(topic_name=n, read_queue_nums=2, write_queue_nums=2)
+                       for n in names]  # fmt: skip
+                return CreateTopicListRequestBody(topic_config_list=tcs).to_json()
+
+            with pytest.raises(BrokerResponseError) as e:
+                await api.call(env.broker, RC.UPDATE_AND_CREATE_TOPIC_LIST, None,
+                               topics("LstA", "bad topic!"))  # fmt: skip
+            assert e.value.code == Resp.INVALID_PARAMETER
+            assert env.node is not None and env.node.topics.get("LstA") is None
+            r = await api.call(env.broker, RC.UPDATE_AND_CREATE_TOPIC_LIST, None,
+                               topics("LstA", "LstB"))  # fmt: skip
+            assert r.code == Resp.SUCCESS
+            assert {n: env.node.topics.get(n) is not None for n in ("LstA", "LstB")} == {
+                "LstA": True, "LstB": True,
+            }  # fmt: skip
+            await until(lambda: _routed(env.namesrv, "LstB"))
+
+            def groups(*names: str) -> bytes:
+                cfgs = [SubscriptionGroupConfig(group_name=n) for n in names]
+                return SubscriptionGroupList(group_config_list=cfgs).to_json()
+
+            with pytest.raises(BrokerResponseError) as e:
+                await api.call(env.broker, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, None,
+                               groups("gl1", ""))  # fmt: skip
+            assert e.value.code == Resp.INVALID_PARAMETER
+            assert "gl1" not in await a.subscription_groups(env.broker)
+            await api.call(env.broker, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, None,
+                           groups("gl1", "gl2"))  # fmt: skip
+            assert {"gl1", "gl2"} <= set(await a.subscription_groups(env.broker))
+
+
+async def _routed(ns: str, topic: str) -> bool:
+    rc, topics = await mq("topicList", "-n", ns, ok=False)
+    return rc == 0 and topic in topics

@@ -343,6 +343,20 @@ class SubscriptionGroupConfig(JsonModel):
 
 
 @dataclass(slots=True)
+class SubscriptionGroupList(JsonModel):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST (225) body."""
+
+    group_config_list: list[SubscriptionGroupConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreateTopicListRequestBody(JsonModel):
+    """UPDATE_AND_CREATE_TOPIC_LIST (18) body."""
+
+    topic_config_list: list[TopicConfig] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class SubscriptionGroupWrapper(JsonModel):
     """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) body, and the broker's subscriptionGroup.json."""
 

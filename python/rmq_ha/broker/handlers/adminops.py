@@ -56,6 +56,7 @@ from rmq_ha.protocol.admin import (
     ResetOffsetBody,
     ResetOffsetRequestHeader,
     SubscriptionGroupConfig,
+    SubscriptionGroupList,
     TopicOffset,
     TopicStatsTable,
 )
@@ -221,6 +222,15 @@ def query_messages(p: Ports, h: QueryMessageRequestHeader, unique: bool) -> list
     return [raw for _, _, raw in found[:limit]]
 
 
+def group_problem(cfg: SubscriptionGroupConfig) -> str | None:
+    """Why a subscription group config may not be stored, or None."""
+    if not cfg.group_name or check_topic_name(cfg.group_name) is not None:
+        return f"bad subscription group config: groupName {cfg.group_name!r}"
+    if cfg.retry_queue_nums < 0 or cfg.retry_max_times < -1:
+        return "bad subscription group config: retryQueueNums must be >= 0 and retryMaxTimes >= -1"
+    return None
+
+
 def consumer_groups_of(p: Ports, topic: str) -> set[str]:
     """Groups consuming `topic`: online members subscribed to it, and groups with offsets
     committed on it (RocketMQ's whichGroupByTopic, both sources)."""
@@ -287,17 +297,25 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
             cfg = SubscriptionGroupConfig.from_json(cmd.body)
         except BodyDecodeError as e:
             return cmd.response(Resp.SYSTEM_ERROR, f"bad subscription group config: {e}")
-        if not cfg.group_name or check_topic_name(cfg.group_name) is not None:
-            return cmd.response(
-                Resp.SYSTEM_ERROR, f"bad subscription group config: groupName {cfg.group_name!r}"
-            )
-        if cfg.retry_queue_nums < 0 or cfg.retry_max_times < -1:
-            return cmd.response(
-                Resp.SYSTEM_ERROR,
-                "bad subscription group config: retryQueueNums "
-                "must be >= 0 and retryMaxTimes >= -1",
-            )
+        why = group_problem(cfg)
+        if why is not None:
+            return cmd.response(Resp.SYSTEM_ERROR, why)
         groups.update(cfg)
+        return cmd.response(Resp.SUCCESS)
+
+    async def update_groups(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: all or none (every config is checked
+        before any is stored)."""
+        try:
+            cfgs = SubscriptionGroupList.from_json(cmd.body).group_config_list
+        except BodyDecodeError as e:
+            return cmd.response(Resp.INVALID_PARAMETER, f"bad subscription group list: {e}")
+        for cfg in cfgs:
+            why = group_problem(cfg)
+            if why is not None:
+                return cmd.response(Resp.INVALID_PARAMETER, why)
+        for cfg in cfgs:
+            groups.update(cfg)
         return cmd.response(Resp.SUCCESS)
 
     async def all_groups(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -377,6 +395,7 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
     d.register(RC.GET_PRODUCER_CONNECTION_LIST, producer_connections)
     d.register(RC.DELETE_TOPIC_IN_BROKER, delete_topic)
     d.register(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, update_group)
+    d.register(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, update_groups)
     d.register(RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, all_groups)
     d.register(RC.DELETE_SUBSCRIPTIONGROUP, delete_group)
     d.register(RC.GET_TOPIC_STATS_INFO, stats)

@@ -1,4 +1,4 @@
-"""UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG and GET_TOPIC_CONFIG."""
+"""UPDATE_AND_CREATE_TOPIC (and its _LIST form), GET_ALL_TOPIC_CONFIG and GET_TOPIC_CONFIG."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from rmq_ha.broker.topics import SYSTEM_TOPIC_SET, check_topic_name
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import (
+    CreateTopicListRequestBody,
     GetTopicConfigRequestHeader,
     TopicConfigAndQueueMapping,
     TopicList,
@@ -18,6 +19,7 @@ from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headers import CreateTopicRequestHeader
+from rmq_ha.protocol.json_compat import BodyDecodeError
 from rmq_ha.protocol.models import TopicConfig, TopicConfigSerializeWrapper
 
 #: Makes a created topic known before the answer: forwarded to the other replicas of a
@@ -44,6 +46,24 @@ def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
         await announce(cmd)
         return cmd.response(Resp.SUCCESS)
 
+    async def create_topics(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_AND_CREATE_TOPIC_LIST: all or none (every name is checked before any topic
+        is stored), then announced like one topic."""
+        try:
+            tcs = CreateTopicListRequestBody.from_json(cmd.body).topic_config_list
+        except BodyDecodeError as e:
+            return cmd.response(Resp.INVALID_PARAMETER, f"bad topic config list: {e}")
+        for tc in tcs:
+            why = check_topic_name(tc.topic_name or "")
+            if why is not None:
+                return cmd.response(Resp.INVALID_PARAMETER, why)
+        for tc in tcs:
+            p.topics.update(tc)
+        if tcs:
+            p.topics.changed()
+            await announce(cmd)
+        return cmd.response(Resp.SUCCESS)
+
     async def all_topic_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         w = TopicConfigSerializeWrapper(
             topic_config_table=p.topics.table, data_version=p.topics.data_version
@@ -59,6 +79,7 @@ def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
         return cmd.response(Resp.SUCCESS, None, None, body.to_json())
 
     d.register(RC.UPDATE_AND_CREATE_TOPIC, create_topic)
+    d.register(RC.UPDATE_AND_CREATE_TOPIC_LIST, create_topics)
     d.register(RC.GET_TOPIC_CONFIG, topic_config)
     d.register(RC.GET_ALL_TOPIC_CONFIG, all_topic_config)
 
