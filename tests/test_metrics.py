@@ -618,3 +618,26 @@ def test_rates_count_per_second_over_their_windows() -> None:
     t.put("T", "Normal", 6, 60)
     assert t.tps_text(t.put_rate) == "0.6 0.1 0.01"
     assert len(t.put_rate.buckets) == 1, "buckets older than 10 minutes are dropped"
+
+
+def test_stats_items_sum_the_last_minute_hour_and_day() -> None:
+    """VIEW_BROKER_STATS_DATA's items: TOPIC_PUT_NUMS per topic, GROUP_GET_NUMS per
+    topic@group, each summed over the last minute, hour and day (a fake clock)."""
+    now = [10_000.0]
+    t = Traffic(clock=lambda: now[0])
+    t.put("T", "Normal", 5, 50)
+    now[0] += 120
+    t.put("T", "Normal", 7, 70)
+    t.got("T", "g", 3, 30)
+    put = t.stats_item("TOPIC_PUT_NUMS", "T")
+    got = t.stats_item("GROUP_GET_NUMS", "T@g")
+    assert put is not None and got is not None and t.stats_item("GROUP_GET_NUMS", "T@h") is None
+    snap = put.snapshot(t.now_s())
+    assert snap["minute"] == (7, 7 / 60)
+    assert snap["hour"][0] == 12 and snap["day"][0] == 12
+    assert got.snapshot(t.now_s())["day"] == (3, 3 / 86_400)
+    now[0] += 2 * 3600
+    snap = put.snapshot(t.now_s())
+    assert (snap["minute"][0], snap["hour"][0], snap["day"][0]) == (0, 0, 12)
+    now[0] += 25 * 3600
+    assert put.snapshot(t.now_s())["day"][0] == 0

@@ -690,6 +690,17 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
             with pytest.raises(BrokerResponseError) as e:
                 await api.call(broker, RC.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": "nobody"})
             assert e.value.code == Resp.SUBSCRIPTION_GROUP_NOT_EXIST
+            # statsAll: VIEW_BROKER_STATS_DATA (315) per topic and per topic@group
+            _, stats = await mq("statsAll", "-n", ns, "-t", "ST")
+            by_group = {r["group"]: r for r in stats}
+            assert set(by_group) == {"cg2", "cg3"}
+            assert (by_group["cg2"]["inMsg24Hour"], by_group["cg2"]["outMsg24Hour"]) == (8, 3)
+            assert (by_group["cg2"]["accumulation"], by_group["cg3"]["outMsg24Hour"]) == (3, 0)
+            with pytest.raises(BrokerResponseError) as e:
+                ext = {"statsName": "GROUP_GET_NUMS", "statsKey": "ST@nobody"}
+                await api.call(broker, RC.VIEW_BROKER_STATS_DATA, ext)
+            assert e.value.code == Resp.SYSTEM_ERROR and "not exist" in str(e.value)
+
             _, bcs = await mq("brokerConsumeStats", "-n", ns, "-b", broker)
             assert bcs["totalDiff"] == 3
             rows = [(r["queueId"], r["diff"]) for r in bcs["queues"] if r["group"] == "cg2"]

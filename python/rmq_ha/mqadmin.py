@@ -341,6 +341,40 @@ async def broker_status(a: Admin, args: argparse.Namespace) -> Output:
     return out
 
 
+async def stats_all(a: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin statsAll: per topic and consuming group, the backlog, in/out TPS over the last
+    minute and messages in/out over the last day (since the broker started). `-a`: only
+    topics with traffic."""
+    out = Output(["topic", "group", "accumulation", "inTps", "outTps", "inMsg24Hour",
+                  "outMsg24Hour"])  # fmt: skip
+    topics = [args.topic] if args.topic else await a.topic_list()
+    for topic in topics:
+        if topic.startswith(("%", "rmq_sys_", "RMQ_SYS_")) or topic == "TBW102":
+            continue
+        try:
+            put = await a.topic_stats_data(topic)
+            groups = await a.topic_consumed_by(topic)
+        except RmqHaError:
+            continue  # no route any more
+        in_tps, in_day = put or (0.0, 0)
+        if not groups:
+            if not args.active or in_day > 0:
+                out.add(topic=topic, group="", accumulation=0, inTps=round(in_tps, 2),
+                        outTps="", inMsg24Hour=in_day, outMsg24Hour="NO_CONSUMER")  # fmt: skip
+            continue
+        for group in sorted(groups):
+            got = await a.topic_stats_data(topic, group)
+            out_tps, out_day = got or (0.0, 0)
+            stats = await a.consume_stats(group, topic)
+            backlog = sum(max(0, w.broker_offset - w.consumer_offset)
+                          for w in stats.offset_table.values())  # fmt: skip
+            if not args.active or in_day > 0 or out_day > 0:
+                out.add(topic=topic, group=group, accumulation=backlog,
+                        inTps=round(in_tps, 2), outTps=round(out_tps, 2),
+                        inMsg24Hour=in_day, outMsg24Hour=out_day)  # fmt: skip
+    return out
+
+
 async def broker_consume_stats(a: Admin, args: argparse.Namespace) -> Output:
     """mqadmin brokerConsumeStats: per group, topic and queue of one broker, its lag."""
     body = await a.broker_consume_stats(args.broker, is_order=args.order)
@@ -931,6 +965,15 @@ def add_commands(sub: Any) -> None:
     p.add_argument("-r", "--removeOffset", dest="remove_offset", type=_bool, default=False)
     p = _ns(sub, "brokerStatus", broker_status, "a broker's runtime info")
     _target(p)
+    p = _ns(
+        sub,
+        "statsAll",
+        stats_all,
+        "per topic and group: backlog, in/out TPS (last minute), in/out messages (last day)",
+    )
+    p.add_argument("-t", "--topic", help="one topic (default: every topic)")
+    p.add_argument("-a", "--activeTopic", dest="active", action="store_true",
+                   help="only topics with traffic in the last day")  # fmt: skip
     p = _ns(sub, "brokerConsumeStats", broker_consume_stats, "every group's lag on one broker")
     p.add_argument("-b", "--brokerAddr", dest="broker", required=True, help="broker host:port")
     p.add_argument("-o", "--order", type=_bool, default=False, help="orderly topics only")

@@ -20,6 +20,9 @@ from prometheus_client.core import Metric
 from rmq_ha.metrics import Families, Histogram
 from rmq_ha.protocol.codes import code_name
 
+#: RocketMQ's stats item names (BrokerStatsManager) that VIEW_BROKER_STATS_DATA answers.
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
 #: rocketmq_message_size buckets (bytes), as RocketMQ's: 1 KiB, 4 KiB, 512 KiB, 1, 2, 4 MiB.
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1 << 20, 2 << 20, 4 << 20)
 #: rocketmq_rpc_latency buckets (ms), as RocketMQ's: 1, 3, 5, 10, 100 ms, 1 s, 3 s.
@@ -27,27 +30,62 @@ RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 10, 100, 1000, 3000)
 
 
 class RateRing:
-    """Events per second over the last `span_s` seconds, counted in one-second buckets (the
-    rates behind RocketMQ's putTps / getTransferredTps and a group's consumeTps)."""
+    """Events counted in buckets of `res_s` seconds over the last `span_s` seconds (the rates
+    behind RocketMQ's putTps / getTransferredTps, a group's consumeTps and statsAll)."""
 
-    __slots__ = ("buckets", "span_s")
+    __slots__ = ("buckets", "res_s", "span_s")
 
-    def __init__(self, span_s: int = 600) -> None:
+    def __init__(self, span_s: int = 600, res_s: int = 1) -> None:
         self.span_s = span_s
+        self.res_s = res_s
         self.buckets: deque[list[int]] = deque()
 
     def add(self, now_s: int, n: int) -> None:
+        at = now_s - now_s % self.res_s
         b = self.buckets
-        if b and b[-1][0] == now_s:
+        if b and b[-1][0] == at:
             b[-1][1] += n
         else:
-            b.append([now_s, n])
+            b.append([at, n])
         while b and b[0][0] <= now_s - self.span_s:
             b.popleft()
 
+    def total(self, now_s: int, window_s: int) -> int:
+        """Events in the buckets that start in the `window_s` seconds up to `now_s`."""
+        return sum(n for at, n in self.buckets if now_s - window_s < at <= now_s)
+
     def rate(self, now_s: int, window_s: int) -> float:
         """Events per second in the `window_s` seconds up to and including `now_s`."""
-        return sum(n for sec, n in self.buckets if now_s - window_s < sec <= now_s) / window_s
+        return self.total(now_s, window_s) / window_s
+
+
+class StatsWindow:
+    """One of RocketMQ's broker stats items (TOPIC_PUT_NUMS of a topic, GROUP_GET_NUMS of a
+    topic@group): the sum and rate of the last minute, hour and day, for VIEW_BROKER_STATS_DATA
+    (mqadmin statsAll)."""
+
+    __slots__ = ("day", "hour", "minute")
+
+    def __init__(self) -> None:
+        self.minute = RateRing(60)
+        self.hour = RateRing(3600, 60)
+        self.day = RateRing(86_400, 3600)
+
+    def add(self, now_s: int, n: int) -> None:
+        for r in (self.minute, self.hour, self.day):
+            r.add(now_s, n)
+
+    def snapshot(self, now_s: int) -> dict[str, tuple[int, float]]:
+        """(sum, per second) of the last minute, hour and day."""
+        out = {}
+        for name, ring, window in (
+            ("minute", self.minute, 60),
+            ("hour", self.hour, 3600),
+            ("day", self.day, 86_400),
+        ):
+            total = ring.total(now_s, window)
+            out[name] = (total, total / window)
+        return out
 
 
 class Traffic:
@@ -62,6 +100,9 @@ class Traffic:
         self.got_rate = RateRing()
         #: (topic, consumer_group) -> messages served per second in the last minute
         self.group_rate: dict[tuple[str, str], RateRing] = {}
+        #: RocketMQ's stats items: topic -> messages stored (TOPIC_PUT_NUMS), "topic@group" ->
+        #: messages served (GROUP_GET_NUMS)
+        self.stats: dict[tuple[str, str], StatsWindow] = {}
         #: (topic, message_type) -> [messages, body bytes]
         self.inbound: dict[tuple[str, str], list[int]] = {}
         #: (topic, consumer_group) -> [messages, record bytes]
@@ -124,8 +165,19 @@ class Traffic:
         now = self.now_s()
         return " ".join(repr(ring.rate(now, w)) for w in (10, 60, 600))
 
+    def stats_item(self, name: str, key: str) -> StatsWindow | None:
+        return self.stats.get((name, key))
+
+    def _count(self, name: str, key: str, now: int, n: int) -> None:
+        w = self.stats.get((name, key))
+        if w is None:
+            w = self.stats[(name, key)] = StatsWindow()
+        w.add(now, n)
+
     def put(self, topic: str, message_type: str, messages: int, nbytes: int) -> None:
-        self.put_rate.add(self.now_s(), messages)
+        now = self.now_s()
+        self.put_rate.add(now, messages)
+        self._count(TOPIC_PUT_NUMS, topic, now, messages)
         c = self.inbound.get((topic, message_type))
         if c is None:
             self.inbound[(topic, message_type)] = [messages, nbytes]
@@ -159,6 +211,7 @@ class Traffic:
         if r is None:
             r = self.group_rate[(topic, group)] = RateRing(60)
         r.add(now, messages)
+        self._count(GROUP_GET_NUMS, f"{topic}@{group}", now, messages)
         c = self.outbound.get((topic, group))
         if c is None:
             self.outbound[(topic, group)] = [messages, nbytes]

@@ -31,6 +31,7 @@ from rmq_ha.config import parse_properties
 from rmq_ha.errors import RemotingError
 from rmq_ha.protocol.admin import (
     UNIQUE_MSG_QUERY_FLAG,
+    BrokerStatsData,
     BrokerWritePermRequestHeader,
     CloneGroupOffsetRequestHeader,
     ConsumerConnection,
@@ -55,6 +56,7 @@ from rmq_ha.protocol.admin import (
     SubscriptionGroupWrapper,
     TopicList,
     TopicStatsTable,
+    ViewBrokerStatsDataRequestHeader,
 )
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
@@ -339,6 +341,27 @@ class Admin:
         for addr in addrs:
             await self.instance.api.call(addr, RC.CLONE_GROUP_OFFSET, ext)
         return addrs
+
+    async def topic_stats_data(
+        self, topic: str, group: str | None = None
+    ) -> tuple[float, int] | None:
+        """VIEW_BROKER_STATS_DATA (315) on every master of the topic's route, summed: (messages
+        per second over the last minute, messages in the last day) stored to `topic`, or with
+        `group` served to it from `topic`; None when no broker counted any."""
+        name, key = ("GROUP_GET_NUMS", f"{topic}@{group}") if group else ("TOPIC_PUT_NUMS", topic)
+        ext = ViewBrokerStatsDataRequestHeader(stats_name=name, stats_key=key).to_ext()
+        tps, day, seen = 0.0, 0, False
+        for addr in sorted((await self._route_masters(topic)).values()):
+            resp = await self.instance.api.call(
+                addr, RC.VIEW_BROKER_STATS_DATA, ext, ok=(Resp.SUCCESS, Resp.SYSTEM_ERROR)
+            )
+            if resp.code != Resp.SUCCESS:
+                continue  # nothing counted on that broker ("The stats <...> not exist")
+            data = BrokerStatsData.from_json(resp.body)
+            tps += data.stats_minute.tps
+            day += data.stats_day.sum
+            seen = True
+        return (tps, day) if seen else None
 
     async def broker_consume_stats(self, addr: str, is_order: bool = False) -> ConsumeStatsList:
         """GET_BROKER_CONSUME_STATS (317): every subscription group's progress on one broker."""

@@ -251,6 +251,16 @@ class GetSubscriptionGroupConfigRequestHeader(RpcRequestHeader):
     group: str
 
 
+@dataclass(kw_only=True, slots=True)
+class ViewBrokerStatsDataRequestHeader(RpcRequestHeader):
+    """VIEW_BROKER_STATS_DATA (315): one stats item of the broker (mqadmin statsAll)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (RC.VIEW_BROKER_STATS_DATA,)
+
+    stats_name: str
+    stats_key: str
+
+
 ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetConsumerConnectionListRequestHeader,
     GetProducerConnectionListRequestHeader,
@@ -271,6 +281,7 @@ ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     QueryConsumeQueueRequestHeader,
     CloneGroupOffsetRequestHeader,
     GetSubscriptionGroupConfigRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -473,6 +484,22 @@ class ConsumeStatsList:
             num("totalDiff"),
             num("totalInflightDiff"),
         )
+
+
+@dataclass(slots=True)
+class BrokerStatsItem(JsonModel):
+    sum: int = 0
+    tps: float = 0.0
+    avgpt: float = 0.0
+
+
+@dataclass(slots=True)
+class BrokerStatsData(JsonModel):
+    """VIEW_BROKER_STATS_DATA (315) body: the item's last minute, hour and day."""
+
+    stats_minute: BrokerStatsItem = field(default_factory=BrokerStatsItem)
+    stats_hour: BrokerStatsItem = field(default_factory=BrokerStatsItem)
+    stats_day: BrokerStatsItem = field(default_factory=BrokerStatsItem)
 
 
 @dataclass(slots=True)

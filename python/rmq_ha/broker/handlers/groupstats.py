@@ -12,6 +12,8 @@ queryConsumeTimeSpan send:
     CLONE_GROUP_OFFSET (314)              one group's offsets copied to another
     GET_ALL_PRODUCER_INFO (328)           every connected producer, by group
     GET_SUBSCRIPTIONGROUP_CONFIG (352)    one subscription group's config
+    VIEW_BROKER_STATS_DATA (315)          a topic's stored / a group's served messages over
+                                          the last minute, hour and day (mqadmin statsAll)
 
 The rules are RocketMQ's AdminBrokerProcessor's. Pure functions over `Ports` compute the
 bodies; the handlers only decode and answer.
@@ -30,6 +32,8 @@ from rmq_ha.errors import RmqHaError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import (
+    BrokerStatsData,
+    BrokerStatsItem,
     CloneGroupOffsetRequestHeader,
     ConsumeQueueData,
     ConsumeStatsList,
@@ -46,6 +50,7 @@ from rmq_ha.protocol.admin import (
     QueryTopicsByConsumerRequestHeader,
     QueueTimeSpan,
     TopicList,
+    ViewBrokerStatsDataRequestHeader,
 )
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
@@ -178,6 +183,25 @@ def _producer_info(c: ClientInfo) -> ProducerInfo:
     )
 
 
+def broker_stats_data(p: Ports, name: str, key: str) -> BrokerStatsData | None:
+    """VIEW_BROKER_STATS_DATA: the stats item `name` (TOPIC_PUT_NUMS of a topic,
+    GROUP_GET_NUMS of "topic@group") over the last minute, hour and day since the broker
+    started; None when the broker has counted nothing for it. avgpt is 0: no processing time
+    is kept per item."""
+    w = p.traffic.stats_item(name, key)
+    if w is None:
+        return None
+    snap = w.snapshot(p.traffic.now_s())
+
+    def item(which: str) -> BrokerStatsItem:
+        total, tps = snap[which]
+        return BrokerStatsItem(sum=total, tps=tps)
+
+    return BrokerStatsData(
+        stats_minute=item("minute"), stats_hour=item("hour"), stats_day=item("day")
+    )
+
+
 def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
     async def broker_stats(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetConsumeStatsInBrokerHeader.from_ext(cmd.ext_fields)
@@ -234,6 +258,16 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
             return cmd.response(Resp.SUBSCRIPTION_GROUP_NOT_EXIST, "No group in this broker")
         return cmd.response(Resp.SUCCESS, None, None, cfg.to_json())
 
+    async def stats_data(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        h = ViewBrokerStatsDataRequestHeader.from_ext(cmd.ext_fields)
+        body = broker_stats_data(p, h.stats_name, h.stats_key)
+        if body is None:
+            return cmd.response(
+                Resp.SYSTEM_ERROR, f"The stats <{h.stats_name}> <{h.stats_key}> not exist"
+            )
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+    d.register(RC.VIEW_BROKER_STATS_DATA, stats_data)
     d.register(RC.CLONE_GROUP_OFFSET, clone)
     d.register(RC.GET_ALL_PRODUCER_INFO, producers)
     d.register(RC.GET_SUBSCRIPTIONGROUP_CONFIG, group_config)
