@@ -220,3 +220,71 @@ async def test_rocketmqs_own_mqadmin_reads_the_answers(
     size = (await amqadmin("getBrokerConfig", "-n", ns, "-b", live.broker))[1]["maxMessageSize"]
     await real_mqadmin(home, "updateBrokerConfig", "-n", ns, "-b", live.broker,
                        "-k", "maxMessageSize", "-v", size)  # fmt: skip
+
+
+@pytest.mark.timeout(480)  # seven JVM starts of mqadmin
+async def test_rocketmqs_own_mqadmin_runs_the_operator_commands(
+    live: Cluster, names: Names, tmp_path: Path
+) -> None:
+    """RocketMQ's mqadmin for what an operator runs day to day, with the same output from
+    rmq_ha as from RocketMQ: getNamesrvConfig (319), producer (328), brokerConsumeStats (317),
+    cloneGroupOffset (208 + 15), statsAll (315, with 300 and 208), wipeWritePerm /
+    addWritePerm (205 / 327, restored at the end)."""
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        pytest.skip("needs java and mvn (RocketMQ's mqadmin from Maven Central)")
+    ns, name, home = live.namesrv, live.broker_name, tmp_path
+    _, brokers, _ = await amqadmin("clusterList", "-n", ns)
+    cluster = brokers[0]["cluster"]
+    await amqadmin("updateTopic", "-n", ns, "-c", cluster, "-t", names.topic, "-r", "2",
+                   "-w", "2")  # fmt: skip
+    await until_ok("topicRoute", "-n", ns, "-t", names.topic)
+    out = await real_mqadmin(home, "getNamesrvConfig", "-n", ns)
+    assert f"============{ns}============" in out and "scanNotActiveBrokerInterval" in out
+
+    pgroup = names.group + "_P"
+    cfg = ProducerConfig(client=ClientConfig(client_ip="127.0.0.1",
+                                             heartbeat_broker_interval_s=0.5))  # fmt: skip
+    async with Producer(pgroup, ns, config=cfg) as p:
+        q0 = MessageQueue(names.topic, name, 0)
+        for i in range(3):
+            await p.send(names.topic, f"body{i}", queue=q0)
+        await until_ok("producerConnection", "-n", ns, "-g", pgroup, "-t", names.topic)
+        out = await real_mqadmin(home, "producer", "-n", ns, "-b", live.broker)
+        assert f"producer group ({pgroup}) instance" in out, out[-2000:]
+
+    group, clone = names.group, names.group + "_C"
+    await amqadmin("updateSubGroup", "-n", ns, "-c", cluster, "-g", group)
+    await amqadmin("resetOffsetByTime", "-n", ns, "-g", group, "-t", names.topic, "-s", "now")
+    # RocketMQ's cloneGroupOffset finds the source group's brokers through its retry topic,
+    # which a consumer's heartbeat would have created
+    retry = "%RETRY%" + group
+    await amqadmin("updateTopic", "-n", ns, "-c", cluster, "-t", retry, "-r", "1", "-w", "1")
+    await until_ok("topicRoute", "-n", ns, "-t", retry)
+    # a row per queue with a last-consumed time (mqadmin cuts topic names to 64 characters)
+    out = await real_mqadmin(home, "brokerConsumeStats", "-n", ns, "-b", live.broker)
+    rows = [line.split() for line in out.splitlines() if line.startswith(names.topic[:64])]
+    # topic, group, broker name, queue id, broker offset, consumer offset, diff, time
+    assert [r[1:7] for r in rows if r[1] == group] == [[group, name, "0", "3", "3", "0"]], out
+    assert "Diff Total: 0" in out
+    # RocketMQ's command copies with GET_CONSUME_STATS of the source group (routed through its
+    # retry topic) and UPDATE_CONSUMER_OFFSET; it must run without an error
+    await real_mqadmin(home, "cloneGroupOffset", "-n", ns, "-s", group, "-d", clone,
+                       "-t", names.topic, "-o", "true")  # fmt: skip
+
+    out = await real_mqadmin(home, "statsAll", "-n", ns, "-t", names.topic)
+    rows = [line.split() for line in out.splitlines() if line.startswith(names.topic[:64])]
+    # topic, group, accumulation, inTPS, outTPS, inMsg24Hour, outMsg24Hour
+    assert rows and all(r[-2] == "3" for r in rows), [
+        line for line in out.splitlines() if " - " not in line
+    ]
+
+    try:
+        out = await real_mqadmin(home, "wipeWritePerm", "-n", ns, "-b", name)
+        assert f"wipe write perm of broker[{name}] in name server[{ns}] OK" in out
+        _, route, _ = await amqadmin("topicRoute", "-n", ns, "-t", names.topic)
+        assert route["queueDatas"][0]["perm"] == 4
+    finally:
+        out = await real_mqadmin(home, "addWritePerm", "-n", ns, "-b", name)
+    assert f"add write perm of broker[{name}] in name server[{ns}] OK" in out
+    _, route, _ = await amqadmin("topicRoute", "-n", ns, "-t", names.topic)
+    assert route["queueDatas"][0]["perm"] == 6
