@@ -24,6 +24,7 @@ from rmq_ha.broker.handlers.config import check_update
 from rmq_ha.client import Admin, ConsumeStatus, MessageQueue, Producer, PushConsumer, SendStatus
 from rmq_ha.client.api import PULL_FLAG_SUBSCRIPTION
 from rmq_ha.client.errors import BrokerResponseError, RouteNotFoundError, SendError
+from rmq_ha.client.message import decode_messages
 from rmq_ha.config import BrokerConfig, NamesrvConfig, NotRuntimeKey
 from rmq_ha.controller import config_admin
 from rmq_ha.errors import ConfigError
@@ -48,7 +49,7 @@ from rmq_ha.protocol.admin import (
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
-from rmq_ha.protocol.message import parse_offset_msg_id
+from rmq_ha.protocol.message import offset_msg_id, parse_offset_msg_id
 from rmq_ha.protocol.models import MessageQueue as MQ
 from rmq_ha.protocol.models import TopicConfig
 from test_client_cluster import FAST_CLIENT, FAST_CONSUMER, FAST_PRODUCER, client_cluster
@@ -575,6 +576,53 @@ async def test_consumer_running_info_is_asked_of_the_consumer_itself(tmp_path: P
                     await a.instance.api.call(env.broker, RC.GET_CONSUMER_RUNNING_INFO, ext)
                 assert e.value.code == Resp.SYSTEM_ERROR
                 assert "The Consumer <rig> <nobody@1> not online" in str(e.value)
+
+
+async def test_consume_message_directly_hands_the_stored_message_to_one_consumer(
+    tmp_path: Path,
+) -> None:
+    """CONSUME_MESSAGE_DIRECTLY (309, the dashboard's resend): the broker reads the message the
+    offset msgId names and sends it, with brokerName and the topic's and group's sys flags, to
+    the one consumer client asked for; its answer comes back as it is."""
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("CMD", cluster="DefaultCluster", queue_nums=1, wait_for_route_s=5)
+        async with Producer("pg-cmd", ns, config=FAST_PRODUCER) as prod:
+            sent = await prod.send("CMD", "again please", tags="TagR")
+
+        def listener(msgs: Any, ctx: object) -> ConsumeStatus:
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        asked: list[tuple[dict[str, str], bytes | None]] = []
+        async with PushConsumer("cmdg", ns, "CMD", listener, config=FAST_CONSUMER) as c:
+
+            async def answer(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+                asked.append((dict(cmd.ext_fields), cmd.body))
+                return cmd.response(Resp.SUCCESS, None, None, b'{"consumeResult":"CR_SUCCESS"}')
+
+            c.instance.request_handlers[RC.CONSUME_MESSAGE_DIRECTLY] = answer
+            cid = c.instance.client_id
+
+            async def online() -> bool:
+                rc, _ = await mq("consumerConnection", "-n", ns, "-g", "cmdg", ok=False)
+                return rc == 0
+
+            await until(online)
+            async with Admin(ns, config=FAST_CLIENT) as a:
+                ext = {"consumerGroup": "cmdg", "clientId": cid, "msgId": sent.offset_msg_id,
+                       "topic": "CMD"}  # fmt: skip
+                r = await a.instance.api.call(env.broker, RC.CONSUME_MESSAGE_DIRECTLY, ext)
+                assert r.body == b'{"consumeResult":"CR_SUCCESS"}'
+                ((got_ext, body),) = asked
+                assert got_ext == {**ext, "brokerName": "broker-a", "topicSysFlag": "0",
+                                   "groupSysFlag": "0"}  # fmt: skip
+                (msg,) = decode_messages(body or b"", "broker-a")
+                assert (msg.body, msg.tags, msg.topic) == (b"again please", "TagR", "CMD")
+                with pytest.raises(BrokerResponseError) as e:
+                    bad = {**ext, "msgId": offset_msg_id("127.0.0.1", 10911, 1 << 40)}
+                    await a.instance.api.call(env.broker, RC.CONSUME_MESSAGE_DIRECTLY, bad)
+                assert e.value.code == Resp.SYSTEM_ERROR and "no message" in str(e.value)
 
 
 # --- name server: write permission and config ------------------------------------------------

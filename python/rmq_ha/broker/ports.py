@@ -20,6 +20,7 @@ from rmq_ha.broker.metrics import Traffic
 from rmq_ha.broker.offsets import ConsumerOffsetManager
 from rmq_ha.config import BrokerConfig
 from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.admin import SubscriptionGroupConfig
 from rmq_ha.protocol.models import DataVersion, TopicConfig
 from rmq_ha.store import AsyncStore
 
@@ -150,6 +151,10 @@ class SubscriptionGroups(Protocol):
 
     def ensure(self, group: str) -> bool:
         """Creates a default config for a group without one; True when it did."""
+        ...
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, None without one."""
         ...
 
 

@@ -11,7 +11,7 @@ from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.sqlfilter import SqlFilterError, compile_sql
 from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.clock import wall_ms as now_ms
-from rmq_ha.errors import RemotingError, RemotingTimeoutError
+from rmq_ha.errors import RemotingError, RemotingTimeoutError, RmqHaError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.codes import RequestCode as RC
@@ -22,6 +22,7 @@ from rmq_ha.protocol.headers import (
     NotifyConsumerIdsChangedRequestHeader,
     UnregisterClientRequestHeader,
 )
+from rmq_ha.protocol.message import parse_offset_msg_id
 from rmq_ha.protocol.models import (
     CheckClientRequestBody,
     ExpressionType,
@@ -116,18 +117,19 @@ def register(d: Dispatcher, p: Ports) -> None:
             return cmd.response(Resp.SUBSCRIPTION_PARSE_FAILED, str(e))
         return cmd.response(Resp.SUCCESS)
 
-    async def consumer_running_info(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """GET_CONSUMER_RUNNING_INFO (307: mqadmin consumerStatus, the dashboard's client
-        view): asked of the consumer itself, its answer relayed as it is (RocketMQ's
-        AdminBrokerProcessor.callConsumer)."""
-        group = cmd.ext_fields.get("consumerGroup", "")
-        client_id = cmd.ext_fields.get("clientId", "")
+    async def call_consumer(
+        cmd: RemotingCommand, ext: dict[str, str], body: bytes | None
+    ) -> RemotingCommand:
+        """Asks the consumer named by consumerGroup/clientId over its own connection and
+        relays its answer as it is (RocketMQ's AdminBrokerProcessor.callConsumer)."""
+        group = ext.get("consumerGroup", "")
+        client_id = ext.get("clientId", "")
         target = p.clients.consumer_connection(group, client_id)
         if target is None:
             return cmd.response(
                 Resp.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
             )
-        ask = RemotingCommand.request(cmd.code, dict(cmd.ext_fields), cmd.body)
+        ask = RemotingCommand.request(cmd.code, ext, body)
         try:
             answer = await target.request(ask, CALL_CLIENT_TIMEOUT_S)
         except RemotingTimeoutError as e:
@@ -140,7 +142,32 @@ def register(d: Dispatcher, p: Ports) -> None:
             )
         return cmd.response(answer.code, answer.remark, dict(answer.ext_fields), answer.body)
 
+    async def consumer_running_info(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (307: mqadmin consumerStatus, the dashboard's client
+        view): asked of the consumer itself."""
+        return await call_consumer(cmd, dict(cmd.ext_fields), cmd.body)
+
+    async def consume_message_directly(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY (309: the dashboard's "resend", mqadmin
+        consumeMessage): the stored message named by msgId (an offset message id) is handed
+        to one consumer client, which consumes it and answers how that went."""
+        ext = dict(cmd.ext_fields)
+        ext["brokerName"] = p.cfg.broker_name
+        tc = p.topics.get(ext.get("topic") or "")
+        if tc is not None:
+            ext["topicSysFlag"] = str(tc.topic_sys_flag)
+        group_cfg = p.subgroups.get(ext.get("consumerGroup") or "")
+        if group_cfg is not None:
+            ext["groupSysFlag"] = str(group_cfg.group_sys_flag)
+        try:
+            offset = parse_offset_msg_id(ext.get("msgId") or "")[2]
+            record = p.store.native.read_record(offset).tobytes()
+        except (ValueError, RmqHaError) as e:
+            return cmd.response(Resp.SYSTEM_ERROR, f"no message {ext.get('msgId')!r}: {e}")
+        return await call_consumer(cmd, ext, record)
+
     d.register(RC.GET_CONSUMER_RUNNING_INFO, consumer_running_info)
+    d.register(RC.CONSUME_MESSAGE_DIRECTLY, consume_message_directly)
     d.register(RC.HEART_BEAT, heartbeat)
     d.register(RC.CHECK_CLIENT_CONFIG, check_client_config)
     d.register(RC.UNREGISTER_CLIENT, unregister_client)
