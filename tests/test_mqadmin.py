@@ -33,6 +33,7 @@ from rmq_ha.protocol.admin import (
     ConsumeStats,
     ConsumeStatsList,
     CreateTopicListRequestBody,
+    GetConsumerStatusBody,
     GetTopicConfigRequestHeader,
     OffsetWrapper,
     ProducerTableInfo,
@@ -623,6 +624,56 @@ async def test_consume_message_directly_hands_the_stored_message_to_one_consumer
                     bad = {**ext, "msgId": offset_msg_id("127.0.0.1", 10911, 1 << 40)}
                     await a.instance.api.call(env.broker, RC.CONSUME_MESSAGE_DIRECTLY, bad)
                 assert e.value.code == Resp.SYSTEM_ERROR and "no message" in str(e.value)
+
+
+STATUS = RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS
+
+
+async def test_consumer_status_is_asked_of_every_client_of_the_group(tmp_path: Path) -> None:
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, mqadmin getConsumerStatus): the broker asks
+    each online client of the group (GET_CONSUMER_STATUS_FROM_CLIENT, 221) for the offsets it
+    holds and answers them by client id; no client online: RocketMQ's remark."""
+    async with client_cluster(tmp_path) as env:
+        ns = env.namesrv
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            await a.create_topic("CST", cluster="DefaultCluster", queue_nums=2, wait_for_route_s=5)
+
+        def listener(msgs: Any, ctx: object) -> ConsumeStatus:
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        mq0, mq1 = MQ("CST", "broker-a", 0), MQ("CST", "broker-a", 1)
+        async with PushConsumer("csg", ns, "CST", listener, config=FAST_CONSUMER) as c:
+
+            async def answer(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+                assert (cmd.ext_fields["topic"], cmd.ext_fields["group"]) == ("CST", "csg")
+                body = GetConsumerStatusBody(message_queue_table={mq0: 5, mq1: 7})
+                return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+            c.instance.request_handlers[RC.GET_CONSUMER_STATUS_FROM_CLIENT] = answer
+            cid = c.instance.client_id
+
+            async def online() -> bool:
+                rc, _ = await mq("consumerConnection", "-n", ns, "-g", "csg", ok=False)
+                return rc == 0
+
+            await until(online)
+            async with Admin(ns, config=FAST_CLIENT) as a:
+                ext = {"topic": "CST", "group": "csg"}
+                r = await a.instance.api.call(
+                    env.broker, RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, ext
+                )
+                got = GetConsumerStatusBody.from_json(r.body)
+                assert got.consumer_table == {cid: {mq0: 5, mq1: 7}}
+                ext = {**ext, "clientAddr": "nobody@1"}
+                r = await a.instance.api.call(
+                    env.broker, RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, ext
+                )
+                assert GetConsumerStatusBody.from_json(r.body).consumer_table == {}
+        async with Admin(ns, config=FAST_CLIENT) as a:
+            with pytest.raises(BrokerResponseError) as e:
+                ext = {"topic": "CST", "group": "csg"}
+                await a.instance.api.call(env.broker, STATUS, ext)
+            assert "No Any Consumer online in the consumer group: [csg]" in str(e.value)
 
 
 # --- name server: write permission and config ------------------------------------------------

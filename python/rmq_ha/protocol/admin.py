@@ -261,6 +261,22 @@ class ViewBrokerStatsDataRequestHeader(RpcRequestHeader):
     stats_key: str
 
 
+@dataclass(kw_only=True, slots=True)
+class GetConsumerStatusRequestHeader(RpcRequestHeader):
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): the offsets every client of `group` holds
+    for `topic` (or only the client `client_addr`, its client id), asked of the clients
+    (GET_CONSUMER_STATUS_FROM_CLIENT, 221, the same header)."""
+
+    CODES: ClassVar[tuple[int, ...]] = (
+        RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+        RC.GET_CONSUMER_STATUS_FROM_CLIENT,
+    )
+
+    topic: str
+    group: str
+    client_addr: str | None = None
+
+
 ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     GetConsumerConnectionListRequestHeader,
     GetProducerConnectionListRequestHeader,
@@ -282,6 +298,7 @@ ADMIN_REQUEST_HEADERS: Final[tuple[type[CommandHeader], ...]] = (
     CloneGroupOffsetRequestHeader,
     GetSubscriptionGroupConfigRequestHeader,
     ViewBrokerStatsDataRequestHeader,
+    GetConsumerStatusRequestHeader,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -582,6 +599,48 @@ class ResetOffsetBody:
                 raise BodyDecodeError(f"expected an integer offset, got {v!r}", "$.offsetTable")
             out[mq] = v
         return cls(out)
+
+
+@dataclass(slots=True)
+class GetConsumerStatusBody:
+    """GET_CONSUMER_STATUS_FROM_CLIENT (221) answer (a client's `message_queue_table`) and
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) answer (`consumer_table`: client id -> its
+    table); MessageQueue-keyed maps as fastjson writes them."""
+
+    message_queue_table: dict[MessageQueue, int] = field(default_factory=dict)
+    consumer_table: dict[str, dict[MessageQueue, int]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        clients = ",".join(
+            json.dumps(cid) + ":" + dumps_mq_map(t, int)
+            for cid, t in sorted(self.consumer_table.items())
+        )
+        table = dumps_mq_map(self.message_queue_table, int)
+        return ('{"consumerTable":{' + clients + '},"messageQueueTable":' + table + "}").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str | None) -> GetConsumerStatusBody:
+        doc = loads_fastjson(data)
+
+        def offsets(t: dict[MessageQueue, Any], where: str) -> dict[MessageQueue, int]:
+            for v in t.values():
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise BodyDecodeError(f"expected an integer offset, got {v!r}", where)
+            return dict(t)
+
+        mine = (
+            offsets(_mq_table_of(doc, "messageQueueTable"), "$.messageQueueTable")
+            if isinstance(doc, dict) and doc.get("messageQueueTable") is not None
+            else {}
+        )
+        raw = doc.get("consumerTable") if isinstance(doc, dict) else None
+        if raw is not None and not isinstance(raw, dict):
+            raise BodyDecodeError("expected an object", "$.consumerTable")
+        table = {
+            str(cid): offsets(_mq_table_of({"t": t}, "t"), f"$.consumerTable.{cid}")
+            for cid, t in (raw or {}).items()
+        }
+        return cls(mine, table)
 
 
 def _obj(v: JsonModel) -> Any:

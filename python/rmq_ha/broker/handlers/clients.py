@@ -14,6 +14,7 @@ from rmq_ha.clock import wall_ms as now_ms
 from rmq_ha.errors import RemotingError, RemotingTimeoutError, RmqHaError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
+from rmq_ha.protocol.admin import GetConsumerStatusBody, GetConsumerStatusRequestHeader
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
@@ -22,6 +23,7 @@ from rmq_ha.protocol.headers import (
     NotifyConsumerIdsChangedRequestHeader,
     UnregisterClientRequestHeader,
 )
+from rmq_ha.protocol.json_compat import BodyDecodeError
 from rmq_ha.protocol.message import parse_offset_msg_id
 from rmq_ha.protocol.models import (
     CheckClientRequestBody,
@@ -166,6 +168,33 @@ def register(d: Dispatcher, p: Ports) -> None:
             return cmd.response(Resp.SYSTEM_ERROR, f"no message {ext.get('msgId')!r}: {e}")
         return await call_consumer(cmd, ext, record)
 
+    async def consumer_status(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, mqadmin getConsumerStatus): each online
+        client of the group (or the one named) is asked for the offsets it holds for the
+        topic (GET_CONSUMER_STATUS_FROM_CLIENT, 221); a client that does not answer is left
+        out, as in RocketMQ's Broker2Client.getConsumeStatus."""
+        h = GetConsumerStatusRequestHeader.from_ext(cmd.ext_fields)
+        g = p.clients.consumers.get(h.group)
+        if g is None or not g.clients:
+            return cmd.response(
+                Resp.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{h.group}]"
+            )
+        ask_ext = GetConsumerStatusRequestHeader(topic=h.topic, group=h.group).to_ext()
+        table = {}
+        for cid, info in sorted(g.clients.items()):
+            if h.client_addr and h.client_addr != cid:
+                continue
+            ask = RemotingCommand.request(RC.GET_CONSUMER_STATUS_FROM_CLIENT, ask_ext)
+            try:
+                answer = await info.conn.request(ask, CALL_CLIENT_TIMEOUT_S)
+                if answer.code == Resp.SUCCESS and answer.body:
+                    table[cid] = GetConsumerStatusBody.from_json(answer.body).message_queue_table
+            except (RemotingError, BodyDecodeError) as e:
+                log.warning("consumer status of %s (%s) not known: %s", cid, h.group, e)
+        body = GetConsumerStatusBody(consumer_table=table)
+        return cmd.response(Resp.SUCCESS, None, None, body.to_json())
+
+    d.register(RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, consumer_status)
     d.register(RC.GET_CONSUMER_RUNNING_INFO, consumer_running_info)
     d.register(RC.CONSUME_MESSAGE_DIRECTLY, consume_message_directly)
     d.register(RC.HEART_BEAT, heartbeat)
