@@ -312,6 +312,54 @@ async def test_open_store_logs_what_recovery_did(
     assert len(errors) == 1 and f"at {recs[100].offset}" in errors[0]
 
 
+@pytest.mark.parametrize("also", ["nothing", "the manifest"])
+def test_deleted_last_segments_are_reported_as_missing_durable_bytes(
+    open_native: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, also: str
+) -> None:
+    """The last commitlog segments deleted from outside (after a clean close): their records
+    had been fsynced, so the open reports missing durable bytes at ERROR (it used to say
+    nothing when the remaining log ended exactly at a segment end), and the queues end where
+    the log ends."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    recs = write(s, 12_000)
+    end = recs[-1].end
+    s.close()
+    last_start = end - end % MIB
+    os.remove(segment_path(root, last_start))
+    if also == "the manifest":
+        os.remove(root / "cqmanifest")
+    s = open_native(root, segment_size=MIB)
+    report = s.open_report
+    assert report["missing_durable"] == (last_start, end)
+    with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
+        log_open_report(report, store="s")
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("bytes of fsynced data are missing" in m for m in errors), errors
+    got, skipped = read_back(s)
+    assert not skipped and len(got) == sum(1 for r in recs if r.end <= last_start)
+
+
+def test_an_unreadable_manifest_rebuilds_every_queue(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """A damaged consume-queue manifest plus a damaged queue: without the manifest's counts
+    the damage cannot be told from a short queue, so every queue is rebuilt from the log (a
+    queue used to open empty and give its offsets out again)."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    recs = write(s, 4000)
+    s.close()
+    flip(root / "cqmanifest", 20, 1)
+    shutil.rmtree(root / "consumequeue" / TOPIC / "1")
+    s = open_native(root, segment_size=MIB)
+    rebuilt = {(t, q) for t, q, _ in s.open_report["cq_rebuilt"]}
+    assert rebuilt == {(TOPIC, q) for q in range(QUEUES)}
+    assert s.next_queue_offset(TOPIC, 1) == sum(1 for r in recs if r.queue_id == 1)
+    got, skipped = read_back(s)
+    assert not skipped and len(got) == len(recs)
+
+
 async def test_a_quarantine_list_read_from_its_backup_names_the_main_files_problem(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

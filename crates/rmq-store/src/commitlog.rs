@@ -510,6 +510,10 @@ impl CommitLog {
         let segs: Vec<Arc<Segment>> = self.shared.segments().clone();
         report.durable_offset = durable;
         let Some(first) = segs.first() else {
+            if durable > 0 {
+                // every segment is gone, yet bytes had been fsynced
+                report.missing_durable = Some((0, durable));
+            }
             return Ok(());
         };
         let last_start = segs.last().map_or(first.start, |s| s.start);
@@ -521,7 +525,11 @@ impl CommitLog {
         report.quarantined = v.bad;
         let end = v.end;
         let Some((stop_at, reason)) = v.stop else {
-            // Ran off the last segment exactly at its end (it ended with a filler).
+            // Ran off the last segment exactly at its end (it ended with a filler). Below the
+            // durable point, the segments after it are gone (deleted from outside).
+            if end < durable {
+                report.missing_durable = Some((end, durable));
+            }
             self.shared.max_offset.store(end, Ordering::Release);
             self.shared.flushed.store(end, Ordering::Release);
             report.valid_end = end;

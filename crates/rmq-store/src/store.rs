@@ -938,11 +938,33 @@ impl Store {
                     floors.insert(key, e.max_offset);
                 }
             }
+            // Without a readable manifest no queue's count can be checked: with records
+            // dispatched, every queue is rebuilt from the commitlog (a damaged queue would
+            // otherwise hide records and give their offsets out again). A store written
+            // before the manifest existed pays this once.
             Some(Err(why)) => {
+                rebuild_all = min < dispatch_start;
+                if rebuild_all {
+                    for key in cqs.keys() {
+                        rebuild.entry(key.clone()).or_insert(format!(
+                            "the consume-queue manifest is unreadable ({why}): every queue is \
+                             rebuilt"
+                        ));
+                    }
+                }
                 cq_manifest_problem = Some(why);
-                rebuild_all = cqs.is_empty() && min < dispatch_start;
             }
-            None => rebuild_all = cqs.is_empty() && min < dispatch_start,
+            None => {
+                rebuild_all = min < dispatch_start;
+                if rebuild_all {
+                    for key in cqs.keys() {
+                        rebuild.entry(key.clone()).or_insert(
+                            "the consume-queue manifest is missing: every queue is rebuilt"
+                                .to_string(),
+                        );
+                    }
+                }
+            }
         }
         for key in rebuild.keys() {
             if let Some(q) = cqs.get_mut(key) {
