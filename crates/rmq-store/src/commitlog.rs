@@ -424,7 +424,9 @@ impl CommitLog {
                         "commitlog segment missing: the log starts at {} but the checkpoint \
                          says it starts at {want}, and retention did not delete the segments \
                          in between; restore them, or delete the checkpoint file to start \
-                         without their records (the whole log is then validated again)",
+                         without their records (the whole log is then validated again with \
+                         nothing known durable: a damaged record then cuts the log after it, \
+                         so check the log first, e.g. with a replica)",
                         segment_name(first)
                     ),
                 });
