@@ -420,9 +420,10 @@ async def send_message(
     if isinstance(queue_id, RemotingCommand):
         return queue_id
     body = cmd.body or b""
-    # every stored message names its region, the trace switch and the cluster (RocketMQ's
-    # send processors do: a traced consumer reports only messages naming their region, a
-    # request-reply consumer addresses its reply from the cluster), as the native path does
+    # every message sent alone is stored naming its region, the trace switch and the cluster
+    # (RocketMQ's send processors do: a traced consumer reports only messages naming their
+    # region, a request-reply consumer addresses its reply from the cluster); a batch's
+    # messages are not (neither in RocketMQ); as the native path does
     cluster = p.cfg.cluster_name
 
     def stamp(pr: bytes) -> bytes:
@@ -445,7 +446,8 @@ async def send_message(
         topic, store_qid, props, sys_flag = special.route_send(topic, queue_id, props, sys_flag)
     try:
         entries = (
-            [(f, b, stamp(pr)) for f, b, pr in decode_batch_body(body)]
+            # a batch's messages keep their own properties only (as RocketMQ stores them)
+            [(f, b, pr) for f, b, pr in decode_batch_body(body)]
             if is_batch
             else [(h.flag, body, props)]
         )
