@@ -12,6 +12,7 @@ import pytest
 from rmq_ha.client import Admin, MessageQueue, Producer
 from rmq_ha.client.api import PULL_FLAG_SUBSCRIPTION, PullStatus
 from rmq_ha.client.errors import BrokerResponseError
+from rmq_ha.protocol.admin import QueryConsumeQueueResponseBody
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.models import CheckClientRequestBody, SubscriptionData
@@ -64,6 +65,24 @@ async def test_sql92_pulls_serve_only_matching_messages(tmp_path: Path) -> None:
                 ).to_json()
 
             api = a.instance.api
+            # the pulls' subscription is remembered for the group (RocketMQ's
+            # compensateSubscribeData): queryCq shows it
+            ext = {"topic": "SqlT", "queueId": "0", "index": "0", "count": "1",
+                   "consumerGroup": "cg-sql"}  # fmt: skip
+            r = await api.call(env.broker, RC.QUERY_CONSUME_QUEUE, ext)
+            cq = QueryConsumeQueueResponseBody.from_json(r.body)
+            assert cq.filter_data is None and cq.subscription_data is not None
+            assert cq.subscription_data.expression_type == "SQL92"
+            # a queue id the topic does not have: INVALID_PARAMETER, naming the consumer
+            with pytest.raises(BrokerResponseError) as e:
+                await a.instance.api.pull(
+                    env.broker, "broker-a", group="cg-sql",
+                    mq=MessageQueue("SqlT", "broker-a", 7), offset=0, max_nums=1,
+                    sys_flag=PULL_FLAG_SUBSCRIPTION, subscription="*",
+                )  # fmt: skip
+            assert e.value.code == Resp.INVALID_PARAMETER and "consumer:[/127.0.0.1:" in str(
+                e.value
+            )
             r = await api.call(env.broker, RC.CHECK_CLIENT_CONFIG, None, check("n > 1"))
             assert r.code == Resp.SUCCESS
             with pytest.raises(BrokerResponseError) as e:

@@ -34,6 +34,9 @@ class ClientManager:
         self.expire_ms = expire_ms
         self.consumers: dict[str, ConsumerGroup] = {}
         self.producers: dict[str, dict[str, ClientInfo]] = {}
+        #: (group, topic) -> the subscription a pull carried (bounded by the groups and
+        #: topics that pull)
+        self.compensated: dict[tuple[str, str], SubscriptionData] = {}
 
     def register_consumer(self, data: ConsumerData, info: ClientInfo) -> bool:
         """Returns True when the group's membership changed."""
@@ -92,8 +95,16 @@ class ClientManager:
         return sorted(g.clients) if g else []
 
     def subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        """The group's subscription to `topic`: from its members' heartbeats, else the one
+        its last pull carried (RocketMQ's compensateSubscribeData)."""
         g = self.consumers.get(group)
-        return g.subscriptions.get(topic) if g else None
+        sub = g.subscriptions.get(topic) if g else None
+        return sub if sub is not None else self.compensated.get((group, topic))
+
+    def compensate(self, group: str, sub: SubscriptionData) -> None:
+        """A pull that carried its subscription (a pull consumer without heartbeat
+        subscriptions): remembered for the admin views (queryCq, consume stats)."""
+        self.compensated[(group, sub.topic)] = sub
 
     def producer_by_id(self, client_id: str) -> Connection | None:
         """The live connection of the producer client ``client_id`` (any group): where a

@@ -72,7 +72,7 @@ from rmq_ha.client.message import (
 )
 from rmq_ha.client.offsets import RemoteBrokerOffsetStore
 from rmq_ha.protocol.codes import ResponseCode as Resp
-from rmq_ha.protocol.message import PROPERTY_RETRY_TOPIC, java_hash, parse_tag_expression
+from rmq_ha.protocol.message import PROPERTY_RETRY_TOPIC
 from rmq_ha.protocol.models import (
     ConsumerData,
     ConsumeType,
@@ -141,15 +141,7 @@ async def _call(fn: Callable[..., Awaitable[T] | T], *args: Any) -> T:
 
 def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
     """FilterAPI.buildSubscriptionData for TAG expressions."""
-    tags = parse_tag_expression(expression)
-    return SubscriptionData(
-        topic=topic,
-        sub_string="*" if tags is None else (expression or "*").strip(),
-        tags_set=set(tags or ()),
-        code_set={java_hash(t) for t in tags or ()},
-        sub_version=int(time.time() * 1000),
-        expression_type="TAG",
-    )
+    return SubscriptionData.build(topic, expression, "TAG", int(time.time() * 1000))
 
 
 def filter_by_tags(msgs: list[MessageExt], sub: SubscriptionData) -> list[MessageExt]:

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from rmq_ha.protocol.jsonmodel import JsonModel, json_name
+from rmq_ha.protocol.message import java_hash, parse_tag_expression
 from rmq_ha.protocol.perm import PERM_RW
 
 #: `MixAll.MASTER_ID`: the master's broker id in every Long-keyed address map.
@@ -238,6 +239,29 @@ class SubscriptionData(JsonModel):
     code_set: set[int] = field(default_factory=set)
     sub_version: int = 0
     expression_type: str = ExpressionType.TAG
+
+    @classmethod
+    def build(
+        cls, topic: str, expression: str | None, expression_type: str | None, sub_version: int
+    ) -> SubscriptionData:
+        """RocketMQ's FilterAPI.build: a tag expression's tags and their hash codes; any
+        other expression (SQL92) kept as it is."""
+        if expression_type and expression_type != ExpressionType.TAG:
+            return cls(
+                topic=topic,
+                sub_string=expression or "",
+                sub_version=sub_version,
+                expression_type=expression_type,
+            )
+        tags = parse_tag_expression(expression)
+        return cls(
+            topic=topic,
+            sub_string="*" if tags is None else (expression or "*").strip(),
+            tags_set=set(tags or ()),
+            code_set={java_hash(t) for t in tags or ()},
+            sub_version=sub_version,
+            expression_type=ExpressionType.TAG,
+        )
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from rmq_ha.protocol.message import decode_properties, java_hash, parse_tag_expression
-from rmq_ha.protocol.models import ExpressionType
+from rmq_ha.protocol.models import ExpressionType, SubscriptionData
 from rmq_ha.protocol.perm import is_readable
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -45,7 +45,7 @@ MAX_PULL_BYTES = 4 << 20
 
 def register(d: Dispatcher, p: Ports) -> None:
     async def pull(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return await pull_message(p, cmd)
+        return await pull_message(p, cmd, conn.peer)
 
     d.register(RC.PULL_MESSAGE, pull)
     d.register(RC.LITE_PULL_MESSAGE, pull)
@@ -58,6 +58,10 @@ def _filter(
     filter (checked against each record's properties); or the refusal (code, remark)."""
     if h.sys_flag & FLAG_SUBSCRIPTION:
         expr, etype = h.subscription, h.expression_type
+        if (h.consumer_group, h.topic) not in p.clients.compensated:
+            p.clients.compensate(
+                h.consumer_group, SubscriptionData.build(h.topic, expr, etype, h.sub_version or 0)
+            )
     else:
         sub = p.clients.subscription(h.consumer_group, h.topic)
         expr, etype = (sub.sub_string, sub.expression_type) if sub is not None else (None, None)
@@ -96,7 +100,7 @@ def _sql_matching(body: bytes, sql: SqlFilter) -> tuple[bytes, int]:
     return b"".join(kept), len(kept)
 
 
-async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
+async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> RemotingCommand:
     h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
     if not is_readable(p.cfg.broker_permission):
         return cmd.response(
@@ -113,9 +117,9 @@ async def pull_message(p: Ports, cmd: RemotingCommand) -> RemotingCommand:
         )
     if not 0 <= h.queue_id < tc.read_queue_nums:
         return cmd.response(
-            Resp.SYSTEM_ERROR,
+            Resp.INVALID_PARAMETER,
             f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
-            f"[{tc.read_queue_nums}]",
+            f"[{tc.read_queue_nums}] consumer:[/{peer}]",
         )
     refusal = p.subgroups.consume_refusal(h.consumer_group)
     if refusal is not None:
