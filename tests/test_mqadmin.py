@@ -75,6 +75,16 @@ async def table(*argv: str) -> list[str]:
     return buf.getvalue().splitlines()
 
 
+def group_online(ns: str, group: str) -> Any:
+    """A predicate for `until`: the group has a consumer online (consumerConnection works)."""
+
+    async def online() -> bool:
+        rc, _ = await mq("consumerConnection", "-n", ns, "-g", group, ok=False)
+        return rc == 0
+
+    return online
+
+
 async def wall_clock_past(ms: int) -> None:
     """Waits until this process's wall clock (the in-process broker's too) reaches `ms`."""
     while int(time.time() * 1000) < ms:
@@ -562,11 +572,7 @@ async def test_consumer_running_info_is_asked_of_the_consumer_itself(tmp_path: P
             c.instance.request_handlers[RC.GET_CONSUMER_RUNNING_INFO] = answer
             cid = c.instance.client_id
 
-            async def online() -> bool:
-                rc, _ = await mq("consumerConnection", "-n", ns, "-g", "rig", ok=False)
-                return rc == 0
-
-            await until(online)
+            await until(group_online(ns, "rig"))
             async with Admin(ns, config=FAST_CLIENT) as a:
                 ext = {"consumerGroup": "rig", "clientId": cid, "jstackEnable": "false"}
                 r = await a.instance.api.call(env.broker, RC.GET_CONSUMER_RUNNING_INFO, ext)
@@ -605,11 +611,7 @@ async def test_consume_message_directly_hands_the_stored_message_to_one_consumer
             c.instance.request_handlers[RC.CONSUME_MESSAGE_DIRECTLY] = answer
             cid = c.instance.client_id
 
-            async def online() -> bool:
-                rc, _ = await mq("consumerConnection", "-n", ns, "-g", "cmdg", ok=False)
-                return rc == 0
-
-            await until(online)
+            await until(group_online(ns, "cmdg"))
             async with Admin(ns, config=FAST_CLIENT) as a:
                 ext = {"consumerGroup": "cmdg", "clientId": cid, "msgId": sent.offset_msg_id,
                        "topic": "CMD"}  # fmt: skip
@@ -652,11 +654,7 @@ async def test_consumer_status_is_asked_of_every_client_of_the_group(tmp_path: P
             c.instance.request_handlers[RC.GET_CONSUMER_STATUS_FROM_CLIENT] = answer
             cid = c.instance.client_id
 
-            async def online() -> bool:
-                rc, _ = await mq("consumerConnection", "-n", ns, "-g", "csg", ok=False)
-                return rc == 0
-
-            await until(online)
+            await until(group_online(ns, "csg"))
             async with Admin(ns, config=FAST_CLIENT) as a:
                 ext = {"topic": "CST", "group": "csg"}
                 r = await a.instance.api.call(
@@ -811,7 +809,12 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
             ext = {"group": "cg2", "topic": "ST"}
             resp = await api.call(broker, RC.QUERY_SUBSCRIPTION_BY_CONSUMER, ext)
             sub = QuerySubscriptionResponseBody.from_json(resp.body)
-            assert (sub.group, sub.topic, sub.subscription_data) == ("cg2", "ST", None)
+            # no member online: the subscription its pull carried (compensateSubscribeData)
+            assert (sub.group, sub.topic) == ("cg2", "ST")
+            assert sub.subscription_data is not None and sub.subscription_data.sub_string == "*"
+            ext = {"group": "cg-none", "topic": "ST"}
+            resp = await api.call(broker, RC.QUERY_SUBSCRIPTION_BY_CONSUMER, ext)
+            assert QuerySubscriptionResponseBody.from_json(resp.body).subscription_data is None
 
             resp = await api.call(broker, RC.QUERY_CONSUME_TIME_SPAN, ext)
             spans = QueryConsumeTimeSpanBody.from_json(resp.body).consume_time_span_set
@@ -824,11 +827,11 @@ async def test_broker_consume_stats_topics_subscription_time_span_and_cq(tmp_pat
             assert e.value.code == Resp.TOPIC_NOT_EXIST
 
             ext = {"topic": "ST", "queueId": "0", "index": "3", "count": "100",
-                   "consumerGroup": "cg2"}  # fmt: skip
+                   "consumerGroup": "cg-offline"}  # fmt: skip
             resp = await api.call(broker, RC.QUERY_CONSUME_QUEUE, ext)
             cq = QueryConsumeQueueResponseBody.from_json(resp.body)
             assert (cq.min_queue_index, cq.max_queue_index) == (0, 8)
-            assert cq.filter_data == "cg2@ST is not online!"
+            assert cq.filter_data == "cg-offline@ST is not online!"
             units = [(u.physic_offset, u.physic_size) for u in cq.queue_data]
             assert len(units) == 5 and units == sorted(units)
             assert [u[0] for u in units[:2]] == [
