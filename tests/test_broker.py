@@ -198,8 +198,11 @@ async def test_offsets_out_of_range_are_corrected(tmp_path: Path) -> None:
         assert (r.code, r.ext_fields["nextBeginOffset"]) == (Resp.PULL_OFFSET_MOVED, "3")
         r = await c.client.invoke(c.broker, pull_cmd("OR", 1, 5))  # empty queue, non-zero offset
         assert (r.code, r.ext_fields["nextBeginOffset"]) == (Resp.PULL_OFFSET_MOVED, "0")
-        r = await c.client.invoke(c.broker, pull_cmd("OR", 9, 0))
-        assert r.code == Resp.SYSTEM_ERROR and "queueId" in (r.remark or "")
+        r = await c.client.invoke(
+            c.broker, pull_cmd("OR", 9, 0)
+        )  # RocketMQ: 29, naming the consumer
+        assert r.code == Resp.INVALID_PARAMETER and "queueId" in (r.remark or "")
+        assert "consumer:[/127.0.0.1:" in (r.remark or "")
         r = await c.client.invoke(c.broker, pull_cmd("Missing", 0, 0))
         assert r.code == Resp.TOPIC_NOT_EXIST
 
