@@ -265,7 +265,7 @@ async def test_rocketmqs_own_mqadmin_runs_the_operator_commands(
     rows = [line.split() for line in out.splitlines() if line.startswith(names.topic[:64])]
     # topic, group, broker name, queue id, broker offset, consumer offset, diff, time
     assert [r[1:7] for r in rows if r[1] == group] == [[group, name, "0", "3", "3", "0"]], out
-    assert "Diff Total: 0" in out
+    assert "Diff Total: " in out  # the broker's total: other tests' groups share the cluster
     # RocketMQ's command copies with GET_CONSUME_STATS of the source group (routed through its
     # retry topic) and UPDATE_CONSUMER_OFFSET; it must run without an error
     await real_mqadmin(home, "cloneGroupOffset", "-n", ns, "-s", group, "-d", clone,
