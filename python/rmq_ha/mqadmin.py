@@ -366,10 +366,8 @@ async def stats_all(a: Admin, args: argparse.Namespace) -> Output:
             got = await a.topic_stats_data(topic, group)
             out_tps, out_day = got or (0.0, 0)
             stats = await a.consume_stats(group, topic)
-            backlog = sum(max(0, w.broker_offset - w.consumer_offset)
-                          for w in stats.offset_table.values())  # fmt: skip
             if not args.active or in_day > 0 or out_day > 0:
-                out.add(topic=topic, group=group, accumulation=backlog,
+                out.add(topic=topic, group=group, accumulation=stats.total_diff(),
                         inTps=round(in_tps, 2), outTps=round(out_tps, 2),
                         inMsg24Hour=in_day, outMsg24Hour=out_day)  # fmt: skip
     return out
@@ -391,7 +389,7 @@ async def broker_consume_stats(a: Admin, args: argparse.Namespace) -> Output:
                         queueId=mq.queue_id,
                         brokerOffset=w.broker_offset,
                         consumerOffset=w.consumer_offset,
-                        diff=max(0, w.broker_offset - w.consumer_offset),
+                        diff=w.diff,
                         lastTimestamp=w.last_timestamp,
                     )
     out.doc = {"brokerAddr": body.broker_addr, "totalDiff": body.total_diff, "queues": out.rows}
@@ -415,7 +413,7 @@ async def consumer_progress(a: Admin, args: argparse.Namespace) -> Output:
     )
     total = 0
     for mq, w in sorted(stats.offset_table.items()):
-        diff = max(0, w.broker_offset - w.consumer_offset)
+        diff = w.diff
         total += diff
         out.add(
             topic=mq.topic,
@@ -440,7 +438,7 @@ async def _all_groups_progress(a: Admin, args: argparse.Namespace) -> Output:
     out = Output(["group", "count", "consumeType", "messageModel", "consumeTps", "diffTotal"])
     for group in await a.consumer_groups(args.cluster):
         stats = await a.consume_stats(group, args.topic, cluster=args.cluster)
-        diff = sum(max(0, w.broker_offset - w.consumer_offset) for w in stats.offset_table.values())
+        diff = stats.total_diff()
         try:
             cc = await a.consumer_connection(group, args.cluster)
             count, ctype, model = len(cc.connection_set), cc.consume_type, cc.message_model

@@ -908,7 +908,7 @@ impl Store {
         let mut topic_floors: HashMap<String, u64> = HashMap::new();
         let mut cq_manifest_problem = None;
         let mut rebuild_all = false;
-        match cq_manifest::load(&cfg.root)? {
+        let manifest_lost = match cq_manifest::load(&cfg.root)? {
             Some(Ok(entries)) => {
                 for e in entries {
                     if e.queue_id == FLOOR_QID {
@@ -937,32 +937,26 @@ impl Store {
                     }
                     floors.insert(key, e.max_offset);
                 }
+                None
             }
-            // Without a readable manifest no queue's count can be checked: with records
-            // dispatched, every queue is rebuilt from the commitlog (a damaged queue would
-            // otherwise hide records and give their offsets out again). A store written
-            // before the manifest existed pays this once.
             Some(Err(why)) => {
-                rebuild_all = min < dispatch_start;
-                if rebuild_all {
-                    for key in cqs.keys() {
-                        rebuild.entry(key.clone()).or_insert(format!(
-                            "the consume-queue manifest is unreadable ({why}): every queue is \
-                             rebuilt"
-                        ));
-                    }
-                }
+                let what = format!("the consume-queue manifest is unreadable ({why})");
                 cq_manifest_problem = Some(why);
+                Some(what)
             }
-            None => {
-                rebuild_all = min < dispatch_start;
-                if rebuild_all {
-                    for key in cqs.keys() {
-                        rebuild.entry(key.clone()).or_insert(
-                            "the consume-queue manifest is missing: every queue is rebuilt"
-                                .to_string(),
-                        );
-                    }
+            None => Some("the consume-queue manifest is missing".to_string()),
+        };
+        // Without a readable manifest no queue's count can be checked: with records dispatched,
+        // every queue is rebuilt from the commitlog (a damaged queue would otherwise hide
+        // records and give their offsets out again). A store written before the manifest
+        // existed pays this once.
+        if let Some(what) = manifest_lost {
+            rebuild_all = min < dispatch_start;
+            if rebuild_all {
+                for key in cqs.keys() {
+                    rebuild
+                        .entry(key.clone())
+                        .or_insert(format!("{what}: every queue is rebuilt"));
                 }
             }
         }

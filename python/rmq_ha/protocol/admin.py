@@ -406,6 +406,16 @@ class OffsetWrapper(JsonModel):
     pull_offset: int = 0
     last_timestamp: int = 0
 
+    @property
+    def diff(self) -> int:
+        """Messages not consumed yet (never negative)."""
+        return max(0, self.broker_offset - self.consumer_offset)
+
+    @property
+    def inflight(self) -> int:
+        """Messages pulled but not committed yet (never negative)."""
+        return max(0, self.pull_offset - self.consumer_offset)
+
 
 @dataclass(slots=True)
 class TopicStatsTable:
@@ -428,6 +438,10 @@ class ConsumeStats:
 
     offset_table: dict[MessageQueue, OffsetWrapper] = field(default_factory=dict)
     consume_tps: float = 0.0
+
+    def total_diff(self) -> int:
+        """RocketMQ's computeTotalDiff, negatives left out."""
+        return sum(w.diff for w in self.offset_table.values())
 
     def to_json(self) -> bytes:
         table = dumps_mq_map(self.offset_table, _obj)

@@ -80,8 +80,8 @@ def broker_consume_stats(p: Ports, groups: list[str], is_order: bool) -> Consume
                 continue
             cs = consume_stats(p, group, topic)
             for w in cs.offset_table.values():
-                total += max(0, w.broker_offset - w.consumer_offset)
-                inflight += max(0, w.pull_offset - w.consumer_offset)
+                total += w.diff
+                inflight += w.inflight
             stats.append(cs)
         out.append({group: stats})
     return ConsumeStatsList(out, p.address, total, inflight)
