@@ -143,6 +143,14 @@ def log_open_report(
             )
         if rebuilt:
             say(logging.INFO, "consume-queue rebuild wrote %s units", report["cq_rebuilt_units"])
+    deferred = report.get("checkpoint_deferred")
+    if deferred:
+        say(
+            logging.ERROR,
+            "disk full: opened without writing a new checkpoint (%s); writes fail until space is"
+            " freed, then the checkpoint is written",
+            deferred,
+        )
     problem = report.get("cq_manifest_problem")
     if problem:
         say(logging.WARNING, "consume-queue manifest unreadable (%s)", problem)

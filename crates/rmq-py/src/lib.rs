@@ -309,6 +309,7 @@ fn report_dict<'py>(
     d.set_item("cq_rebuilt", r.cq_rebuilt.clone())?;
     d.set_item("cq_rebuilt_units", r.cq_rebuilt_units)?;
     d.set_item("cq_manifest_problem", r.cq_manifest_problem.clone())?;
+    d.set_item("checkpoint_deferred", r.checkpoint_deferred.clone())?;
     Ok(d)
 }
 
@@ -662,6 +663,7 @@ impl Store {
         d.set_item("confirm_offset", self.inner.confirm_offset())?;
         d.set_item("dispatched_offset", self.inner.dispatched_offset())?;
         d.set_item("flush_error", self.inner.flush_error())?;
+        d.set_item("checkpoint_error", self.inner.checkpoint_error())?;
         Ok(d)
     }
 

@@ -53,6 +53,9 @@ pub struct Segment {
     pub path: PathBuf,
     file: File,
     map: Mmap,
+    /// The file lives on tmpfs, where a read fault on a hole allocates a page and, when the
+    /// filesystem is full, kills the process with SIGBUS (see [`Segment::scan_end`]).
+    shmem: bool,
 }
 
 impl Segment {
@@ -91,17 +94,38 @@ impl Segment {
         // below the published max offset, which are not written again except by truncation,
         // after which they read as zeros and fail validation instead of being misread.
         let map = unsafe { MmapOptions::new().len(size as usize).map(&file) }.at(&path)?;
+        let shmem = on_tmpfs(&file);
         Ok(Segment {
             start,
             size,
             path,
             file,
             map,
+            shmem,
         })
     }
 
     fn bytes(&self) -> &[u8] {
         &self.map[..]
+    }
+
+    /// How far from the segment's start a scan of unwritten space (recovery's walk and sync
+    /// search, the search for stray bytes after the end) may read through the mapping.
+    ///
+    /// On tmpfs, touching a mapped page that was never written allocates it, and on a full
+    /// tmpfs the kernel answers that fault with SIGBUS: a store that filled its disk died on
+    /// its next open. There the scan stops at the end of the last range holding data
+    /// (`SEEK_DATA`/`SEEK_HOLE`, exact on tmpfs, which has no delayed allocation); past it
+    /// the file reads as zeros by definition. Elsewhere reading a hole maps zeros and cannot
+    /// fail, and hole reports are not trusted (some filesystems have misreported dirty data
+    /// as holes): the whole segment.
+    fn scan_end(&self) -> usize {
+        if self.shmem {
+            if let Some(end) = data_end(&self.file, self.size) {
+                return end as usize;
+            }
+        }
+        self.size as usize
     }
 
     fn end(&self) -> u64 {
@@ -118,7 +142,8 @@ impl Segment {
             let zeros = vec![0u8; 1 << 20];
             let mut pos = from;
             // Only the part that holds data needs rewriting: find the last non-zero byte.
-            let last = self.bytes()[from as usize..]
+            let avail = self.scan_end().max(from as usize);
+            let last = self.bytes()[from as usize..avail]
                 .iter()
                 .rposition(|&b| b != 0)
                 .map(|p| from + p as u64 + 1)
@@ -156,6 +181,94 @@ fn punch_hole(file: &File, offset: u64, len: u64) -> bool {
     {
         let _ = (file, offset, len);
         false
+    }
+}
+
+/// Whether `file` lives on tmpfs (statfs magic `TMPFS_MAGIC`).
+fn on_tmpfs(file: &File) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const TMPFS_MAGIC: i64 = 0x0102_1994;
+        let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+        // SAFETY: fstatfs writes at most one `statfs` into the buffer, which is sized for it;
+        // the fd is owned by `file`, which outlives the call.
+        let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+        if rc != 0 {
+            return false;
+        }
+        // SAFETY: fstatfs returned 0, so it filled the struct (and it was zeroed before).
+        let st = unsafe { st.assume_init() };
+        #[allow(clippy::unnecessary_cast)]
+        let magic = st.f_type as i64;
+        magic == TMPFS_MAGIC
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        false
+    }
+}
+
+/// The end of the last range of `file` (of length `size`) holding data, from
+/// `SEEK_DATA`/`SEEK_HOLE`; None when the filesystem cannot say.
+fn data_end(file: &File, size: u64) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let fd = file.as_raw_fd();
+        let mut pos: libc::off_t = 0;
+        let mut end: u64 = 0;
+        let size_off = libc::off_t::try_from(size).ok()?;
+        while pos < size_off {
+            // SAFETY: lseek only reads its integer arguments; the fd is owned by `file`, which
+            // outlives the call. The store never uses the file position (all I/O is
+            // positioned), so moving it is harmless.
+            let d = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+            if d < 0 {
+                let e = std::io::Error::last_os_error();
+                return (e.raw_os_error() == Some(libc::ENXIO)).then_some(end);
+            }
+            // SAFETY: as above.
+            let h = unsafe { libc::lseek(fd, d, libc::SEEK_HOLE) };
+            if h <= d {
+                return None;
+            }
+            end = u64::try_from(h).ok()?;
+            pos = h;
+        }
+        Some(end.min(size))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, size);
+        None
+    }
+}
+
+/// Why the record at `pos` of a segment whose data ends at `avail` (see
+/// [`Segment::scan_end`]) cannot be decoded without reading unwritten space; None when it
+/// can be decoded as usual. Past `avail` the file reads as zeros: the end of data.
+fn unwritten_reason(data: &[u8], pos: usize, avail: usize) -> Option<String> {
+    if avail >= data.len() {
+        return None; // nothing unwritten to avoid
+    }
+    if pos >= avail {
+        return Some(END_OF_DATA.to_string());
+    }
+    let head = &data[pos..avail.min(pos + 8)];
+    if head.len() < 8 {
+        return Some(if head.iter().all(|&b| b == 0) {
+            END_OF_DATA.to_string()
+        } else {
+            "a record header runs into unwritten space of the segment file".to_string()
+        });
+    }
+    match peek_header(head) {
+        // a filler is decoded from its header alone
+        Ok((_, BLANK_MAGIC)) => None,
+        Ok((size, _)) if size > 0 && pos as u64 + size as u64 > avail as u64 => Some(format!(
+            "a record of {size} bytes runs into unwritten space of the segment file"
+        )),
+        _ => None,
     }
 }
 
@@ -543,7 +656,7 @@ impl CommitLog {
             .saturating_sub(1);
         let seg = &segs[cut_idx];
         let cut_pos = stop_at - seg.start;
-        let tail = &seg.bytes()[cut_pos as usize..];
+        let tail = &seg.bytes()[cut_pos as usize..seg.scan_end().max(cut_pos as usize)];
         let nonzero = tail
             .iter()
             .rposition(|&b| b != 0)
@@ -570,7 +683,7 @@ impl CommitLog {
                 .iter()
                 .rev()
                 .find_map(|s| {
-                    s.bytes()
+                    s.bytes()[..s.scan_end()]
                         .iter()
                         .rposition(|&b| b != 0)
                         .map(|p| s.start + p as u64 + 1)
@@ -698,8 +811,27 @@ impl CommitLog {
             offset += n as u64;
         }
         pending.push((seg, chunk_start, buf));
-        for (seg, at, data) in &pending {
-            seg.file.write_all_at(data, at - seg.start).at(&seg.path)?;
+        for (k, (seg, at, data)) in pending.iter().enumerate() {
+            if let Err(e) = seg.file.write_all_at(data, at - seg.start).at(&seg.path) {
+                // A write that failed part-way (ENOSPC, EIO) may have left whole, valid records
+                // past the max offset. The batch is answered as failed, so they must never be
+                // found by a later recovery (a definite failure that is delivered after a
+                // restart): zero everything this batch wrote, which punches holes and so needs
+                // no free space.
+                let undo = pending[..=k]
+                    .iter()
+                    .try_for_each(|(s, a, _)| s.zero_from(a - s.start));
+                return Err(match undo {
+                    Ok(()) => e,
+                    Err(u) => StoreError::Io {
+                        path: seg.path.clone(),
+                        source: std::io::Error::other(format!(
+                            "{e}; and the part written could not be zeroed ({u}): a restart \
+                             may find records of this failed batch"
+                        )),
+                    },
+                });
+            }
         }
         if let Some((_, _, last)) = pending.pop() {
             self.scratch = last;
@@ -1256,13 +1388,14 @@ fn find_sync(segs: &[Arc<Segment>], from: u64, bound: u64) -> Option<u64> {
             return None;
         }
         let data = seg.bytes();
-        let stop = (bound.min(seg.end()) - seg.start) as usize;
+        let avail = seg.scan_end();
+        let stop = ((bound.min(seg.end()) - seg.start) as usize).min(avail);
         // A magic code starts with 0xDA (records) or 0xCB (fillers) at position + 4.
         let mut p = pos;
         while p < stop {
             match data.get(p + 4) {
                 Some(0xDA) | Some(0xCB) => {
-                    if sync_at(seg, p) {
+                    if unwritten_reason(data, p, avail).is_none() && sync_at(seg, p) {
                         return Some(seg.start + p as u64);
                     }
                 }
@@ -1299,6 +1432,8 @@ fn walk(
     };
     let limit = to.unwrap_or(last.end()).min(last.end());
     let mut at = from;
+    // (segment start, its scan end), looked up once per segment
+    let mut avail: Option<(u64, usize)> = None;
     'outer: while at < limit {
         let idx = segs.partition_point(|s| s.start <= at);
         let Some(seg) = idx.checked_sub(1).map(|i| &segs[i]) else {
@@ -1316,30 +1451,42 @@ fn walk(
         }
         let data = seg.bytes();
         let pos = (at - seg.start) as usize;
-        let reason = match decode(&data[pos..]) {
-            Ok(Decoded::Record(r)) if r.physical_offset == at as i64 => {
-                if at + r.total_size() as u64 > limit {
-                    break 'outer; // `to` was not a boundary: stop before the record
+        let seg_avail = match avail {
+            Some((s, a)) if s == seg.start => a,
+            _ => {
+                let a = seg.scan_end();
+                avail = Some((seg.start, a));
+                a
+            }
+        };
+        let reason = if let Some(r) = unwritten_reason(data, pos, seg_avail) {
+            r
+        } else {
+            match decode(&data[pos..]) {
+                Ok(Decoded::Record(r)) if r.physical_offset == at as i64 => {
+                    if at + r.total_size() as u64 > limit {
+                        break 'outer; // `to` was not a boundary: stop before the record
+                    }
+                    v.records += 1;
+                    at += r.total_size() as u64;
+                    v.end = at;
+                    continue;
                 }
-                v.records += 1;
-                at += r.total_size() as u64;
-                v.end = at;
-                continue;
-            }
-            Ok(Decoded::Record(r)) => format!(
-                "record claims physical offset {} but sits at {at}",
-                r.physical_offset
-            ),
-            Ok(Decoded::Blank(_)) => {
-                at = seg.end();
-                v.end = at;
-                continue;
-            }
-            Err(e) => {
-                if matches!(peek_header(&data[pos..]), Ok((0, 0))) {
-                    END_OF_DATA.to_string()
-                } else {
-                    e.to_string()
+                Ok(Decoded::Record(r)) => format!(
+                    "record claims physical offset {} but sits at {at}",
+                    r.physical_offset
+                ),
+                Ok(Decoded::Blank(_)) => {
+                    at = seg.end();
+                    v.end = at;
+                    continue;
+                }
+                Err(e) => {
+                    if matches!(peek_header(&data[pos..]), Ok((0, 0))) {
+                        END_OF_DATA.to_string()
+                    } else {
+                        e.to_string()
+                    }
                 }
             }
         };

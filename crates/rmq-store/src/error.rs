@@ -47,6 +47,21 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+impl StoreError {
+    /// An I/O error saying the filesystem has no space (or quota) left for the write.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StoreError::Io { source, .. } => {
+                matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Attaches a path to an `io::Error`.
 pub trait IoContext<T> {
     fn at(self, path: &std::path::Path) -> Result<T>;

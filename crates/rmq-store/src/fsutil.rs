@@ -21,15 +21,21 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
-    {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&tmp)
-            .at(&tmp)?;
-        f.write_all(data).at(&tmp)?;
-        f.sync_all().at(&tmp)?;
+    let written = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(data)?;
+            f.sync_all()
+        })
+        .at(&tmp);
+    if let Err(e) = written {
+        // a half-written temp file would hold space a full disk needs back; the old file at
+        // `path` is untouched
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
     fs::rename(&tmp, path).at(path)?;
     sync_dir(dir)

@@ -201,6 +201,10 @@ pub struct OpenReport {
     pub cq_rebuilt_units: u64,
     /// The consume-queue manifest failed its checks (the fallback rule was used).
     pub cq_manifest_problem: Option<String>,
+    /// The checkpoint (and manifest) that ends an open could not be written because the disk
+    /// is full: the store opened on the previous ones, which still hold (every count in
+    /// them is a lower bound), and the flush thread writes a new one once space is freed.
+    pub checkpoint_deferred: Option<String>,
 }
 
 /// A queue offset a read skipped, and why.
@@ -313,6 +317,10 @@ struct Core {
     notify_r: OwnedFd,
     notify_w: OwnedFd,
     flush_error: Mutex<Option<String>>,
+    /// The last checkpoint failed for lack of disk space (cleared by the next one that
+    /// succeeds). Unlike `flush_error` this is not sticky and fails no durability wait: the
+    /// commitlog is still flushed, and the previous checkpoint stays in force.
+    ckpt_error: Mutex<Option<String>>,
     /// Set when a consume-queue sync failed: no checkpoint may be written after that.
     ckpt_broken: Mutex<Option<String>>,
     /// Serialises checkpoint writers (the flush thread, `checkpoint()`, truncation, close).
@@ -630,6 +638,16 @@ impl Core {
     /// [`Core::checkpoint_now`]; `exact_manifest` rewrites the consume-queue manifest whenever
     /// it changed (open, close, truncation), not only when the set of queues did.
     fn checkpoint_with(&self, exact_manifest: bool) -> Result<Checkpoint> {
+        let r = self.write_checkpoint(exact_manifest);
+        match &r {
+            Ok(_) => *lock(&self.ckpt_error) = None,
+            Err(e) if e.is_no_space() => *lock(&self.ckpt_error) = Some(e.to_string()),
+            Err(_) => {}
+        }
+        r
+    }
+
+    fn write_checkpoint(&self, exact_manifest: bool) -> Result<Checkpoint> {
         if let Some(e) = lock(&self.ckpt_broken).clone() {
             return Err(StoreError::Io {
                 path: self.cfg.root.join("checkpoint"),
@@ -793,7 +811,8 @@ fn flush_loop(weak: Weak<Core>) {
         if last_ckpt.elapsed() >= ckpt_every {
             last_ckpt = Instant::now();
             if let Err(e) = core.checkpoint_now() {
-                if !matches!(e, StoreError::Closed) {
+                // no space: kept in ckpt_error and tried again next round
+                if !matches!(e, StoreError::Closed) && !e.is_no_space() {
                     *lock(&core.flush_error) = Some(e.to_string());
                 }
             }
@@ -1179,6 +1198,7 @@ impl Store {
             notify_r,
             notify_w,
             flush_error: Mutex::new(None),
+            ckpt_error: Mutex::new(None),
             ckpt_broken: Mutex::new(None),
             announced_min: AtomicU64::new(0),
             ckpt_lock: Mutex::new(()),
@@ -1192,7 +1212,14 @@ impl Store {
             let mut inner = core.inner()?;
             core.dispatch(&mut inner)?;
         }
-        core.checkpoint_with(true)?;
+        // A full disk must not keep the store from opening: it can then serve reads, refuse
+        // writes (ENOSPC), and free space by retention. The checkpoint is retried by the flush
+        // thread; until then the files from before this open stay in force.
+        let checkpoint_deferred = match core.checkpoint_with(true) {
+            Ok(_) => None,
+            Err(e) if e.is_no_space() => Some(e.to_string()),
+            Err(e) => return Err(e),
+        };
         let weak = Arc::downgrade(&core);
         let thread = std::thread::Builder::new()
             .name("rmq-store-flush".into())
@@ -1212,6 +1239,7 @@ impl Store {
             cq_rebuilt,
             cq_rebuilt_units,
             cq_manifest_problem,
+            checkpoint_deferred,
         };
         Ok((
             Store {
@@ -1860,6 +1888,11 @@ impl Store {
         self.core.notify_r.as_raw_fd()
     }
 
+    /// Why the last checkpoint could not be written for lack of disk space, until one is.
+    pub fn checkpoint_error(&self) -> Option<String> {
+        lock(&self.core.ckpt_error).clone()
+    }
+
     pub fn checkpoint(&self) -> Result<Checkpoint> {
         self.core.checkpoint_with(true)
     }
@@ -2034,8 +2067,11 @@ impl Store {
         // nothing writes any more: another store may open the directory
         drop(lock(&self.core.root_lock).take());
         flushed?;
-        ckpt?;
-        Ok(())
+        match ckpt {
+            // the disk is full: the previous checkpoint stays in force, as after a crash now
+            Err(e) if e.is_no_space() => Ok(()),
+            r => r.map(|_| ()),
+        }
     }
 
     /// Lets go of the store as a crash would (for tests): no flush, no checkpoint, nothing
