@@ -641,3 +641,64 @@ def test_a_missing_checkpoint_beside_records_is_a_warning(
     fresh = Store(str(tmp_path / "new"))
     assert log_open_report(fresh.open_report) == 0
     fresh.close()
+
+
+def _tagged(s: Store, n: int) -> list[tuple[int, str]]:
+    """`n` messages on queue 0 of TOPIC, tags alternating A / B; (queue offset, tag) each."""
+    from rmq_ha.protocol.message import encode_properties
+
+    out: list[tuple[int, str]] = []
+    batch = []
+    for i in range(n):
+        tag = "A" if i % 2 == 0 else "B"
+        batch.append(Message(TOPIC, 0, b"%08d" % i, encode_properties({"TAGS": tag}).encode()))
+    for (_, _, qo, _), m in zip(s.append_batch(batch), range(n), strict=True):
+        out.append((qo, "A" if m % 2 == 0 else "B"))
+    return out
+
+
+def _set_tag_code(root: Path, index: int, code: int) -> None:
+    unit_file = root / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    write_at(unit_file, index * 20 + 12, code.to_bytes(8, "big", signed=True))
+
+
+def _filtered_offsets(s: Store, tag: str) -> list[int]:
+    from rmq_ha.protocol.message import java_hash
+
+    got: list[int] = []
+    off = 0
+    while True:
+        bufs, nxt, _, hi = s.get_messages(TOPIC, 0, off, 16, tag_codes=[java_hash(tag)])
+        got += [int(decode(b)["queue_offset"]) for b in bufs]
+        if nxt >= hi:
+            return got
+        off = nxt
+
+
+def test_a_damaged_tag_code_hides_no_message_from_a_tag_filter(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """A consume-queue unit whose tag code was damaged (the offset and size are fine): a
+    tag-filtered read used to skip the message for good, as RocketMQ's does. Now a filtered-out
+    unit is checked against its record once, and a wrong code is rewritten from the record's
+    TAGS: the A reader gets every A message (the damaged one too), the B reader does not get
+    the A message that now claims B, and the units on disk are right again."""
+    from rmq_ha.protocol.message import java_hash
+
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    tags = _tagged(s, 60)
+    s.close()
+    before = read_file(root / "consumequeue" / TOPIC / "0" / f"{0:020d}")
+    _set_tag_code(root, 10, java_hash("B"))  # an A message that claims B: hidden from A
+    _set_tag_code(root, 21, java_hash("A"))  # a B message that claims A: served to A
+    _set_tag_code(root, 30, 0x5A5A5A5A5A)  # an A message with a code no tag has
+    s = open_native(root, segment_size=MIB)
+    want_a = [qo for qo, t in tags if t == "A"]
+    want_b = [qo for qo, t in tags if t == "B"]
+    assert _filtered_offsets(s, "A") == want_a
+    assert _filtered_offsets(s, "B") == want_b
+    assert s.status()["cq_tag_codes_repaired"] == 3
+    s.close()
+    after = read_file(root / "consumequeue" / TOPIC / "0" / f"{0:020d}")
+    assert after[: 60 * 20] == before[: 60 * 20], "the rewritten units reached the file"

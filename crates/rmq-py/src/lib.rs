@@ -655,6 +655,7 @@ impl Store {
         d.set_item("skipped_reads", st.skipped_reads)?;
         d.set_item("cq_mismatches", st.cq_mismatches)?;
         d.set_item("cq_units_repaired", st.cq_units_repaired)?;
+        d.set_item("cq_tag_codes_repaired", st.cq_tag_codes_repaired)?;
         d.set_item("retention_segments", st.retention_segments)?;
         d.set_item("retention_bytes", st.retention_bytes)?;
         d.set_item("min_offset", self.inner.min_offset())?;

@@ -275,6 +275,9 @@ pub struct StoreStats {
     pub cq_mismatches: u64,
     /// Consume-queue units rewritten to point at their records.
     pub cq_units_repaired: u64,
+    /// Consume-queue units whose tag code did not match their record's TAGS, rewritten (a
+    /// wrong code would hide the message from tag-filtered reads for good).
+    pub cq_tag_codes_repaired: u64,
     /// Commitlog segments deleted by retention, and their bytes.
     pub retention_segments: u64,
     pub retention_bytes: u64,
@@ -296,6 +299,9 @@ struct Inner {
     quarantine: Quarantine,
     /// Deleted topics: every unit of the topic below this commitlog offset is gone.
     floors: HashMap<String, u64>,
+    /// Per queue, positions whose units' tag codes were checked against their records since
+    /// open ([`TagChecked`]): tag-filtered reads skip units there without reading the log.
+    tag_checked: HashMap<(String, i32), TagChecked>,
     stats: StoreStats,
     last_store_ts: i64,
     closed: bool,
@@ -1183,6 +1189,7 @@ impl Store {
                 state,
                 quarantine,
                 floors: topic_floors,
+                tag_checked: HashMap::new(),
                 stats,
                 last_store_ts: ckpt.physic_msg_timestamp,
                 closed: false,
@@ -2151,17 +2158,55 @@ fn read_queue_locked(
                 break 'scan;
             }
             scanned += 1;
-            let deleted = u.phys_offset < inner.log.min_offset(); // retention: skip
-            let filtered = tag_codes.is_some_and(|t| !t.contains(&u.tag_code));
-            if deleted || filtered {
-                next += 1;
+            let mut u = u;
+            if u.phys_offset < inner.log.min_offset() {
+                next += 1; // retention: skip
                 continue;
+            }
+            if let Some(tags) = tag_codes {
+                if !tags.contains(&u.tag_code) {
+                    // A filtered-out unit is checked against its record once (per open), so
+                    // a damaged tag code cannot hide the message from this filter for good.
+                    let checked = inner
+                        .tag_checked
+                        .get(&key)
+                        .is_some_and(|c| c.contains(next));
+                    let filtered = checked
+                        || match check_unit_tag(inner, &key, next, &u)? {
+                            TagCheck::Right => true,
+                            TagCheck::Repaired(code) => {
+                                u.tag_code = code;
+                                !tags.contains(&code)
+                            }
+                            TagCheck::NotItsRecord => false, // judged below, as served units are
+                        };
+                    if filtered {
+                        next += 1;
+                        continue;
+                    }
+                }
             }
             let skip = match inner.quarantine.containing(u.phys_offset) {
                 Some(e) => Some(skipped_for(next, e)),
                 None => match inner.log.read_record(u.phys_offset) {
                     Ok(r) => match record_mismatch(&key, next, &u, &r) {
                         None => {
+                            // the tag code of a unit served is checked too (it costs a hash of
+                            // the record's TAGS), so a checked range holds no wrong code
+                            if let Some(code) = wrong_tag_code(&u, &r) {
+                                let fixed = CqUnit {
+                                    tag_code: code,
+                                    ..u
+                                };
+                                if let Some(q) = inner.cqs.get_mut(&key) {
+                                    q.rewrite_run(next, std::slice::from_ref(&fixed))?;
+                                    inner.stats.cq_tag_codes_repaired += 1;
+                                }
+                                if tag_codes.is_some_and(|t| !t.contains(&code)) {
+                                    next += 1;
+                                    continue;
+                                }
+                            }
                             if !records.is_empty() && bytes + r.len() > max_bytes {
                                 break 'scan;
                             }
@@ -2216,6 +2261,15 @@ fn read_queue_locked(
             }
         }
     }
+    if tag_codes.is_some() {
+        // every unit in [queue_offset, next) was served, filtered after a check, or judged
+        // damaged: none holds a wrong tag code
+        inner
+            .tag_checked
+            .entry(key)
+            .or_default()
+            .add(queue_offset, next);
+    }
     Ok(GetResult {
         records,
         next_offset: next,
@@ -2223,6 +2277,17 @@ fn read_queue_locked(
         max_offset: max,
         skipped,
     })
+}
+
+/// The right tag code of a served record when its unit `u` carries another one.
+fn wrong_tag_code(u: &CqUnit, r: &RecordBuf) -> Option<i64> {
+    match decode_record_structure(r.as_slice()) {
+        Ok(Decoded::Record(v)) => {
+            let code = tag_code(v.properties);
+            (code != u.tag_code).then_some(code)
+        }
+        _ => None,
+    }
 }
 
 fn skipped_for(index: u64, e: &QuarantineEntry) -> SkippedUnit {
@@ -2369,6 +2434,95 @@ fn record_mismatch(key: &(String, i32), index: u64, u: &CqUnit, r: &RecordBuf) -
             u.phys_offset
         )
     })
+}
+
+/// Ranges `[from, to)` of queue positions whose units' tag codes were found right, at most
+/// [`TagChecked::MAX`] of them (consumer groups reading at different places), merged when
+/// they touch; when there are more, the lowest (the oldest data) is forgotten.
+#[derive(Default)]
+struct TagChecked(Vec<(u64, u64)>);
+
+impl TagChecked {
+    const MAX: usize = 8;
+
+    fn contains(&self, index: u64) -> bool {
+        self.0.iter().any(|&(a, b)| (a..b).contains(&index))
+    }
+
+    fn add(&mut self, from: u64, to: u64) {
+        if from >= to {
+            return;
+        }
+        let (mut a, mut b) = (from, to);
+        self.0.retain(|&(x, y)| {
+            let touches = x <= b && a <= y;
+            if touches {
+                a = a.min(x);
+                b = b.max(y);
+            }
+            !touches
+        });
+        let at = self.0.partition_point(|&(x, _)| x < a);
+        self.0.insert(at, (a, b));
+        if self.0.len() > Self::MAX {
+            self.0.remove(0);
+        }
+    }
+}
+
+/// What the record of unit `u` (queue position `index`) says about the unit's tag code.
+enum TagCheck {
+    /// The record is this queue's at `index` and its TAGS hash is the unit's code.
+    Right,
+    /// It is, but the code was wrong: the unit was rewritten with this one.
+    Repaired(i64),
+    /// The unit does not point at this queue's record at `index` (or it cannot be read): the
+    /// unit is judged by the read path, as any damaged unit.
+    NotItsRecord,
+}
+
+/// Checks the tag code of unit `u` against its record (structure only, no CRC: the read path
+/// validates what it serves) and rewrites the unit when the code is wrong.
+fn check_unit_tag(
+    inner: &mut Inner,
+    key: &(String, i32),
+    index: u64,
+    u: &CqUnit,
+) -> Result<TagCheck> {
+    if inner.quarantine.containing(u.phys_offset).is_some() {
+        return Ok(TagCheck::NotItsRecord);
+    }
+    let seen = inner.log.with_record_structure(u.phys_offset, |r| {
+        let its = r.topic == key.0.as_bytes()
+            && r.queue_id == key.1
+            && r.queue_offset == index as i64
+            && r.total_size() == u.size as usize;
+        its.then(|| tag_code(r.properties))
+    });
+    let code = match seen {
+        Ok(Some(code)) => code,
+        Ok(None)
+        | Err(StoreError::CorruptRecord { .. })
+        | Err(StoreError::OffsetOutOfRange { .. }) => return Ok(TagCheck::NotItsRecord),
+        Err(e) => return Err(e),
+    };
+    if code == u.tag_code {
+        return Ok(TagCheck::Right);
+    }
+    let fixed = CqUnit {
+        tag_code: code,
+        ..*u
+    };
+    let Some(q) = inner.cqs.get_mut(key) else {
+        return Ok(TagCheck::NotItsRecord);
+    };
+    match q.rewrite_run(index, std::slice::from_ref(&fixed)) {
+        Ok(()) => {}
+        Err(StoreError::InvalidArgument(_)) => return Ok(TagCheck::NotItsRecord),
+        Err(e) => return Err(e),
+    }
+    inner.stats.cq_tag_codes_repaired += 1;
+    Ok(TagCheck::Repaired(code))
 }
 
 /// A read found the record of unit `u` (queue position `index`) damaged: quarantine it (see
