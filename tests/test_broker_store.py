@@ -156,6 +156,50 @@ async def test_tail_damage_cuts_back_to_the_last_valid_record(tmp_path: Path, da
             assert h["open"]["cut_offset"] is not None
 
 
+async def test_a_loss_found_at_open_stays_on_record_across_restarts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fsynced bytes zeroed while the broker was down: the open that finds them says so at
+    ERROR, and then writes a checkpoint that matches the cut log, so the next open alone would
+    find nothing. The loss is appended to incidents.log; every later open warns about it and
+    store-health lists it until the operator deletes the file."""
+    caplog.set_level(logging.WARNING)
+    async with special_cluster(tmp_path, commitlog_segment_bytes=1 << 20) as env:
+        await create_topic(env.namesrv, env.addr, TOPIC)
+        await send_all(env.namesrv, TOPIC, 500)
+        native = env.broker.store.native
+        phys, size, _ = native.queue_unit(TOPIC, 0, 499)
+        await env.stop_broker()
+        seg = env.cfg.store_root / "commitlog" / f"{0:020d}"
+        with open(seg, "r+b") as f:  # the last 8 KiB of acknowledged records
+            f.seek(phys + size - 8192)
+            f.write(bytes(8192))
+        await env.start_broker()
+        h = await store_health(env.addr)
+        assert h["open"]["missing_durable"] is not None
+        first = h["incidents"]
+        assert any("fsynced data are missing" in x for x in first)
+        assert any("acknowledged records were lost" in x for x in first)
+        await env.stop_broker()
+        caplog.clear()
+        await env.start_broker()  # the second open finds nothing new
+        h = await store_health(env.addr)
+        assert h["open"]["missing_durable"] is None and h["open"]["cut_offset"] is None
+        assert h["incidents"] == first, "still on record"
+        assert any(
+            r.levelno == logging.WARNING
+            and f"{len(first)} store incident(s) on record" in r.getMessage()
+            for r in caplog.records
+        )
+        await env.stop_broker()
+        (env.cfg.store_root / "incidents.log").unlink()  # reviewed
+        caplog.clear()
+        await env.start_broker()
+        h = await store_health(env.addr)
+        assert h["incidents"] == []
+        assert not any("on record" in r.getMessage() for r in caplog.records)
+
+
 async def test_retention_deletes_old_segments_moves_the_epoch_prefix_and_corrects_consumers(
     tmp_path: Path,
 ) -> None:

@@ -117,7 +117,7 @@ def test_full_tmpfs_reopens_serves_and_resumes_after_retention() -> None:
         mnt.mkdir()
         script = Path(d) / "child.py"
         script.write_text(CHILD)
-        sh = f'mount -t tmpfs -o size=4m tmpfs "$1" && exec "$2" "$3" "$1"'
+        sh = 'mount -t tmpfs -o size=4m tmpfs "$1" && exec "$2" "$3" "$1"'
         proc = subprocess.Popen(
             [*cmd, "sh", "-c", sh, "sh", str(mnt), sys.executable, str(script)],
             stdout=subprocess.PIPE,

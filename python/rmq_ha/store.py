@@ -10,15 +10,19 @@ share one fdatasync (group commit). There is no background task, so `open_store`
 nursery and exceptions raised in its body come out as they are.
 
 `open_store` logs what recovery did (`log_open_report`): every cut and every quarantined record
-at WARNING/ERROR with offsets and sizes, consume queues rebuilt, a corrupt checkpoint.
-`health` gathers what an admin command shows: the counters, the quarantine list and the open
-report.
+at WARNING/ERROR with offsets and sizes, consume queues rebuilt, a corrupt checkpoint. What it
+logs at ERROR (acknowledged data lost or quarantined) is also appended to `<root>/incidents.log`,
+because the next open no longer sees it (the checkpoint now matches the cut log): every open
+warns while that file holds lines, and the operator deletes it once the incidents are reviewed.
+`health` gathers what an admin command shows: the counters, the quarantine list, the open
+report and the incidents on record.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,6 +35,9 @@ from rmq_ha.errors import StoreClosedError, StoreIOError
 
 log = logging.getLogger(__name__)
 
+#: Open-time losses on record, one line each, kept until the operator deletes the file.
+INCIDENTS = "incidents.log"
+
 
 def _where(e: Mapping[str, object]) -> str:
     if e.get("topic") is None:
@@ -39,18 +46,23 @@ def _where(e: Mapping[str, object]) -> str:
 
 
 def log_open_report(
-    report: Mapping[str, object], logger: logging.Logger = log, store: str = "store"
+    report: Mapping[str, object],
+    logger: logging.Logger = log,
+    store: str = "store",
+    errors: list[str] | None = None,
 ) -> int:
     """Logs what opening a store found (the native `open_report`): ERROR for lost durable
     bytes and quarantined records, WARNING for cuts of a torn tail, rebuilt consume queues and
     a corrupt or missing checkpoint, INFO for the rest. Returns how many WARNING/ERROR lines it
-    wrote."""
+    wrote; the ERROR lines' text is appended to `errors` when given."""
     loud = 0
 
     def say(level: int, msg: str, *args: object) -> None:
         nonlocal loud
         if level >= logging.WARNING:
             loud += 1
+        if level >= logging.ERROR and errors is not None:
+            errors.append(msg % args if args else msg)
         logger.log(level, "%s: " + msg, store, *args)
 
     ckpt = str(report.get("checkpoint", ""))
@@ -172,21 +184,67 @@ def _entries(v: object) -> list[Mapping[str, object]]:
     return [e for e in v if isinstance(e, Mapping)] if isinstance(v, list) else []
 
 
-def health(native: Store) -> dict[str, object]:
+def record_incidents(root: Path, lines: Sequence[str], now_s: float | None = None) -> None:
+    """Appends each line, stamped with the UTC time, to `<root>/incidents.log` (fsynced). A
+    failure to write (a full disk) is logged and does not stop the store."""
+    if not lines:
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s))
+    text = "".join(f"{stamp} {line.replace(chr(10), ' ')}\n" for line in lines)
+    path = root / INCIDENTS
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        log.error("%s: could not record %d incident(s) in %s: %s", root, len(lines), path, e)
+
+
+def incidents_on_record(root: Path) -> list[str]:
+    """The lines of `<root>/incidents.log` ([] when there is none or it cannot be read)."""
+    try:
+        text = (root / INCIDENTS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def warn_incidents(root: Path, logger: logging.Logger = log) -> int:
+    """One WARNING at open while incidents are on record; returns how many there are."""
+    lines = incidents_on_record(root)
+    if lines:
+        logger.warning(
+            "%s: %d store incident(s) on record (acknowledged data lost or quarantined), the"
+            " first at %s, the last: %s -- see %s and delete it once reviewed",
+            root,
+            len(lines),
+            lines[0].split(" ", 1)[0],
+            lines[-1],
+            root / INCIDENTS,
+        )
+    return len(lines)
+
+
+def health(native: Store, root: Path | None = None) -> dict[str, object]:
     """What an admin command shows about a store: counters and offsets (`status`), the
-    quarantined ranges, and what the last open found."""
-    return {
+    quarantined ranges, what the last open found and the incidents on record."""
+    out: dict[str, object] = {
         "status": native.status(),
         "quarantined": native.quarantined(),
         "open": dict(native.open_report),
     }
+    if root is not None:
+        out["incidents"] = incidents_on_record(root)
+    return out
 
 
 class AsyncStore:
     """A native `Store` with an event-loop-friendly `wait_durable`."""
 
-    def __init__(self, native: Store) -> None:
+    def __init__(self, native: Store, root: Path | None = None) -> None:
         self.native = native
+        self.root = root
         self._reader_busy = False
         self._changed = trio.Event()
         self._closed = False
@@ -239,8 +297,11 @@ async def open_store(root: str | os.PathLike[str], **options: Any) -> AsyncItera
     """Opens (and recovers) the store off the event loop; closes it on exit."""
     path = Path(root)
     native = await trio.to_thread.run_sync(lambda: Store(path, **options))
-    log_open_report(native.open_report, log, str(path))
-    store = AsyncStore(native)
+    errors: list[str] = []
+    log_open_report(native.open_report, log, str(path), errors)
+    record_incidents(path, errors)
+    warn_incidents(path)
+    store = AsyncStore(native, path)
     try:
         yield store
     finally:

@@ -131,6 +131,13 @@ def render_health(h: dict[str, Any]) -> str:
         lines.append(
             f"  quarantined [{e.get('offset')}, +{e.get('size')}) {where}: {e.get('reason')}"
         )
+    inc = h.get("incidents") or []
+    if inc:
+        lines.append(
+            f"incidents on record: {len(inc)} (incidents.log in the store root; delete it once"
+            " reviewed)"
+        )
+        lines += [f"  {x}" for x in inc[-10:]]
     return "\n".join(lines)
 
 

@@ -394,7 +394,7 @@ class StorageService:
     # ---- what the admin command and the status show ----------------------------------------
 
     def health(self) -> dict[str, Any]:
-        out = health(self.store.native)
+        out = health(self.store.native, self.store.root)
         out["broker"] = self.counters()
         return out
 
