@@ -1389,7 +1389,12 @@ fn find_sync(segs: &[Arc<Segment>], from: u64, bound: u64) -> Option<u64> {
         }
         let data = seg.bytes();
         let avail = seg.scan_end();
-        let stop = ((bound.min(seg.end()) - seg.start) as usize).min(avail);
+        let mut stop = (bound.min(seg.end()) - seg.start) as usize;
+        if avail < data.len() {
+            // a sync point needs its 8 header bytes below the end of the data: the magic
+            // probe below must not touch the unwritten page after it
+            stop = stop.min(avail.saturating_sub(7));
+        }
         // A magic code starts with 0xDA (records) or 0xCB (fillers) at position + 4.
         let mut p = pos;
         while p < stop {
