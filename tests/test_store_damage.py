@@ -702,3 +702,39 @@ def test_a_damaged_tag_code_hides_no_message_from_a_tag_filter(
     s.close()
     after = read_file(root / "consumequeue" / TOPIC / "0" / f"{0:020d}")
     assert after[: 60 * 20] == before[: 60 * 20], "the rewritten units reached the file"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "zeroed"])
+def test_lost_tail_units_past_a_stale_manifest_are_rebuilt(
+    open_native: StoreFactory, tmp_path: Path, damage: str
+) -> None:
+    """A consume queue that lost its last units below the checkpoint's dispatch point, while
+    the manifest's counts are older (counts that only grew are refreshed at most every few
+    seconds, so after a crash they lag): the queue opened short with nothing reported, and its
+    offsets were given out again. The manifest now says at which dispatch offset its counts
+    were taken, and the records dispatched after it are checked against the queues on open:
+    the queue is rebuilt, every message is served and the next offset follows them."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    write(s, 200)  # queue 1: offsets 0..49
+    s.checkpoint()
+    stale = (root / "cqmanifest").read_bytes()
+    recs = write(s, 200, start=200)  # queue 1: offsets 50..99
+    s.close()
+    # the manifest of the first checkpoint, as a crash inside its refresh interval leaves it
+    (root / "cqmanifest").write_bytes(stale)
+    unit_file = root / "consumequeue" / TOPIC / "1" / f"{0:020d}"
+    if damage == "truncated":
+        os.truncate(unit_file, 80 * 20)  # units 80..99 gone
+    else:
+        write_at(unit_file, 80 * 20, bytes(20 * 20))
+    s = open_native(root, segment_size=MIB)
+    rebuilt = {(t, q): why for t, q, why in s.open_report["cq_rebuilt"]}
+    assert "below the dispatch point" in rebuilt[(TOPIC, 1)]
+    assert s.queue_max_offset(TOPIC, 1) == 100
+    bufs, nxt, _, _, skipped = s.read_queue(TOPIC, 1, 80, 20)
+    assert skipped == [] and nxt == 100
+    q1 = {r.queue_offset: r.raw for r in recs if r.queue_id == 1}
+    assert [b.tobytes() for b in bufs] == [q1[i] for i in range(80, 100)]
+    ((_, _, qo, _),) = s.append_batch([Message(TOPIC, 1, b"new")])
+    assert qo == 100, "no queue offset is given out twice"

@@ -735,7 +735,7 @@ impl Core {
             };
             let floors_moved = floors_of(old) != floors_of(&manifest);
             if !same_set || lowered || due || floors_moved || (exact_manifest && *old != manifest) {
-                cq_manifest::store(&self.cfg.root, &cq_manifest::encode(&manifest))?;
+                cq_manifest::store(&self.cfg.root, &cq_manifest::encode(&manifest, dispatched))?;
                 *written = (manifest, Some(Instant::now()));
             }
         }
@@ -933,9 +933,11 @@ impl Store {
         let mut topic_floors: HashMap<String, u64> = HashMap::new();
         let mut cq_manifest_problem = None;
         let mut rebuild_all = false;
+        let mut manifest_covered = None;
         let manifest_lost = match cq_manifest::load(&cfg.root)? {
-            Some(Ok(entries)) => {
-                for e in entries {
+            Some(Ok(m)) => {
+                manifest_covered = m.covered;
+                for e in m.entries {
                     if e.queue_id == FLOOR_QID {
                         topic_floors.insert(e.topic, e.max_offset);
                         continue;
@@ -971,6 +973,65 @@ impl Store {
             }
             None => Some("the consume-queue manifest is missing".to_string()),
         };
+        // The manifest's counts were taken at `covered` (refreshed at most every
+        // MANIFEST_REFRESH), so the records dispatched after it, up to the checkpoint's dispatch
+        // point, are read from the log: their units must be in their queues too. A queue that
+        // holds fewer lost tail units below the dispatch point (a shortened or zeroed
+        // consume-queue file after a crash): the redispatch from the dispatch point would not
+        // find those records, and their offsets would be given out again.
+        if let Some(covered) = manifest_covered {
+            let from = covered.max(min);
+            if from < dispatch_start {
+                let mut scratch = DispatchState::new(end);
+                let mut expect: HashMap<(String, i32), u64> = HashMap::new();
+                let mut deleted: std::collections::HashSet<String> = Default::default();
+                let scanned = scan_around(
+                    &log,
+                    &quarantine,
+                    from,
+                    dispatch_start,
+                    false,
+                    &mut |item| {
+                        if let Some(u) = Core::unit_of_item(&mut scratch, &item)? {
+                            if u.key.1 == FLOOR_QID {
+                                deleted.insert(u.key.0.to_string());
+                            } else {
+                                let n = expect.entry((u.key.0.to_string(), u.key.1)).or_insert(0);
+                                *n = (*n).max(u.index + 1);
+                            }
+                        }
+                        Ok(())
+                    },
+                );
+                match scanned {
+                    // damage in between (quarantined below): the records before it are checked
+                    Ok(()) | Err(StoreError::CorruptRecord { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                // a deleted topic's queues lose their files below its floor on purpose
+                expect.retain(|(t, _), _| !deleted.contains(t) && !topic_floors.contains_key(t));
+                for (key, n) in expect {
+                    let why = match cqs.get(&key).map(|q| q.max_offset()) {
+                        None => Some(format!(
+                            "consume queue directory missing (the commitlog holds its record at \
+                             queue offset {} below the dispatch point)",
+                            n - 1
+                        )),
+                        Some(held) if held < n => Some(format!(
+                            "holds {held} units, but the commitlog holds its records up to queue \
+                             offset {} below the dispatch point",
+                            n - 1
+                        )),
+                        Some(_) => None,
+                    };
+                    if let Some(why) = why {
+                        rebuild.entry(key.clone()).or_insert(why);
+                    }
+                    let floor = floors.entry(key).or_insert(0);
+                    *floor = (*floor).max(n);
+                }
+            }
+        }
         // Without a readable manifest no queue's count can be checked: with records dispatched,
         // every queue is rebuilt from the commitlog (a damaged queue would otherwise hide
         // records and give their offsets out again). A store written before the manifest
