@@ -738,3 +738,46 @@ def test_lost_tail_units_past_a_stale_manifest_are_rebuilt(
     assert [b.tobytes() for b in bufs] == [q1[i] for i in range(80, 100)]
     ((_, _, qo, _),) = s.append_batch([Message(TOPIC, 1, b"new")])
     assert qo == 100, "no queue offset is given out twice"
+
+
+@pytest.mark.parametrize("damage", ["body", "misplaced-copy", "filler"])
+def test_the_ha_transfer_quarantines_damage_it_meets_first(
+    open_native: StoreFactory, tmp_path: Path, damage: str
+) -> None:
+    """Damage in an old segment that recovery does not scan, met first by the HA master's
+    transfer (read_range from where a replica's log ends): a flipped body, a valid record
+    copied over another of the same size (its CRCs hold but it sits at the wrong physical
+    offset), or a damaged end-of-segment filler (it belongs to no queue, so no read ever finds
+    it). read_range failed with CorruptRecordError at every call, quarantined nothing, and
+    served the misplaced copy (which a replica then refused): replication stopped there for
+    good. Now the range is quarantined at once (QuarantinedRecordError: the master holds the
+    replica there and repairs it from another), and a read of a misplaced copy is damage too."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    recs = write(s, 12_000)
+    s.close()
+    in_seg1 = [r for r in recs if MIB + 1000 < r.offset and r.end < 2 * MIB]
+    bad = in_seg1[len(in_seg1) // 2]
+    if damage == "body":
+        flip(segment_path(root, MIB), bad.offset - MIB + 150, 4)
+    elif damage == "misplaced-copy":
+        src = next(r for r in recs if r.size == bad.size and r.queue_id != bad.queue_id)
+        write_at(segment_path(root, MIB), bad.offset - MIB, src.raw)
+    else:
+        last = max((r for r in recs if r.end <= 2 * MIB), key=lambda r: r.offset)
+        bad = Rec(last.end, 2 * MIB - last.end, -1, -1, b"")  # the filler after it
+        flip(segment_path(root, MIB), bad.offset - MIB + 4, 4)  # its magic code
+    s = open_native(root, segment_size=MIB)
+    assert s.open_report["quarantined"] == [], "recovery validates only the last segment"
+    with pytest.raises(QuarantinedRecordError):
+        s.read_range(bad.offset, 1 << 20)
+    (e,) = s.quarantined()
+    assert (e["offset"], e["size"]) == (bad.offset, bad.size)
+    assert s.status()["quarantined_at_runtime"] == 1
+    # the records before it are served up to it, never past it
+    prev = max((r for r in recs if r.end <= bad.offset), key=lambda r: r.offset)
+    assert s.read_range(prev.offset, 1 << 20).tobytes() == prev.raw
+    if damage != "filler":
+        bufs, _, _, _, skipped = s.read_queue(TOPIC, bad.queue_id, bad.queue_offset, 1)
+        assert skipped[0][:3] == (bad.queue_offset, bad.offset, bad.size)
+        assert all(decode(b)["queue_offset"] != bad.queue_offset for b in bufs)

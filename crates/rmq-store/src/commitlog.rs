@@ -929,6 +929,16 @@ impl CommitLog {
         let (seg, pos, limit) = self.locate(offset, self.max_offset())?;
         let data = &seg.bytes()[pos..limit];
         match decode(data) {
+            // valid bytes in the wrong place (copied or misdirected): damage, never served
+            Ok(Decoded::Record(r)) if r.physical_offset != offset as i64 => {
+                Err(StoreError::CorruptRecord {
+                    offset,
+                    reason: format!(
+                        "record claims physical offset {} but sits at {offset}",
+                        r.physical_offset
+                    ),
+                })
+            }
             Ok(Decoded::Record(r)) => {
                 let len = r.total_size();
                 Ok(RecordBuf {
@@ -987,6 +997,20 @@ impl CommitLog {
             let here = seg.start + p as u64;
             let rest_of_segment = &data[p..];
             match decode(rest_of_segment) {
+                // a valid record that is not where it says it is (bytes copied or written to
+                // the wrong place): damage, as recovery judges it; a replica would refuse it
+                Ok(Decoded::Record(r)) if r.physical_offset != here as i64 => {
+                    if p > pos {
+                        break;
+                    }
+                    return Err(StoreError::CorruptRecord {
+                        offset: here,
+                        reason: format!(
+                            "record claims physical offset {} but sits at {here}",
+                            r.physical_offset
+                        ),
+                    });
+                }
                 Ok(Decoded::Record(r)) => {
                     let n = r.total_size();
                     if p + n > seg_limit || (p > pos && p + n - pos > max_bytes) {

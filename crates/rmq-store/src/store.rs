@@ -1533,15 +1533,35 @@ impl Store {
     /// quarantined range; starting inside one is an error (`Quarantined`): a replica cannot be
     /// sent bytes this store does not have.
     pub fn read_range(&self, offset: u64, max_bytes: usize, limit: u64) -> Result<RecordBuf> {
-        let inner = self.core.inner()?;
-        if let Some(e) = inner.quarantine.containing(offset) {
-            return Err(quarantined_error(e));
-        }
-        let limit = match inner.quarantine.starting_in(offset, limit).first() {
-            Some(e) => e.offset,
-            None => limit,
+        let read = {
+            let inner = self.core.inner()?;
+            if let Some(e) = inner.quarantine.containing(offset) {
+                return Err(quarantined_error(e));
+            }
+            let limit = match inner.quarantine.starting_in(offset, limit).first() {
+                Some(e) => e.offset,
+                None => limit,
+            };
+            inner.log.read_range(offset, max_bytes, limit)
         };
-        inner.log.read_range(offset, max_bytes, limit)
+        match read {
+            // Damage the HA transfer met first (a segment recovery did not scan; the caller's
+            // offset is where the replica's log ends, a record boundary): quarantined like a
+            // read or scrub finds it, so the master holds the replica there and repairs it
+            // from another, instead of failing every transfer at this offset.
+            Err(StoreError::CorruptRecord {
+                offset: bad,
+                reason,
+            }) if bad == offset => {
+                self.quarantine_from(offset)?;
+                let inner = self.core.inner()?;
+                Err(match inner.quarantine.containing(offset) {
+                    Some(e) => quarantined_error(e),
+                    None => StoreError::CorruptRecord { offset, reason },
+                })
+            }
+            r => r,
+        }
     }
 
     /// Reads up to `max_count` messages / `max_bytes` from a queue starting at `queue_offset`,
@@ -1752,7 +1772,7 @@ impl Store {
     /// does below the durable point). The CRC work runs outside the store lock. Returns where
     /// the next call should start and the ranges newly quarantined.
     pub fn scrub(&self, offset: u64) -> Result<(u64, Vec<QuarantineEntry>)> {
-        let (segs_end, known) = {
+        {
             let inner = self.core.inner()?;
             let min = inner.log.min_offset();
             let max = inner.log.max_offset();
@@ -1773,6 +1793,16 @@ impl Store {
                     "{offset} is not a record boundary"
                 )));
             }
+        }
+        self.quarantine_from(offset)
+    }
+
+    /// Validates from `offset` (taken as a record boundary) to the end of its segment (or the
+    /// max offset) and quarantines what is damaged; (where validation ended, new ranges).
+    fn quarantine_from(&self, offset: u64) -> Result<(u64, Vec<QuarantineEntry>)> {
+        let (segs_end, known) = {
+            let inner = self.core.inner()?;
+            let max = inner.log.max_offset();
             let seg = inner.log.segment_size();
             (
                 (offset - offset % seg + seg).min(max),
