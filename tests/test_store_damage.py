@@ -781,3 +781,29 @@ def test_the_ha_transfer_quarantines_damage_it_meets_first(
         bufs, _, _, _, skipped = s.read_queue(TOPIC, bad.queue_id, bad.queue_offset, 1)
         assert skipped[0][:3] == (bad.queue_offset, bad.offset, bad.size)
         assert all(decode(b)["queue_offset"] != bad.queue_offset for b in bufs)
+
+
+def test_a_random_tag_code_in_cold_data_is_caught_without_the_page_cache(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """As above, for records not in the page cache (evicted here): a filtered-out unit whose
+    code is one of the queue's real tags is not read from disk then (a random flip does not
+    make another tag's code), but one with an unknown code is, and it is repaired."""
+    from rmq_ha.protocol.message import java_hash
+
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    tags = _tagged(s, 60)
+    s.close()
+    _set_tag_code(root, 10, 0x1234_5678_9ABC)  # an A message with a code no tag has
+    seg = root / "commitlog" / f"{0:020d}"
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    s = open_native(root, segment_size=MIB)
+    assert _filtered_offsets(s, "B") == [qo for qo, t in tags if t == "B"]
+    assert _filtered_offsets(s, "A") == [qo for qo, t in tags if t == "A"]
+    assert s.status()["cq_tag_codes_repaired"] == 1
+    assert s.queue_unit(TOPIC, 0, 10)[2] == java_hash("A")

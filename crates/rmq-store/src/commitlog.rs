@@ -132,6 +132,43 @@ impl Segment {
         self.start + self.size
     }
 
+    /// Whether every page of `[pos, pos + len)` is in memory (reading it costs no disk I/O);
+    /// true where the kernel cannot say.
+    fn resident(&self, pos: usize, len: usize) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: sysconf only reads its argument.
+            let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+                p if p > 0 => p as usize,
+                _ => return true,
+            };
+            let end = pos.saturating_add(len.max(1)).min(self.map.len());
+            if pos >= end {
+                return true;
+            }
+            let first = pos - pos % page;
+            let pages = (end - first).div_ceil(page);
+            let mut vec = vec![0u8; pages];
+            // SAFETY: [first, first + pages * page) lies in the mapping (it starts at a page
+            // boundary of the page-aligned mapping and ends on the page holding its last byte,
+            // inside the mapping's last page); mincore writes one byte per page into `vec`,
+            // which holds `pages` bytes.
+            let rc = unsafe {
+                libc::mincore(
+                    self.map.as_ptr().add(first) as *mut libc::c_void,
+                    end - first,
+                    vec.as_mut_ptr(),
+                )
+            };
+            rc != 0 || vec.iter().all(|&b| b & 1 == 1)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (pos, len);
+            true
+        }
+    }
+
     /// Zeroes `[from, self.size)` (positions inside the segment) and syncs.
     fn zero_from(&self, from: u64) -> Result<()> {
         if from >= self.size {
@@ -922,6 +959,15 @@ impl CommitLog {
             .max_offset
             .store(offset + data.len() as u64, Ordering::Release);
         Ok(count)
+    }
+
+    /// Whether the `len` bytes at `offset` are in memory (a read costs no disk I/O); true when
+    /// the kernel cannot say, false outside the log.
+    pub fn is_resident(&self, offset: u64, len: u32) -> bool {
+        match self.shared.segment_for(offset) {
+            Some(seg) => seg.resident((offset - seg.start) as usize, len as usize),
+            None => false,
+        }
     }
 
     /// The validated record at `offset` (zero-copy). A filler or anything invalid is an error.

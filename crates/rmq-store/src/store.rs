@@ -299,9 +299,10 @@ struct Inner {
     quarantine: Quarantine,
     /// Deleted topics: every unit of the topic below this commitlog offset is gone.
     floors: HashMap<String, u64>,
-    /// Per queue, positions whose units' tag codes were checked against their records since
-    /// open ([`TagChecked`]): tag-filtered reads skip units there without reading the log.
+    /// Per queue, positions whose units' tag codes were checked since open ([`TagChecked`]),
+    /// and tag codes found right in a unit checked against its record ([`KnownTags`]).
     tag_checked: HashMap<(String, i32), TagChecked>,
+    tag_known: HashMap<(String, i32), KnownTags>,
     stats: StoreStats,
     last_store_ts: i64,
     closed: bool,
@@ -1251,6 +1252,7 @@ impl Store {
                 quarantine,
                 floors: topic_floors,
                 tag_checked: HashMap::new(),
+                tag_known: HashMap::new(),
                 stats,
                 last_store_ts: ckpt.physic_msg_timestamp,
                 closed: false,
@@ -2256,17 +2258,35 @@ fn read_queue_locked(
             }
             if let Some(tags) = tag_codes {
                 if !tags.contains(&u.tag_code) {
-                    // A filtered-out unit is checked against its record once (per open), so
-                    // a damaged tag code cannot hide the message from this filter for good.
+                    // A filtered-out unit is checked against its record, so a damaged tag code
+                    // cannot hide the message from this filter for good: once per position per
+                    // open (checked ranges), and never at the cost of disk I/O for a code the
+                    // queue's checked units already showed to be a real tag (a record not in
+                    // the page cache; a random flip is not another tag's code), so a
+                    // catching-up reader of cold data reads the log only for unknown codes.
                     let checked = inner
                         .tag_checked
                         .get(&key)
                         .is_some_and(|c| c.contains(next));
-                    let filtered = checked
+                    let trusted = checked
+                        || (inner
+                            .tag_known
+                            .get(&key)
+                            .is_some_and(|k| k.contains(u.tag_code))
+                            && !inner.log.is_resident(u.phys_offset, u.size));
+                    let filtered = trusted
                         || match check_unit_tag(inner, &key, next, &u)? {
-                            TagCheck::Right => true,
+                            TagCheck::Right => {
+                                inner
+                                    .tag_known
+                                    .entry(key.clone())
+                                    .or_default()
+                                    .add(u.tag_code);
+                                true
+                            }
                             TagCheck::Repaired(code) => {
                                 u.tag_code = code;
+                                inner.tag_known.entry(key.clone()).or_default().add(code);
                                 !tags.contains(&code)
                             }
                             TagCheck::NotItsRecord => false, // judged below, as served units are
@@ -2283,8 +2303,15 @@ fn read_queue_locked(
                     Ok(r) => match record_mismatch(&key, next, &u, &r) {
                         None => {
                             // the tag code of a unit served is checked too (it costs a hash of
-                            // the record's TAGS), so a checked range holds no wrong code
-                            if let Some(code) = wrong_tag_code(&u, &r) {
+                            // the record's TAGS) and, right, becomes known
+                            let fixed_code = wrong_tag_code(&u, &r);
+                            let code = fixed_code.unwrap_or(u.tag_code);
+                            if tag_codes.is_some()
+                                && !inner.tag_known.get(&key).is_some_and(|k| k.contains(code))
+                            {
+                                inner.tag_known.entry(key.clone()).or_default().add(code);
+                            }
+                            if let Some(code) = fixed_code {
                                 let fixed = CqUnit {
                                     tag_code: code,
                                     ..u
@@ -2353,8 +2380,8 @@ fn read_queue_locked(
         }
     }
     if tag_codes.is_some() {
-        // every unit in [queue_offset, next) was served, filtered after a check, or judged
-        // damaged: none holds a wrong tag code
+        // every unit in [queue_offset, next) was served (its code checked), filtered after a
+        // check or as a known tag in cold data, or judged damaged
         inner
             .tag_checked
             .entry(key)
@@ -2527,7 +2554,7 @@ fn record_mismatch(key: &(String, i32), index: u64, u: &CqUnit, r: &RecordBuf) -
     })
 }
 
-/// Ranges `[from, to)` of queue positions whose units' tag codes were found right, at most
+/// Ranges `[from, to)` of queue positions whose units' tag codes were judged, at most
 /// [`TagChecked::MAX`] of them (consumer groups reading at different places), merged when
 /// they touch; when there are more, the lowest (the oldest data) is forgotten.
 #[derive(Default)]
@@ -2557,6 +2584,26 @@ impl TagChecked {
         self.0.insert(at, (a, b));
         if self.0.len() > Self::MAX {
             self.0.remove(0);
+        }
+    }
+}
+
+/// Tag codes of a queue found right in units checked against their records, at most
+/// [`KnownTags::MAX`] (a queue with more distinct tags has the rest checked on every read that
+/// filters them out: correct, at the cost of a log read per unit).
+#[derive(Default)]
+struct KnownTags(std::collections::HashSet<i64>);
+
+impl KnownTags {
+    const MAX: usize = 1024;
+
+    fn contains(&self, code: i64) -> bool {
+        self.0.contains(&code)
+    }
+
+    fn add(&mut self, code: i64) {
+        if self.0.len() < Self::MAX {
+            self.0.insert(code);
         }
     }
 }
