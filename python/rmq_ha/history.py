@@ -413,6 +413,10 @@ def validate(op: Op) -> None:
             raise HistoryError(f"{pre}only {' / '.join(fs)} carries {name}")
     if op.type == "fail" and op.definite is False:
         raise HistoryError(f"{pre}a fail is definite by definition")
+    if op.type == "info" and op.definite is True:
+        raise HistoryError(
+            f"{pre}an info is indefinite by definition (a definite failure is a fail)"
+        )
     for (f, t), names in REQUIRED_VALUE_FIELDS.items():
         if f == op.f and t in ("*", op.type):
             for name in names:

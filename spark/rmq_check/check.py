@@ -99,7 +99,9 @@ def verdict(results: dict[str, Any], cfg: Config) -> dict[str, Any]:
         r = a[n]
         extra = ""
         if n in ("lost", "lost-write") and r.get("undecided"):
-            extra = f" ({r['undecided']} unread acknowledged values on those queues)"
+            extra = (
+                f" ({r['undecided']} unread acknowledged values the final drain cannot vouch for)"
+            )
         why.append(f"{n} is unknown{extra}")
     valid: Any = False if failed else (UNKNOWN if why else True)
     return {
@@ -165,6 +167,11 @@ def _undecidable(fr: Frames) -> list[str]:
         return ["the history holds no operations"]
     if not st["counts"].get("send:ok"):
         return ["no send completed ok: nothing was acknowledged, so nothing can be shown lost"]
+    if not st["special"]["acked_send_ok"]:
+        return [
+            f"no send was acknowledged with SEND_OK ({st['counts']['send:ok']} completed ok with"
+            " another status): nothing can be shown lost"
+        ]
     cov = fr.drain()
     if cov["complete"]:
         return []

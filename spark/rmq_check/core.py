@@ -85,6 +85,7 @@ class Frames:
         self._position_stats: dict[str, Any] | None = None
         self._pairs: DataFrame | None = None
         self._drain: dict[str, Any] | None = None
+        self._looked: dict[int, int] = {}
 
     def persist(self, df: DataFrame) -> DataFrame:
         df = df.persist(self.cfg.persist)
@@ -118,6 +119,13 @@ class Frames:
                     F.count(F.col("value.delay_ms")).alias("delayed"),
                     F.count(F.col("value.txn")).alias("txn"),
                     F.count(F.when(F.col("value.txn").isin(*TXN_ROLLED_BACK), 1)).alias("rb"),
+                    # acknowledged as loss counts it: SEND_OK or no status
+                    F.count(
+                        F.when(
+                            F.col("value.status").isNull() | (F.col("value.status") == SEND_OK),
+                            1,
+                        )
+                    ).alias("strict"),
                     # which group polls which topic: a group is expected to read only the
                     # values of topics it subscribes to (unseen_by_group)
                     F.collect_set(
@@ -141,6 +149,9 @@ class Frames:
                 "ops": sum(counts.values()),
                 "counts": counts,
                 "t0_ns": min((r["t0"] for r in rows if r["t0"] is not None), default=0),
+                "first_ns": {
+                    f"{r['f']}:{r['type']}": int(r["t0"]) for r in rows if r["t0"] is not None
+                },
                 "t1_ns": max((r["t1"] for r in rows if r["t1"] is not None), default=0),
                 "groups": groups,
                 "subscriptions": [list(x) for x in subs],
@@ -149,6 +160,9 @@ class Frames:
                     "txn_sends": sum(int(r["txn"]) for r in rows if r["f"] == "send"),
                     "rollbacks": sum(
                         int(r["rb"]) for r in rows if r["f"] == "send" and r["type"] == "fail"
+                    ),
+                    "acked_send_ok": sum(
+                        int(r["strict"]) for r in rows if r["f"] == "send" and r["type"] == "ok"
                     ),
                 },
             }
@@ -215,7 +229,10 @@ class Frames:
     def _send_events(self) -> DataFrame:
         t = F.col("type")
         ok = t == "ok"
-        has_pos = ok & F.col("value.queue_offset").isNotNull()
+        # an acknowledgment names the value's queue with topic and queue_id (what the drain's
+        # coverage is judged by), and its position with the offset too
+        has_queue = ok & F.col("value.queue_id").isNotNull() & F.col("value.topic").isNotNull()
+        has_pos = has_queue & F.col("value.queue_offset").isNotNull()
         return self.ops.where((F.col("f") == "send") & (F.col("process") >= 0)).select(
             F.col("value.value").alias("v"),
             F.when(t == "invoke", F.lit(INVOKE))
@@ -230,10 +247,22 @@ class Frames:
                 "weak"
             ),
             F.when(
-                has_pos, qhash(F.col("value.topic"), F.col("value.broker"), F.col("value.queue_id"))
+                has_queue,
+                qhash(F.col("value.topic"), F.col("value.broker"), F.col("value.queue_id")),
             ).alias("qh"),
             F.when(has_pos, F.col("value.queue_offset")).alias("off"),
             self.subscriber_mask(F.col("value.topic")).alias("smask"),
+            # when a delayed send is due on the history's clock (an overflow: never)
+            F.when(
+                (t == "invoke") & F.col("value.delay_ms").isNotNull(),
+                F.coalesce(
+                    F.try_add(
+                        F.col("time_ns"),
+                        F.try_multiply(F.col("value.delay_ms"), F.lit(1_000_000).cast("long")),
+                    ),
+                    F.lit((1 << 63) - 1).cast("long"),
+                ),
+            ).alias("due"),
         )
 
     # values -----------------------------------------------------------------------------
@@ -241,6 +270,10 @@ class Frames:
         if self._values is not None:
             return self._values
         ngroups = self.tracked_groups()
+        # a delayed send's due time rides along only when the history has delayed sends
+        delays = self.has_delays()
+        due_r = [F.lit(None).cast("long").alias("due")] if delays else []
+        due_s = ["due"] if delays else []
         # narrow rows, repartitioned by value before aggregating: the partial aggregation
         # would otherwise shuffle a wide buffer per (mostly unique) value
         r = self.reads().select(
@@ -253,6 +286,7 @@ class Frames:
             "off",
             "gid",
             F.lit(None).cast("long").alias("smask"),
+            *due_r,
         )
         s = self._send_events().select(
             "v",
@@ -264,13 +298,18 @@ class Frames:
             "off",
             F.lit(None).cast("int").alias("gid"),
             "smask",
+            *due_s,
         )
         u = s.unionByName(r).repartition("v")
         k = F.col("kind")
         comp = k.isin(OK, FAIL, INFO, OK_WEAK)
         is_read = k == READ
         any_read = k.isin(READ, DRAIN_READ)
-        has_pos = F.col("qh").isNotNull() & k.isin(OK, OK_WEAK, READ, DRAIN_READ)
+        has_pos = (
+            F.col("qh").isNotNull()
+            & F.col("off").isNotNull()
+            & k.isin(OK, OK_WEAK, READ, DRAIN_READ)
+        )
         aggs = [
             F.bit_or(F.expr("shiftleft(1, kind)")).alias("kinds"),
             F.min(F.when(k == INVOKE, F.col("a"))).alias("inv_idx"),
@@ -292,7 +331,12 @@ class Frames:
             F.max(F.when(has_pos, F.col("qh"))).alias("qh_max"),
             F.min(F.when(has_pos, F.col("off"))).alias("off_min"),
             F.max(F.when(has_pos, F.col("off"))).alias("off_max"),
+            # the first read's delivery position (its op's index << POS_BITS): a read that
+            # completed before its send was invoked is impossible
+            F.min(F.when(any_read, F.col("a"))).alias("first_read"),
         ]
+        if delays:
+            aggs.append(F.max("due").alias("due"))
         if self.order_enabled():
             for g in range(0, ngroups + 1):
                 aggs.append(
@@ -411,7 +455,7 @@ class Frames:
             sub._stats = self.stats()
             acks = (
                 sub._send_events()
-                .where((F.col("kind") == OK) & F.col("qh").isNotNull())
+                .where((F.col("kind") == OK) & F.col("qh").isNotNull() & F.col("off").isNotNull())
                 .select("v", "qh", "off", F.lit(False).alias("read"))
             )
             rds = sub.reads().select("v", "qh", "off", F.lit(True).alias("read"))
@@ -561,7 +605,18 @@ class Frames:
             .agg(
                 F.max(F.when(c("detail") == "min", F.struct("index", "off")))["off"].alias("lo"),
                 F.max(F.when(c("detail") == "max", F.struct("index", "off")))["off"].alias("hi"),
+                F.max(F.when(c("detail") == "max", F.struct("index", "off")))["index"].alias(
+                    "hi_idx"
+                ),
             )
+        )
+        # the invokes of the drain's max queries: a send acknowledged after the query that
+        # gave a queue's end was invoked may lie past that end, where the drain never looked
+        max_invokes = (
+            ops.where((c("f") == "offsets") & (c("type") == "invoke") & (detail == "max"))
+            .join(F.broadcast(drainers), "process", "left_semi")
+            .select(*q("value."), "index")
+            .collect()
         )
         reads = (
             ops.where((c("f") == "drain") & (c("type") == "ok"))
@@ -577,11 +632,26 @@ class Frames:
                 *keys,
                 "lo",
                 "hi",
+                "hi_idx",
                 "read_max",
                 qhash(c("topic"), c("broker"), c("queue_id")).alias("qh"),
             )
             .collect()
         )
+        invokes: dict[tuple[Any, Any, Any], list[int]] = {}
+        for r in max_invokes:
+            invokes.setdefault((r["topic"], r["broker"], r["queue_id"]), []).append(int(r["index"]))
+        # per drained queue: the index of the invoke of the max query that gave its end
+        looked: dict[int, int] = {}
+        for r in rows:
+            if r["hi_idx"] is None:
+                continue
+            before = [
+                i
+                for i in invokes.get((r["topic"], r["broker"], r["queue_id"]), [])
+                if i < r["hi_idx"]
+            ]
+            looked[int(r["qh"])] = max(before) if before else int(r["hi_idx"])
         incomplete = []
         for r in rows:
             lo, hi, top = r["lo"], r["hi"], r["read_max"]
@@ -606,16 +676,34 @@ class Frames:
                     }
                 )
         incomplete.sort(key=lambda x: str(x["queue"]))
+        ran = self.has("drain")
+        # acknowledged sends need a drain even when none named its queue
+        any_ack = bool(self.stats()["counts"].get("send:ok"))
         self._drain = {
-            "ran": self.has("drain"),
+            "ran": ran,
             "acked_queues": len(rows),
-            "complete": not incomplete,
+            "complete": not incomplete and (ran or not any_ack),
             "incomplete": incomplete,
         }
+        self._looked = looked
         return self._drain
 
     def drain_complete(self) -> bool:
         return bool(self.drain()["complete"])
+
+    def looked(self) -> dict[int, int]:
+        """Per drained queue (qh): the index of the invoke of the drain's max query that gave
+        its end. A send acknowledged after it may sit past that end."""
+        self.drain()
+        return dict(self._looked)
+
+    def has_delays(self) -> bool:
+        return bool(self.stats()["special"]["delayed_sends"])
+
+    def drain_start_ns(self) -> int | None:
+        """When the final drain's first read was invoked (None: no drain)."""
+        t = self.stats()["first_ns"].get("drain:invoke")
+        return None if t is None else int(t)
 
     def undrained(self) -> list[int]:
         """Hashes (qh) of the acknowledging queues the drain did not read to their end."""
@@ -688,7 +776,13 @@ def value_flags(fr: Frames) -> dict[str, Column]:
         & acked
         & (F.coalesce(c("smask"), F.lit(0)) != F.lit(0))
         & (F.coalesce(c("gmask"), F.lit(0)).bitwiseAND(c("smask")) != c("smask")),
-        "unexpected": read_any & (~nonnull | ~attempted),
+        "unexpected": read_any
+        & (
+            ~nonnull
+            | ~attempted
+            # read before its send was invoked (a completed read precedes the invoke)
+            | F.coalesce(F.shiftright(c("first_read"), POS_BITS) < c("inv_idx"), F.lit(False))
+        ),
         "redelivered": nonnull & (excess > 0),
         "at_two_positions": nonnull & F.coalesce(two_pos, F.lit(False)),
         "aborted": nonnull & read_any & (c("fail") == 1) & (c("ok") == 0),

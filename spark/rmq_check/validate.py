@@ -170,6 +170,14 @@ def line_rules(has_raw: bool) -> list[tuple[Column, Column]]:
             F.concat(pre, F.lit("a fail is definite by definition")),
         )
     )
+    out.append(
+        (
+            (c("type") == "info") & (c("definite") == F.lit(True)),
+            F.concat(
+                pre, F.lit("an info is indefinite by definition (a definite failure is a fail)")
+            ),
+        )
+    )
     for (f, t), names in h.REQUIRED_VALUE_FIELDS.items():
         applies = (c("f") == f) & (F.lit(True) if t == "*" else (c("type") == t))
         for name in names:

@@ -382,6 +382,7 @@ def _corpus() -> list[tuple[str, dict[str, Any] | str]]:
         ("index <= MAX_INDEX", {"index": h.MAX_INDEX + 1}),
         ("time_ns >= 0", {"time_ns": -5}),
         ("fail is definite", {"type": "fail", "definite": False}),
+        ("info is indefinite", {"type": "info", "definite": True}),
         ("unknown top field", {"extra": 1}),
         ("value is an object", {"value": 17}),
         ("int32 range", {"process": 1 << 31}),

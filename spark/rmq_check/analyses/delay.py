@@ -9,7 +9,8 @@ correct broker may deliver it.
   (``--delay-tolerance-ms``, default 250 ms: RocketMQ timers are precise to their timer
   precision, ours deliver up to 50 ms ahead).
 * *lost* (safety): an acknowledged (SEND_OK) delayed send that no one read, the drain
-  included; ``unknown`` without a final drain.
+  included; ``unknown`` without a final drain, for a message not yet due when the drain
+  began (the drain could not see it), and for one whose acknowledgment names no queue.
 * *lateness* (reported, not a failure): first delivery to a consumer group minus ``due``,
   p50 / p99 / max in ms over the values a consumer group received; values only the final
   drain read are counted apart (the drain runs after recovery, so its time says nothing).
@@ -40,6 +41,7 @@ def run(fr: Frames) -> dict[str, Any]:
         c("value.delay_ms").alias("delay_ms"),
         c("value.status").alias("status"),
         c("value.detail").alias("how"),
+        c("value.queue_id").alias("qid"),
     )
     sends = s.groupBy("v").agg(
         F.min(F.when(c("type") == "invoke", c("time_ns"))).alias("inv_t"),
@@ -52,6 +54,8 @@ def run(fr: Frames) -> dict[str, Any]:
             ).otherwise(0)
         ).alias("acked"),
         F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
+        # the acknowledgment names its queue (else no drain can vouch for a loss)
+        F.max(F.when((c("type") == "ok") & c("qid").isNotNull(), 1).otherwise(0)).alias("named"),
     )
     sends = fr.persist(sends.where(c("inv_t").isNotNull()))
     n_sends = sends.count()
@@ -74,6 +78,7 @@ def run(fr: Frames) -> dict[str, Any]:
             "how",
             "acked",
             "ok",
+            "named",
             "reads",
             due.alias("due_t"),
             "first_read_t",
@@ -84,9 +89,13 @@ def run(fr: Frames) -> dict[str, Any]:
     )
     early = c("first_read_t") < c("due_t") - F.lit(tol_ns)
     lost = (c("acked") == 1) & c("first_read_t").isNull()
+    start = fr.drain_start_ns()
+    not_due = c("due_t") > F.lit(float(start)) if start is not None else F.lit(False)
     row = x.agg(
         count_if(early).alias("early"),
         count_if(lost).alias("lost"),
+        count_if(lost & not_due).alias("lost_not_due"),
+        count_if(lost & (not_due | (c("named") == 0))).alias("lost_open"),
         count_if(c("acked") == 1).alias("acked"),
         count_if(c("first_poll_t").isNotNull()).alias("delivered_to_group"),
         count_if(c("first_poll_t").isNull() & c("first_read_t").isNotNull()).alias("drain_only"),
@@ -94,6 +103,8 @@ def run(fr: Frames) -> dict[str, Any]:
         count_if(c("how") == "timer").alias("timers"),
     ).collect()[0]
     n_early, n_lost = int(row["early"] or 0), int(row["lost"] or 0)
+    n_not_due = int(row["lost_not_due"] or 0)
+    n_open = int(row["lost_open"] or 0)
     drained = fr.drain_complete()
     cols = ["v", "delay_ms", "how", "inv_idx", "first_read_vs_due_ms", "lateness_ms", "reads"]
     early_ex = (
@@ -114,7 +125,8 @@ def run(fr: Frames) -> dict[str, Any]:
     if n_early:
         valid: bool | str = False
     elif n_lost:
-        valid = False if drained else UNKNOWN
+        # a loss is definite only for a message due before the drain began
+        valid = False if drained and n_lost > n_open else UNKNOWN
     else:
         valid = True
     return result(
@@ -125,7 +137,13 @@ def run(fr: Frames) -> dict[str, Any]:
         timers=int(row["timers"] or 0),
         acknowledged=int(row["acked"] or 0),
         early={"count": n_early, "examples": early_ex, "tolerance_ms": fr.cfg.delay_tolerance_ms},
-        lost={"count": n_lost, "examples": lost_ex, "drained": drained},
+        lost={
+            "count": n_lost,
+            "examples": lost_ex,
+            "drained": drained,
+            "not_due_when_the_drain_began": n_not_due,
+            "undecided": n_open,
+        },
         lateness_ms=late,
         latest=latest,
         delivered_to_group=int(row["delivered_to_group"] or 0),

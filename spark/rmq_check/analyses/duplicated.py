@@ -20,12 +20,14 @@ def guarantee(lost: int, duplicated: int, drained: bool) -> str:
     return "at-most-once" if not duplicated else "none"
 
 
-def _definite_lost(fr: Frames, lost: int) -> int:
-    if not lost or fr.drain_complete():
-        return lost
+def _lost_split(fr: Frames, lost: int) -> tuple[int, int]:
+    """(definite, undecided) losses, as lost counts them."""
+    if not lost:
+        return 0, 0
     from rmq_check.analyses.lost import undecided
 
-    return int(fr.values().where(value_flags(fr)["lost"] & ~undecided(fr)).count())
+    definite = int(fr.values().where(value_flags(fr)["lost"] & ~undecided(fr)).count())
+    return definite, lost - definite
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -51,7 +53,8 @@ def run(fr: Frames) -> dict[str, Any]:
     read = c["read"]
     # nothing acknowledged (SEND_OK, as lost counts it): nothing can be shown delivered (or
     # lost), whatever the drain did
-    g = guarantee(_definite_lost(fr, c["lost"]), n, fr.drain_complete() and c["acked"] > 0)
+    definite, open_ = _lost_split(fr, c["lost"])
+    g = guarantee(definite, n, fr.drain_complete() and c["acked"] > 0 and not open_)
     # more consumer groups than mask bits: some share a bit, so redelivery is over-counted
     untracked = len(fr.groups()) > MAX_GROUPS
     return result(

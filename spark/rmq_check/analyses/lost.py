@@ -16,13 +16,26 @@ def _fields() -> list[Any]:
 
 
 def undecided(fr: Frames) -> Column:
-    """Values acknowledged on a queue the final drain did not read to its end (or, without
-    a complete drain, on no known queue): "never read" says nothing about them."""
-    if fr.drain_complete():
-        return F.lit(False)
-    bad = fr.undrained()
+    """Acknowledged values the final drain cannot show lost ("never read" says nothing about
+    them): acknowledged on a queue the drain did not read to its end, or naming no queue;
+    acknowledged after the drain's query for their queue's end was invoked (they may sit past
+    that end); or delayed sends not yet due when the drain began."""
     col = F.col("ack_qh")
-    return col.isNull() | (col.isin(*bad) if bad else F.lit(False))
+    cond = col.isNull()
+    if not fr.drain_complete():
+        bad = fr.undrained()
+        if bad:
+            cond = cond | col.isin(*bad)
+    looked = sorted(fr.looked().items())
+    if looked:
+        asked = F.element_at(
+            F.create_map(*[F.lit(x).cast("long") for kv in looked for x in kv]), col
+        )
+        cond = cond | F.coalesce(F.col("comp_idx") > asked, F.lit(False))
+    start = fr.drain_start_ns()
+    if fr.has_delays() and start is not None:
+        cond = cond | F.coalesce(F.col("due") > F.lit(start), F.lit(False))
+    return cond
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -32,7 +45,7 @@ def run(fr: Frames) -> dict[str, Any]:
     n = c["lost"]
     flags = value_flags(fr)
     open_ = 0
-    if n and not drained:
+    if n:
         open_ = fr.values().where(flags["lost"] & undecided(fr)).count()
     ex = (
         example_rows(
@@ -52,7 +65,7 @@ def run(fr: Frames) -> dict[str, Any]:
     return result(
         # without a complete final drain, "never read" cannot be told from "not read yet":
         # only losses on queues the drain read to their end are definite
-        False if definite else (True if drained else UNKNOWN),
+        False if definite else (True if drained and not open_ else UNKNOWN),
         n,
         ex,
         definite=definite,

@@ -44,7 +44,7 @@ def run(fr: Frames) -> dict[str, Any]:
     ex = example_rows(lw.orderBy("v"), fr.cfg.examples) if n else []
     drained = fr.drain_complete()
     # on a queue the final drain did not read to its end, the hole may yet be read
-    open_ = lw.where(undecided(fr)).count() if n and not drained else 0
+    open_ = lw.where(undecided(fr)).count() if n else 0
     definite = n - open_
-    valid = False if definite else (True if drained else UNKNOWN)
+    valid = False if definite else (True if drained and not open_ else UNKNOWN)
     return result(valid, n, ex, definite=definite, undecided=open_)

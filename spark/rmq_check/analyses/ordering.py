@@ -60,7 +60,9 @@ def key_order(fr: Frames) -> dict[str, Any]:
         )
     # one row per acknowledged keyed value with its first delivery to every group (fd<g>)
     groups = range(0, fr.tracked_groups() + 1)
-    a = acked.where(F.greatest(*[c(f"fd{g}").isNotNull() for g in groups])).select(
+    # delivered to some group (the drain alone when no consumer group polls: one column)
+    delivered = reduce(lambda x, y: x | y, [c(f"fd{g}").isNotNull() for g in groups])
+    a = acked.where(delivered).select(
         "key", "v", "inv_idx", "comp_idx", *[f"fd{g}" for g in groups]
     )
     if fr.cfg.order == "auto" and checked < nkeys:
