@@ -2237,6 +2237,16 @@ fn read_queue_locked(
     // relocation already failed in this call (not tried again for each of them).
     let mut relocated_at: Option<u64> = None;
     let mut no_relocation_below = 0u64;
+    // The queue's tag-check caches, taken out for the call (one map lookup, not one per unit;
+    // an error part-way drops them, and the units are checked again later).
+    let (mut checked, mut known) = if tag_codes.is_some() {
+        (
+            inner.tag_checked.remove(&key).unwrap_or_default(),
+            inner.tag_known.remove(&key).unwrap_or_default(),
+        )
+    } else {
+        Default::default()
+    };
     'scan: while next < max && records.len() < max_count && scanned < MAX_FILTER_SCAN {
         let chunk = if tag_codes.is_some() { 256 } else { max_count };
         let units = match inner.cqs.get(&key) {
@@ -2264,29 +2274,18 @@ fn read_queue_locked(
                     // queue's checked units already showed to be a real tag (a record not in
                     // the page cache; a random flip is not another tag's code), so a
                     // catching-up reader of cold data reads the log only for unknown codes.
-                    let checked = inner
-                        .tag_checked
-                        .get(&key)
-                        .is_some_and(|c| c.contains(next));
-                    let trusted = checked
-                        || (inner
-                            .tag_known
-                            .get(&key)
-                            .is_some_and(|k| k.contains(u.tag_code))
+                    let trusted = checked.contains(next)
+                        || (known.contains(u.tag_code)
                             && !inner.log.is_resident(u.phys_offset, u.size));
                     let filtered = trusted
                         || match check_unit_tag(inner, &key, next, &u)? {
                             TagCheck::Right => {
-                                inner
-                                    .tag_known
-                                    .entry(key.clone())
-                                    .or_default()
-                                    .add(u.tag_code);
+                                known.add(u.tag_code);
                                 true
                             }
                             TagCheck::Repaired(code) => {
                                 u.tag_code = code;
-                                inner.tag_known.entry(key.clone()).or_default().add(code);
+                                known.add(code);
                                 !tags.contains(&code)
                             }
                             TagCheck::NotItsRecord => false, // judged below, as served units are
@@ -2302,15 +2301,16 @@ fn read_queue_locked(
                 None => match inner.log.read_record(u.phys_offset) {
                     Ok(r) => match record_mismatch(&key, next, &u, &r) {
                         None => {
-                            // the tag code of a unit served is checked too (it costs a hash of
-                            // the record's TAGS) and, right, becomes known
-                            let fixed_code = wrong_tag_code(&u, &r);
-                            let code = fixed_code.unwrap_or(u.tag_code);
-                            if tag_codes.is_some()
-                                && !inner.tag_known.get(&key).is_some_and(|k| k.contains(code))
-                            {
-                                inner.tag_known.entry(key.clone()).or_default().add(code);
-                            }
+                            // a tag-filtered read checks the tag code of a unit it serves too
+                            // (a hash of the record's TAGS), so its checked range holds no
+                            // wrong code; the right code becomes known
+                            let fixed_code = if tag_codes.is_some() {
+                                let f = wrong_tag_code(&u, &r);
+                                known.add(f.unwrap_or(u.tag_code));
+                                f
+                            } else {
+                                None
+                            };
                             if let Some(code) = fixed_code {
                                 let fixed = CqUnit {
                                     tag_code: code,
@@ -2382,11 +2382,9 @@ fn read_queue_locked(
     if tag_codes.is_some() {
         // every unit in [queue_offset, next) was served (its code checked), filtered after a
         // check or as a known tag in cold data, or judged damaged
-        inner
-            .tag_checked
-            .entry(key)
-            .or_default()
-            .add(queue_offset, next);
+        checked.add(queue_offset, next);
+        inner.tag_checked.insert(key.clone(), checked);
+        inner.tag_known.insert(key, known);
     }
     Ok(GetResult {
         records,
