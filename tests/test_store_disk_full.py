@@ -152,3 +152,21 @@ def test_full_tmpfs_reopens_serves_and_resumes_after_retention() -> None:
     assert out["deferred_again"] is None
     assert out["max_reopened"] == total + 3
     assert out["tail"] == ["after"] * 3
+
+
+def test_store_health_text_names_a_deferred_checkpoint_and_the_incidents() -> None:
+    """What `rmq-ha admin store-health` prints for a store on a full disk with a loss on
+    record (render_health is the text form of the RMQHA_STORE_HEALTH answer)."""
+    from rmq_ha.storeadmin import render_health
+
+    text = render_health(
+        {
+            "status": {"checkpoint_error": "I/O error on cqmanifest.tmp: No space left"},
+            "broker": {},
+            "open": {},
+            "incidents": ["2026-11-27T21:33:16Z the commitlog ends at 10 but ..."],
+        }
+    )
+    assert "checkpoint not written (disk full): I/O error on cqmanifest.tmp" in text
+    assert "incidents on record: 1" in text and "2026-11-27T21:33:16Z" in text
+    assert "checkpoint not written" not in render_health({"status": {}, "broker": {}, "open": {}})

@@ -118,6 +118,8 @@ def render_health(h: dict[str, Any]) -> str:
             f"last open cut the log at {op.get('cut_offset')} ({op.get('cut_bytes')} bytes): "
             f"{op.get('cut_reason')}{below}"
         )
+    if st.get("checkpoint_error"):
+        lines.append(f"checkpoint not written (disk full): {st.get('checkpoint_error')}")
     if op.get("missing_durable"):
         lines.append(f"durable bytes missing at the last open: {op.get('missing_durable')}")
     for t in op.get("cq_rebuilt") or []:

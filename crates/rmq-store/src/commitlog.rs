@@ -137,18 +137,22 @@ impl Segment {
     fn resident(&self, pos: usize, len: usize) -> bool {
         #[cfg(target_os = "linux")]
         {
-            // SAFETY: sysconf only reads its argument.
-            let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-                p if p > 0 => p as usize,
-                _ => return true,
-            };
+            let page = page_size();
             let end = pos.saturating_add(len.max(1)).min(self.map.len());
             if pos >= end {
                 return true;
             }
             let first = pos - pos % page;
             let pages = (end - first).div_ceil(page);
-            let mut vec = vec![0u8; pages];
+            // a record spans a few pages: no allocation on this read path for those
+            let mut small = [0u8; 16];
+            let mut large = Vec::new();
+            let vec: &mut [u8] = if pages <= small.len() {
+                &mut small[..pages]
+            } else {
+                large.resize(pages, 0);
+                &mut large
+            };
             // SAFETY: [first, first + pages * page) lies in the mapping (it starts at a page
             // boundary of the page-aligned mapping and ends on the page holding its last byte,
             // inside the mapping's last page); mincore writes one byte per page into `vec`,
@@ -219,6 +223,24 @@ fn punch_hole(file: &File, offset: u64, len: u64) -> bool {
         let _ = (file, offset, len);
         false
     }
+}
+
+/// Why a valid record whose PHYSICALOFFSET is `claimed` is damage at `at`.
+fn misplaced(claimed: i64, at: u64) -> String {
+    format!("record claims physical offset {claimed} but sits at {at}")
+}
+
+/// The page size (sysconf), looked up once; 4096 if the kernel will not say.
+#[cfg(target_os = "linux")]
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf only reads its argument.
+        match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            p if p > 0 => p as usize,
+            _ => 4096,
+        }
+    })
 }
 
 /// Whether `file` lives on tmpfs (statfs magic `TMPFS_MAGIC`).
@@ -928,10 +950,7 @@ impl CommitLog {
                         if r.physical_offset != here as i64 {
                             return Err(StoreError::CorruptRecord {
                                 offset: here,
-                                reason: format!(
-                                    "record claims physical offset {}",
-                                    r.physical_offset
-                                ),
+                                reason: misplaced(r.physical_offset, here),
                             });
                         }
                         if p + r.total_size() + BLANK_HEADER_LEN > room {
@@ -979,10 +998,7 @@ impl CommitLog {
             Ok(Decoded::Record(r)) if r.physical_offset != offset as i64 => {
                 Err(StoreError::CorruptRecord {
                     offset,
-                    reason: format!(
-                        "record claims physical offset {} but sits at {offset}",
-                        r.physical_offset
-                    ),
+                    reason: misplaced(r.physical_offset, offset),
                 })
             }
             Ok(Decoded::Record(r)) => {
@@ -1051,10 +1067,7 @@ impl CommitLog {
                     }
                     return Err(StoreError::CorruptRecord {
                         offset: here,
-                        reason: format!(
-                            "record claims physical offset {} but sits at {here}",
-                            r.physical_offset
-                        ),
+                        reason: misplaced(r.physical_offset, here),
                     });
                 }
                 Ok(Decoded::Record(r)) => {
@@ -1547,10 +1560,7 @@ fn walk(
                     v.end = at;
                     continue;
                 }
-                Ok(Decoded::Record(r)) => format!(
-                    "record claims physical offset {} but sits at {at}",
-                    r.physical_offset
-                ),
+                Ok(Decoded::Record(r)) => misplaced(r.physical_offset, at),
                 Ok(Decoded::Blank(_)) => {
                     at = seg.end();
                     v.end = at;

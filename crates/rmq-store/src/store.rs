@@ -2312,14 +2312,7 @@ fn read_queue_locked(
                                 None
                             };
                             if let Some(code) = fixed_code {
-                                let fixed = CqUnit {
-                                    tag_code: code,
-                                    ..u
-                                };
-                                if let Some(q) = inner.cqs.get_mut(&key) {
-                                    q.rewrite_run(next, std::slice::from_ref(&fixed))?;
-                                    inner.stats.cq_tag_codes_repaired += 1;
-                                }
+                                rewrite_tag_code(inner, &key, next, &u, code)?;
                                 if tag_codes.is_some_and(|t| !t.contains(&code)) {
                                     next += 1;
                                     continue;
@@ -2645,20 +2638,36 @@ fn check_unit_tag(
     if code == u.tag_code {
         return Ok(TagCheck::Right);
     }
+    Ok(if rewrite_tag_code(inner, key, index, u, code)? {
+        TagCheck::Repaired(code)
+    } else {
+        TagCheck::NotItsRecord
+    })
+}
+
+/// Rewrites unit `u` at `index` of `key` with the right tag `code` (durably) and counts it;
+/// false when the queue refuses the rewrite (the unit no longer fits there).
+fn rewrite_tag_code(
+    inner: &mut Inner,
+    key: &(String, i32),
+    index: u64,
+    u: &CqUnit,
+    code: i64,
+) -> Result<bool> {
     let fixed = CqUnit {
         tag_code: code,
         ..*u
     };
     let Some(q) = inner.cqs.get_mut(key) else {
-        return Ok(TagCheck::NotItsRecord);
+        return Ok(false);
     };
     match q.rewrite_run(index, std::slice::from_ref(&fixed)) {
         Ok(()) => {}
-        Err(StoreError::InvalidArgument(_)) => return Ok(TagCheck::NotItsRecord),
+        Err(StoreError::InvalidArgument(_)) => return Ok(false),
         Err(e) => return Err(e),
     }
     inner.stats.cq_tag_codes_repaired += 1;
-    Ok(TagCheck::Repaired(code))
+    Ok(true)
 }
 
 /// A read found the record of unit `u` (queue position `index`) damaged: quarantine it (see
