@@ -4,6 +4,7 @@ consumer lists, queue locks, retry/DLQ, and bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -39,6 +40,7 @@ from rmq_ha.protocol.models import (
     LockBatchRequestBody,
     MessageQueue,
     SubscriptionData,
+    TopicConfig,
 )
 
 assert decode_batch_body  # imported for the batch round trip below
@@ -77,9 +79,14 @@ async def cluster(tmp_path: Path, **broker_kw: object) -> AsyncIterator[Cluster]
 
 
 def send_cmd(
-    topic: str, body: bytes, queue_id: int = 0, tags: str = "", v2: bool = True
+    topic: str,
+    body: bytes,
+    queue_id: int = 0,
+    tags: str = "",
+    v2: bool = True,
+    extra: dict[str, str] | None = None,
 ) -> RemotingCommand:
-    props = {"UNIQ_KEY": f"u-{body.hex()}"}
+    props = {"UNIQ_KEY": f"u-{body.hex()}", **(extra or {})}
     if tags:
         props["TAGS"] = tags
     h = SendMessageRequestHeader(
@@ -634,3 +641,26 @@ async def test_a_reply_is_pushed_to_its_requester_and_stored(tmp_path: Path) -> 
         )
         assert r.code == Resp.NO_PERMISSION and "forbidden" in (r.remark or ""), r.remark
         assert len(pushed) == 1
+
+
+async def test_a_broker_without_write_permission_refuses_only_ordered_topics(
+    tmp_path: Path,
+) -> None:
+    """brokerPermission 4 (an operator draining the broker): RocketMQ's msgCheck refuses
+    sends to ordered topics only; a producer on a cached route still gets its other sends
+    stored (its next route refresh shows the broker read-only and it stops writing there)."""
+    async with cluster(tmp_path) as c:
+        for name, order in (("Plain", False), ("Ordered", True)):
+            c.node.topics.update(
+                TopicConfig(topic_name=name, read_queue_nums=2, write_queue_nums=2, order=order)
+            )
+        await c.node.apply_config(dataclasses.replace(c.node.cfg, broker_permission=4))
+        r = await c.client.invoke(c.broker, send_cmd("Plain", b"still-taken"))
+        assert r.code == Resp.SUCCESS, r.remark
+        r = await c.client.invoke(c.broker, send_cmd("Ordered", b"refused"))
+        assert r.code == Resp.NO_PERMISSION and "forbidden" in (r.remark or ""), r.remark
+        assert c.node.store.native.queue_max_offset("Plain", 0) == 1
+        assert c.node.store.native.queue_max_offset("Ordered", 0) == 0
+        await c.node.apply_config(dataclasses.replace(c.node.cfg, broker_permission=6))
+        r = await c.client.invoke(c.broker, send_cmd("Ordered", b"writable again"))
+        assert r.code == Resp.SUCCESS, r.remark

@@ -224,3 +224,33 @@ async def test_system_topics_refuse_sends_and_delay_offsets_are_served(tmp_path:
             ):
                 r = await c.invoke(env.addr, send_cmd(topic, b"forged"))
                 assert r.code == Resp.NO_PERMISSION, topic
+
+
+@pytest.mark.timeout(20)
+async def test_a_timer_message_due_past_the_max_delay_is_refused(tmp_path: Path) -> None:
+    """timerMaxDelaySec (3 days by default, as RocketMQ's): a timer message due later is
+    refused MESSAGE_ILLEGAL and nothing is stored; one due within it is taken."""
+    async with special_cluster(tmp_path, timer_max_delay_sec=60) as env:
+        await create_topic(env.namesrv, "FarT", queues=1)
+        from test_broker import send_cmd
+
+        async with RemotingClient() as c:
+            far = {
+                "TIMER_DELAY_SEC": "61",
+                "TIMER_DELAY_MS": "61000",
+                "TIMER_DELIVER_MS": str(int(time.time() * 1000) + 3_600_000),
+            }
+            for key, value in far.items():
+                r = await c.invoke(env.addr, send_cmd("FarT", b"too far", extra={key: value}))
+                assert r.code == Resp.MESSAGE_ILLEGAL, (key, r.code, r.remark)
+                assert "max delay 60000ms" in (r.remark or ""), r.remark
+            near = send_cmd("FarT", b"near", extra={"TIMER_DELAY_SEC": "59"})
+            r = await c.invoke(env.addr, near)
+            assert r.code == Resp.SUCCESS, r.remark
+        # only the near one was stored (parked on a delay level's queue)
+        native = env.broker.store.native
+        assert sum(native.queue_max_offset(SCHEDULE_TOPIC, q) for q in range(18)) == 1
+    with pytest.raises(ConfigError, match="timerMaxDelaySec"):
+        from rmq_ha.config import BrokerConfig, replace_keys
+
+        replace_keys(BrokerConfig(), {"timerMaxDelaySec": "0"})

@@ -370,6 +370,12 @@ class BrokerConfig(SecurityKeys):
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
         "delay of levels 1..n; units s m h d (and ms, ours: RocketMQ cannot read it)",
     )
+    timer_max_delay_sec: int = rmq(
+        "timerMaxDelaySec",
+        259_200,
+        "a timer message (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS) due further "
+        "ahead than this is refused, MESSAGE_ILLEGAL (3 days, as RocketMQ's)",
+    )
     delay_offset_update_version_step: int = rmq(
         "delayOffsetUpdateVersionStep", 200, "delay progress updates per DataVersion bump"
     )
@@ -578,7 +584,10 @@ def _validate(record: Any) -> None:
             if f.name.endswith("_port") and not 0 <= v <= 65535:
                 raise ConfigError(f"bad config {key}: port {v} is outside 0..65535", key)
             if (
-                (f.name.endswith(("_ms", "_bytes", "_nums", "_size")) or "interval" in f.name)
+                (
+                    f.name.endswith(("_ms", "_sec", "_bytes", "_nums", "_size"))
+                    or "interval" in f.name
+                )
                 and f.name not in ZERO_ALLOWED
                 and v <= 0
             ):

@@ -107,6 +107,10 @@ class SpecialRouting(Protocol):
 
     def may_route(self, props: bytes) -> bool: ...
 
+    def send_refusal(self, props: bytes) -> str | None:
+        """Why the special services refuse a send (None: taken); only for `may_route`."""
+        ...
+
     def route_send(
         self, topic: str, queue_id: int, props: bytes, sys_flag: int
     ) -> tuple[str, int, bytes, int]: ...

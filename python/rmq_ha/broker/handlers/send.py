@@ -376,13 +376,13 @@ async def _push_reply(
 def _write_queue(
     p: Ports, special: SpecialRouting, cmd: RemotingCommand, h: SendMessageRequestHeader
 ) -> int | RemotingCommand:
-    """The queue a send (or a reply) writes to, or the refusal: the broker's and the topic's
-    write permission, the topic's name and existence (auto-created when allowed), the queue
-    id (a random one for -1), and the system topics producers may not write."""
-    if not is_writeable(p.cfg.broker_permission):
-        return cmd.response(
-            Resp.NO_PERMISSION, f"the broker {p.cfg.broker_name} sending message is forbidden"
-        )
+    """The queue a send (or a reply) writes to, or the refusal: the topic's name and
+    existence (auto-created when allowed), the topic's write permission, the queue id (a
+    random one for -1), and the system topics producers may not write.
+
+    A broker without write permission (brokerPermission 4, an operator draining it) refuses
+    ordered topics only, as RocketMQ's msgCheck does: producers of the rest stop writing
+    there once their route shows it, and the sends still on a cached route are taken."""
     why = check_topic_name(h.topic)
     if why is not None:
         return cmd.response(Resp.SYSTEM_ERROR, why)
@@ -390,6 +390,13 @@ def _write_queue(
         return cmd.response(
             Resp.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
         )
+    if not is_writeable(p.cfg.broker_permission):
+        known = p.topics.get(h.topic)
+        if known is not None and known.order:
+            return cmd.response(
+                Resp.NO_PERMISSION,
+                f"the broker[{p.cfg.broker_name}] sending message is forbidden",
+            )
     tc = p.topics.for_write(h.topic, h.default_topic, h.default_topic_queue_nums)
     if tc is None:
         return cmd.response(
@@ -442,6 +449,9 @@ async def send_message(
         props = _dead_letter_delay(props)
     store_qid, sys_flag = queue_id, h.sys_flag
     if not is_batch and dead_of is None and special.may_route(props):
+        why = special.send_refusal(props)
+        if why is not None:
+            return cmd.response(Resp.MESSAGE_ILLEGAL, why)
         # Transaction halves and delayed/timer messages are stored on system topics first.
         topic, store_qid, props, sys_flag = special.route_send(topic, queue_id, props, sys_flag)
     try:

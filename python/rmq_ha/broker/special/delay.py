@@ -75,6 +75,23 @@ IDLE_RECHECK_S: Final = 1.0
 TIMER_TOLERANCE_MS: Final = 50
 
 
+#: the properties that make a message a timer message
+TIMER_KEYS: Final = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
+
+
+def timer_deliver_ms(props: dict[str, str], now_ms: int) -> int:
+    """When a timer message is due: TIMER_DELIVER_MS, else now plus TIMER_DELAY_SEC or
+    TIMER_DELAY_MS (a value that is not a number: now)."""
+    try:
+        if PROPERTY_TIMER_DELIVER_MS in props:
+            return int(props[PROPERTY_TIMER_DELIVER_MS])
+        if PROPERTY_TIMER_DELAY_SEC in props:
+            return now_ms + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
+        return now_ms + int(props[PROPERTY_TIMER_DELAY_MS])
+    except ValueError:
+        return now_ms
+
+
 def parse_delay_levels(text: str) -> list[int]:
     """messageDelayLevel ("1s 5s 10s ...") as milliseconds per level (level 1 first)."""
     out: list[int] = []
@@ -259,15 +276,7 @@ class DelayService(SpecialService):
 
     def to_timer(self, msg: InnerMessage, now_ms: int) -> InnerMessage:
         props = msg.properties
-        try:
-            if PROPERTY_TIMER_DELIVER_MS in props:
-                deliver = int(props[PROPERTY_TIMER_DELIVER_MS])
-            elif PROPERTY_TIMER_DELAY_SEC in props:
-                deliver = now_ms + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
-            else:
-                deliver = now_ms + int(props[PROPERTY_TIMER_DELAY_MS])
-        except ValueError:
-            deliver = now_ms
+        deliver = timer_deliver_ms(props, now_ms)
         # One absolute time from here on, so every hop measures the same target.
         props.pop(PROPERTY_TIMER_DELAY_SEC, None)
         props.pop(PROPERTY_TIMER_DELAY_MS, None)
@@ -283,6 +292,19 @@ class DelayService(SpecialService):
         else:
             index = min(range(len(levels)), key=levels.__getitem__)
         return self._park(msg, index + 1)
+
+    def timer_refusal(self, props: dict[str, str], now_ms: int) -> str | None:
+        """Why a timer message is refused at send (None: taken): due further ahead than
+        timerMaxDelaySec, as RocketMQ's transformTimerMessage refuses it."""
+        if not any(k in props for k in TIMER_KEYS):
+            return None
+        limit_ms = self.ports.cfg.timer_max_delay_sec * 1000
+        if timer_deliver_ms(props, now_ms) - now_ms <= limit_ms:
+            return None
+        return (
+            "timer message illegal, the delay time should not be bigger than the max delay "
+            f"{limit_ms}ms"
+        )
 
     def _park(self, msg: InnerMessage, level: int) -> InnerMessage:
         msg.properties[PROPERTY_REAL_TOPIC] = msg.topic

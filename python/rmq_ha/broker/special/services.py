@@ -136,6 +136,11 @@ class SpecialServices:
             return self.delay.to_timer(msg, wall_ms())
         return msg
 
+    def send_refusal(self, props: bytes) -> str | None:
+        """Why a send is refused for what its properties ask of the special services (None:
+        it is taken): a timer message due past timerMaxDelaySec."""
+        return self.delay.timer_refusal(decode_properties(props), wall_ms())
+
     @staticmethod
     def may_route(props: bytes) -> bool:
         """A cheap test on the raw properties of a send, so ordinary sends never decode them."""
