@@ -49,6 +49,17 @@ ANALYSES: dict[str, Callable[[Frames], dict[str, Any]]] = {
 assert tuple(ANALYSES) == NAMES
 
 TRACE_LIMIT = 12  # history ops shown per example value
+#: what a traced op shows of the value (or message) beside its index, process, type and f
+TRACE_FIELDS = (
+    "topic",
+    "broker",
+    "queue_id",
+    "queue_offset",
+    "status",
+    "group",
+    "txn",
+    "delay_ms",
+)
 #: analyses whose examples name a value as "v"
 VALUE_EXAMPLES = (
     "lost",
@@ -215,59 +226,78 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
         return
     c = F.col
     ops = fr.ops
-    sends = ops.where(
-        c("f").isin("send", "ack", "change-invisible") & c("value.value").isin(vals)
-    ).select(
-        c("value.value").alias("v"),
-        "index",
-        "process",
-        "type",
-        "f",
-        c("value.topic").alias("topic"),
-        c("value.broker").alias("broker"),
-        c("value.queue_id").alias("queue_id"),
-        c("value.queue_offset").alias("queue_offset"),
-        c("value.status").alias("status"),
-        c("value.group").alias("group"),
-        c("value.txn").alias("txn"),
-        c("value.delay_ms").alias("delay_ms"),
-    )
-    reads = (
-        ops.where(
-            c("f").isin("poll", "drain", "pop")
-            & (c("type") == "ok")
-            # prefilter on the value column before exploding every message
-            & F.arrays_overlap(
-                c("value.messages.value"), F.array(*[F.lit(x).cast("long") for x in vals])
-            )
-        )
-        .select(
-            "index",
-            "process",
-            "type",
-            "f",
+    is_send = c("f").isin("send", "ack", "change-invisible")
+    is_read = c("f").isin("poll", "drain", "pop") & (c("type") == "ok")
+
+    def entry(
+        v: Any, topic: Any, broker: Any, qid: Any, off: Any, status: Any, txn: Any, delay: Any
+    ) -> Any:
+        return F.struct(
+            v.alias("v"),
+            topic.alias("topic"),
+            broker.alias("broker"),
+            qid.alias("queue_id"),
+            off.alias("queue_offset"),
+            status.alias("status"),
             c("value.group").alias("group"),
-            F.explode("value.messages").alias("m"),
+            txn.alias("txn"),
+            delay.alias("delay_ms"),
         )
-        .where(c("m.value").isin(vals))
-        .select(
-            c("m.value").alias("v"),
-            "index",
-            "process",
-            "type",
-            "f",
-            c("m.topic").alias("topic"),
-            c("m.broker").alias("broker"),
-            c("m.queue_id").alias("queue_id"),
-            c("m.queue_offset").alias("queue_offset"),
-            F.lit(None).cast("string").alias("status"),
-            "group",
-            F.lit(None).cast("string").alias("txn"),
-            F.lit(None).cast("long").alias("delay_ms"),
+
+    nul = F.lit(None)
+    sent = F.array(
+        entry(
+            c("value.value"),
+            c("value.topic"),
+            c("value.broker"),
+            c("value.queue_id"),
+            c("value.queue_offset"),
+            c("value.status"),
+            c("value.txn"),
+            c("value.delay_ms"),
         )
+    )
+    # a lambda is interpreted, but only the few reads holding an example value reach it
+    read = F.transform(
+        "value.messages",
+        lambda m: entry(
+            m["value"],
+            m["topic"],
+            m["broker"],
+            m["queue_id"],
+            m["queue_offset"],
+            nul.cast("string"),
+            nul.cast("string"),
+            nul.cast("long"),
+        ),
+    )
+    # one scan: the sends of the values, and the reads holding one (prefiltered on the
+    # value column before any message is looked at)
+    lits = F.array(*[F.lit(x).cast("long") for x in vals])
+    hit = ops.where(
+        (is_send & c("value.value").isin(vals))
+        | (is_read & F.arrays_overlap(c("value.messages.value"), lits))
     )
     rows = (
-        sends.unionByName(reads).orderBy("v", "index").limit(TRACE_LIMIT * len(vals) * 4).collect()
+        hit.select(
+            "index",
+            "process",
+            "type",
+            "f",
+            F.explode(F.when(is_send, sent).otherwise(read)).alias("e"),
+        )
+        .where(c("e.v").isin(vals))
+        .select(
+            F.col("e.v").alias("v"),
+            "index",
+            "process",
+            "type",
+            "f",
+            *[F.col("e." + k).alias(k) for k in TRACE_FIELDS],
+        )
+        .orderBy("v", "index")
+        .limit(TRACE_LIMIT * len(vals) * 4)
+        .collect()
     )
     trace: dict[int, list[dict[str, Any]]] = {}
     for r in rows:

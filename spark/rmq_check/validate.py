@@ -24,6 +24,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
+from rmq_check.core import word, word_distinct
 
 from rmq_ha import history as h
 
@@ -289,25 +290,23 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
 
 def _repeated(keys: DataFrame) -> DataFrame:
     """The keys (column ``k``, a long) of ``keys`` that occur more than once. One aggregation
-    by block of 32,768 keys counts rows and distinct keys (a bitmap per block; no shuffle of
-    the rows); only blocks where they differ are grouped key by key."""
+    by word of 64 keys counts rows and distinct keys (``core.word_distinct``: the word's keys
+    as the bits of one long; no shuffle of the rows); only words where they differ are
+    grouped key by key."""
     c = F.col
-    blocks = (
-        keys.groupBy(F.bitmap_bucket_number("k").alias("b"))
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.bitmap_count(F.bitmap_construct_agg(F.bitmap_bit_position("k"))).alias("d"),
-        )
+    words = (
+        keys.groupBy(word("k").alias("w"))
+        .agg(F.count(F.lit(1)).alias("n"), word_distinct("k").alias("d"))
         .where(c("n") > c("d"))
-        .select("b")
+        .select("w")
         .limit(1001)
         .collect()
     )
-    if not blocks:
+    if not words:
         return keys.where(F.lit(False)).select("k")
     suspect = keys
-    if len(blocks) <= 1000:
-        suspect = keys.where(F.bitmap_bucket_number("k").isin(*[int(r["b"]) for r in blocks]))
+    if len(words) <= 1000:
+        suspect = keys.where(word("k").isin(*[int(r["w"]) for r in words]))
     return suspect.groupBy("k").agg(F.count(F.lit(1)).alias("n")).where(c("n") > 1).select("k")
 
 

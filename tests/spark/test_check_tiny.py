@@ -313,3 +313,23 @@ def test_extreme_offsets_and_delays_are_checked_without_overflow(hist, run_check
     assert o["nonmonotonic"]["count"] == 3 and o["poll_skip"]["count"] == 0, o
     assert r["analyses"]["lost"]["count"] == 0
     assert r["analyses"]["delay"]["count"] >= 1  # read long before its due time: early
+
+
+def test_examples_are_the_smallest_values_of_each_anomaly_from_one_pass(hist, run_check):
+    """Every value analysis takes its examples from one shared job (core.value_examples):
+    each list holds the smallest ``examples`` values of its own anomaly, however many there
+    are, and no value of another anomaly."""
+    for v in range(20, 0, -1):  # 20 lost (acknowledged, never read), sent in reverse order
+        hist.send(1, 100 + v, off=v)
+    for v in (7, 3, 5):  # definitely failed sends that were read: aborted reads
+        hist.send(2, v, "fail")
+    hist.poll(10, [(1, 50, 3), (1, 51, 5), (1, 52, 7), (1, 53, 9), (1, 54, 9)])  # 9: unsent
+    hist.drain(20, [(1, 50 + i, v) for i, v in enumerate((3, 5, 7, 9))])
+    a = run_check(hist, examples=4)["analyses"]
+    assert a["lost"]["count"] == 20
+    assert [e["v"] for e in a["lost"]["examples"]] == [101, 102, 103, 104]
+    assert [e["v"] for e in a["aborted-read"]["examples"]] == [3, 5, 7]
+    assert [e["v"] for e in a["unexpected"]["examples"]] == [9]
+    assert a["unexpected"]["examples"][0]["reads"] == 3
+    assert [e["v"] for e in a["duplicated"]["examples"]] == [9]
+    assert a["duplicated"]["examples"][0]["n_read"] == 2

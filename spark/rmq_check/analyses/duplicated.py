@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
-from rmq_check.core import MAX_GROUPS, Frames, example_rows, value_counts, value_flags
+from rmq_check.core import MAX_GROUPS, Frames, value_counts, value_examples
 
 
 def guarantee(lost: int, duplicated: int, drained: bool) -> str:
@@ -20,40 +19,29 @@ def guarantee(lost: int, duplicated: int, drained: bool) -> str:
     return "at-most-once" if not duplicated else "none"
 
 
-def _lost_split(fr: Frames, lost: int) -> tuple[int, int]:
-    """(definite, undecided) losses, as lost counts them."""
-    if not lost:
-        return 0, 0
-    from rmq_check.analyses.lost import undecided
-
-    definite = int(fr.values().where(value_flags(fr)["lost"] & ~undecided(fr)).count())
-    return definite, lost - definite
+def _example(r: dict[str, Any]) -> dict[str, Any]:
+    g = r["gmask"]
+    several = None if r["qh_min"] is None or r["qh_max"] is None else r["qh_min"] != r["qh_max"]
+    return {
+        "v": r["v"],
+        "key_hash": r["key"],
+        "n_read": r["n_read"],
+        "groups": None if g is None else bin(g & ((1 << 64) - 1)).count("1"),
+        "off_min": r["off_min"],
+        "off_max": r["off_max"],
+        "several_queues": several,
+    }
 
 
 def run(fr: Frames) -> dict[str, Any]:
     c = value_counts(fr)
     n = c["duplicated"]
-    ex = []
-    if n:
-        ex = example_rows(
-            fr.values()
-            .where(value_flags(fr)["duplicated"])
-            .select(
-                "v",
-                F.col("key").alias("key_hash"),
-                "n_read",
-                F.bit_count("gmask").alias("groups"),
-                "off_min",
-                "off_max",
-                (F.col("qh_min") != F.col("qh_max")).alias("several_queues"),
-            )
-            .orderBy("v"),
-            fr.cfg.examples,
-        )
+    ex = [_example(r) for r in value_examples(fr)["duplicated"]]
     read = c["read"]
     # nothing acknowledged (SEND_OK, as lost counts it): nothing can be shown delivered (or
     # lost), whatever the drain did
-    definite, open_ = _lost_split(fr, c["lost"])
+    open_ = c["lost_undecided"]
+    definite = c["lost"] - open_
     g = guarantee(definite, n, fr.drain_complete() and c["acked"] > 0 and not open_)
     # more consumer groups than mask bits: some share a bit, so redelivery is over-counted
     untracked = len(fr.groups()) > MAX_GROUPS

@@ -4,38 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
-from rmq_check.core import Frames, example_rows, value_counts, value_flags
+from rmq_check.core import Frames, undecided, value_counts, value_examples
+
+__all__ = ["run", "undecided"]
 
 
-def _fields() -> list[Any]:
-    # built per call: a Column needs the active SparkContext, which import time lacks
-    return [F.col("v"), F.col("key").alias("key_hash"), "inv_idx", "comp_idx", "ack_off"]
-
-
-def undecided(fr: Frames) -> Column:
-    """Acknowledged values the final drain cannot show lost ("never read" says nothing about
-    them): acknowledged on a queue the drain did not read to its end, or naming no queue;
-    acknowledged after the drain's query for their queue's end was invoked (they may sit past
-    that end); or delayed sends not yet due when the drain began."""
-    col = F.col("ack_qh")
-    cond = col.isNull()
-    if not fr.drain_complete():
-        bad = fr.undrained()
-        if bad:
-            cond = cond | col.isin(*bad)
-    looked = sorted(fr.looked().items())
-    if looked:
-        asked = F.element_at(
-            F.create_map(*[F.lit(x).cast("long") for kv in looked for x in kv]), col
-        )
-        cond = cond | F.coalesce(F.col("comp_idx") > asked, F.lit(False))
-    start = fr.drain_start_ns()
-    if fr.has_delays() and start is not None:
-        cond = cond | F.coalesce(F.col("due") > F.lit(start), F.lit(False))
-    return cond
+def _example(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "v": r["v"],
+        "key_hash": r["key"],
+        "inv_idx": r["inv_idx"],
+        "comp_idx": r["comp_idx"],
+        "ack_off": r["ack_off"],
+    }
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -43,31 +25,15 @@ def run(fr: Frames) -> dict[str, Any]:
     cov = fr.drain()
     drained = bool(cov["complete"])
     n = c["lost"]
-    flags = value_flags(fr)
-    open_ = 0
-    if n:
-        open_ = fr.values().where(flags["lost"] & undecided(fr)).count()
-    ex = (
-        example_rows(
-            fr.values().where(flags["lost"]).select(*_fields()).orderBy("v"), fr.cfg.examples
-        )
-        if n
-        else []
-    )
-    weak_ex = (
-        example_rows(
-            fr.values().where(flags["lost_weak"]).select(*_fields()).orderBy("v"), fr.cfg.examples
-        )
-        if c["lost_weak"]
-        else []
-    )
+    open_ = c["lost_undecided"]
+    ex = value_examples(fr)
     definite = n - open_
     return result(
         # without a complete final drain, "never read" cannot be told from "not read yet":
         # only losses on queues the drain read to their end are definite
         False if definite else (True if drained and not open_ else UNKNOWN),
         n,
-        ex,
+        [_example(r) for r in ex["lost"]],
         definite=definite,
         undecided=open_,
         undrained_queues=[x["queue"] for x in cov["incomplete"]],
@@ -75,7 +41,7 @@ def run(fr: Frames) -> dict[str, Any]:
         rate=n / c["acked"] if c["acked"] else 0.0,
         drained=drained,
         lost_non_ok_status=c["lost_weak"],
-        lost_non_ok_status_examples=weak_ex,
+        lost_non_ok_status_examples=[_example(r) for r in ex["lost_weak"]],
         acknowledged_non_ok_status=c["acked_weak"],
         unseen_by_group=c["unseen_by_group"],
         consumer_groups=fr.groups(),

@@ -25,26 +25,28 @@ def run(fr: Frames) -> dict[str, Any]:
         if pairs
         else F.lit(None).cast("long")
     )
-    lw = (
+    hit = (
         fr.values()
         .where(value_flags(fr)["lost"] & F.col("ack_qh").isNotNull())
         .select("*", max_read.alias("max_read_off"))
         .where(F.col("ack_off") <= F.col("max_read_off"))
-        .select(
-            "v",
-            F.col("key").alias("key_hash"),
-            "inv_idx",
-            "comp_idx",
-            "ack_qh",
-            "ack_off",
-            "max_read_off",
-        )
     )
-    n = lw.count()
+    lw = hit.select(
+        "v",
+        F.col("key").alias("key_hash"),
+        "inv_idx",
+        "comp_idx",
+        "ack_qh",
+        "ack_off",
+        "max_read_off",
+    )
+    # how many, and how many of those the final drain cannot vouch for, in one job
+    agg = hit.agg(
+        F.count(F.lit(1)).alias("n"), F.sum(F.when(undecided(fr), 1).otherwise(0)).alias("open")
+    ).collect()[0]
+    n, open_ = int(agg["n"]), int(agg["open"] or 0)
     ex = example_rows(lw.orderBy("v"), fr.cfg.examples) if n else []
     drained = fr.drain_complete()
-    # on a queue the final drain did not read to its end, the hole may yet be read
-    open_ = lw.where(undecided(fr)).count() if n else 0
     definite = n - open_
     valid = False if definite else (True if drained and not open_ else UNKNOWN)
     return result(valid, n, ex, definite=definite, undecided=open_)
