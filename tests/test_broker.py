@@ -664,3 +664,41 @@ async def test_a_broker_without_write_permission_refuses_only_ordered_topics(
         await c.node.apply_config(dataclasses.replace(c.node.cfg, broker_permission=6))
         r = await c.client.invoke(c.broker, send_cmd("Ordered", b"writable again"))
         assert r.code == Resp.SUCCESS, r.remark
+
+
+async def test_clients_get_records_without_the_stores_crc_trailer(tmp_path: Path) -> None:
+    """The store ends every record's properties with `__CRC32#` (its whole-record CRC);
+    RocketMQ's brokers hand out no such property, so pulls, views by id and key queries
+    serve each record without it (sizes adjusted), and the client's properties are exactly
+    what it sent (a probe saw Java consumers read the extra property)."""
+    from rmq_ha._native import decode_stored_record
+    from rmq_ha.protocol.admin import QueryMessageRequestHeader
+
+    async with cluster(tmp_path) as c:
+        extra = {"KEYS": "k1", "Color": "blue"}
+        r = await c.client.invoke(c.broker, send_cmd("CrcT", b"payload", 0, extra=extra))
+        assert r.code == Resp.SUCCESS, r.remark
+        off = parse_offset_msg_id(r.ext_fields["msgId"])[2]
+        stored = c.node.store.native.read_record(off).tobytes()
+        assert b"__CRC32#" in stored  # the store keeps it
+        served: list[bytes] = []
+        r = await c.client.invoke(c.broker, pull_cmd("CrcT", 0, 0))
+        assert r.code == Resp.SUCCESS and bodies_of(r.body) == [b"payload"]
+        served.append(r.body or b"")
+        r = await c.client.invoke(
+            c.broker, RemotingCommand.request(RC.VIEW_MESSAGE_BY_ID, {"offset": str(off)})
+        )
+        served.append(r.body or b"")
+        q = QueryMessageRequestHeader(
+            topic="CrcT", key="k1", max_num=32, begin_timestamp=0, end_timestamp=2**63 - 1
+        )
+        r = await c.client.invoke(c.broker, RemotingCommand.request(RC.QUERY_MESSAGE, q.to_ext()))
+        assert r.code == Resp.SUCCESS, r.remark
+        served.append(r.body or b"")
+        for body in served:
+            assert len(body) == len(stored) - 20 == int.from_bytes(body[:4], "big")
+            assert b"__CRC32#" not in body
+            rec = decode_stored_record(body)
+            props = decode_properties(rec["properties"])  # type: ignore[arg-type]
+            assert {k: props[k] for k in extra} == extra and "__CRC32#" not in props
+            assert rec["physical_offset"] == off and rec["body"] == b"payload"

@@ -1,5 +1,6 @@
 """Issue 16: a pull's body is built by one native call (Store.read_queue_body): the records
-read_queue serves, back to back, for any start, count and byte limits and tag filter, also
+read_queue serves, back to back, each as clients are served it (without the store's
+whole-record CRC trailer: client_record), for any start, count and byte limits and tag filter, also
 around a quarantined record; and the pull handler's cut of such a body below a damaged record
 (_records_below)."""
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq_ha._native import Message, Store
+from rmq_ha._native import Message, Store, client_record
 from rmq_ha.broker.core.storage import record_queue_offset
 from rmq_ha.broker.handlers.pull import _records_below
 from rmq_ha.protocol.message import java_hash
@@ -39,7 +40,8 @@ def write(s: Store, n: int) -> list[tuple[int, int, int]]:
 def both(s: Store, q: int, off: int, count: int, max_bytes: int, tags: list[int] | None) -> None:
     bufs, nxt, lo, hi, skipped = s.read_queue(TOPIC, q, off, count, max_bytes, tags)
     body, n, nxt2, lo2, hi2, skipped2 = s.read_queue_body(TOPIC, q, off, count, max_bytes, tags)
-    assert body == b"".join(b.tobytes() for b in bufs)
+    assert body == b"".join(client_record(b.tobytes()) for b in bufs)
+    assert len(body) == sum(len(b) for b in bufs) - 20 * len(bufs)
     assert isinstance(body, bytes) and n == len(bufs)
     assert (nxt2, lo2, hi2, skipped2) == (nxt, lo, hi, skipped)
 
@@ -78,7 +80,9 @@ def test_body_reads_around_a_quarantined_record(open_native: StoreFactory, tmp_p
     cut, k = _records_below(body, below)
     assert k == below
     bufs, *_ = s.read_queue(TOPIC, bad_q, 0, 64, 4 << 20)
-    assert cut == b"".join(b.tobytes() for b in bufs if record_queue_offset(b) < below)
+    assert cut == b"".join(
+        client_record(b.tobytes()) for b in bufs if record_queue_offset(b) < below
+    )
 
 
 def test_records_below_walks_record_sizes(open_native: StoreFactory) -> None:

@@ -942,6 +942,14 @@ fn split_record_crc(props: &[u8]) -> (&[u8], Option<u32>) {
     (props, None)
 }
 
+/// A stored record (already validated by the store) as RocketMQ clients are served it:
+/// without the store's whole-record CRC trailer, TOTALSIZE and PROPERTIESLENGTH to match.
+/// Bytes that are not one record with a trailer come back as they are.
+#[pyfunction]
+fn client_record<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &rmq_wire::message::client_record(data))
+}
+
 /// Decodes one stored record (validating it) into a dict; for tests and tools.
 #[pyfunction]
 fn decode_stored_record<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
@@ -1077,6 +1085,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EpochFile>()?;
     m.add_function(wrap_pyfunction!(find_consistent_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode_stored_record, m)?)?;
+    m.add_function(wrap_pyfunction!(client_record, m)?)?;
     m.add_function(wrap_pyfunction!(decode_pull_body, m)?)?;
     m.add_function(wrap_pyfunction!(baseline_sequential_write, m)?)?;
     remoting::register(m)?;

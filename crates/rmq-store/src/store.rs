@@ -231,10 +231,14 @@ pub struct GetResult {
 impl GetResult {
     /// Bytes of the records served, back to back: the length of a pull response's body.
     pub fn body_len(&self) -> usize {
-        self.records.iter().map(RecordBuf::len).sum()
+        self.records
+            .iter()
+            .map(|r| rmq_wire::message::client_record_len(r.as_slice()))
+            .sum()
     }
 
-    /// Copies the records served back to back into `dst`, which must be exactly
+    /// Copies the records served back to back, as clients get them (without the whole-record
+    /// CRC trailer: `rmq_wire::message::write_client_record`), into `dst`, which must be exactly
     /// [`GetResult::body_len`] bytes long (a pull response's body, built in one buffer
     /// instead of one object per record). Returns `false`, writing nothing, on a length
     /// mismatch.
@@ -244,8 +248,13 @@ impl GetResult {
         }
         let mut at = 0;
         for r in &self.records {
-            dst[at..at + r.len()].copy_from_slice(r.as_slice());
-            at += r.len();
+            // as clients are served a record: without the store's whole-record CRC trailer
+            let raw = r.as_slice();
+            let n = rmq_wire::message::client_record_len(raw);
+            if !rmq_wire::message::write_client_record(raw, &mut dst[at..at + n]) {
+                return false;
+            }
+            at += n;
         }
         true
     }

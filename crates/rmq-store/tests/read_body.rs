@@ -1,14 +1,15 @@
 //! Issue 16: a pull response's body built natively ([`GetResult::body`] /
 //! [`GetResult::copy_body_into`]): for any queue, start offset, count and byte limits and tag
 //! filter, the body is exactly the stored records a model of `read_queue`'s rules selects,
-//! back to back, and equals the concatenation of the per-record reads.
+//! back to back, each as clients are served it (without the whole-record CRC trailer:
+//! `client_record`), and equals the concatenation of the per-record reads so served.
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use proptest::prelude::*;
 use rmq_store::store::{java_string_hash, Store, StoreConfig};
-use rmq_wire::message::MessageIn;
+use rmq_wire::message::{client_record, MessageIn};
 
 const SEG: u64 = 64 * 1024;
 const TOPIC: &str = "Body";
@@ -142,7 +143,10 @@ proptest! {
             let (want, next) = model(&queue, start, max_count, max_bytes, tags.as_deref());
             let body = r.body();
             prop_assert_eq!(body.len(), r.body_len());
-            prop_assert_eq!(&body, &want.concat());
+            let served: Vec<Vec<u8>> = want.iter().map(|w| client_record(w)).collect();
+            prop_assert_eq!(&body, &served.concat());
+            // every record lost exactly its 20-byte trailer
+            prop_assert_eq!(body.len() + 20 * want.len(), want.concat().len());
             prop_assert_eq!(r.records.len(), want.len());
             prop_assert_eq!(r.next_offset, next);
             prop_assert!(r.skipped.is_empty());
@@ -150,7 +154,7 @@ proptest! {
             let per_record: Vec<u8> = r
                 .records
                 .iter()
-                .flat_map(|b| store.read_record(b.offset).expect("read").as_slice().to_vec())
+                .flat_map(|b| client_record(store.read_record(b.offset).expect("read").as_slice()))
                 .collect();
             prop_assert_eq!(&body, &per_record);
         }
@@ -166,7 +170,7 @@ fn copy_body_into_needs_the_exact_length() {
     let r = store
         .read_queue(TOPIC, 0, 0, 32, 1 << 20, None)
         .expect("read_queue");
-    let want: Vec<u8> = recs.iter().flat_map(|r| r.raw.clone()).collect();
+    let want: Vec<u8> = recs.iter().flat_map(|r| client_record(&r.raw)).collect();
     assert_eq!(r.body_len(), want.len());
     let mut short = vec![0u8; want.len() - 1];
     assert!(!r.copy_body_into(&mut short));
@@ -183,7 +187,7 @@ fn copy_body_into_needs_the_exact_length() {
     let b = store
         .read_queue(TOPIC, 0, 0, 32, 1 << 20, Some(&[java_string_hash("b")]))
         .expect("read_queue");
-    assert_eq!(b.body(), recs[1].raw);
+    assert_eq!(b.body(), client_record(&recs[1].raw));
     assert_eq!(b.next_offset, 3);
     store.close().expect("close");
 }

@@ -510,15 +510,75 @@ fn decode_inner(
     }))
 }
 
-fn check_record_crc(raw: &[u8], properties: &[u8], required: bool) -> Result<(), DecodeError> {
+/// Whether `properties` end with a whole-record CRC trailer's shape (key, separators; the
+/// digits are not looked at).
+fn has_trailer_shape(properties: &[u8]) -> bool {
     let n = properties.len();
-    let has_trailer = n >= RECORD_CRC_TRAILER_LEN && {
+    n >= RECORD_CRC_TRAILER_LEN && {
         let t = &properties[n - RECORD_CRC_TRAILER_LEN..];
         // The key must start the properties or follow a property separator.
         let starts_clean =
             n == RECORD_CRC_TRAILER_LEN || properties[n - RECORD_CRC_TRAILER_LEN - 1] == 2;
         starts_clean && t.starts_with(RECORD_CRC_KEY) && t[8] == 1 && t[19] == 2
+    }
+}
+
+/// Where the PROPERTIESLENGTH field of `raw` sits, when `raw` is exactly one record whose
+/// properties end with a whole-record CRC trailer (properties are a record's last field).
+fn trailer_props_len_at(raw: &[u8]) -> Option<usize> {
+    let Ok(Decoded::Record(r)) = decode_record_structure(raw) else {
+        return None;
     };
+    if r.raw.len() != raw.len() || !has_trailer_shape(r.properties) {
+        return None;
+    }
+    Some(raw.len() - r.properties.len() - 2)
+}
+
+/// Length of a stored record as RocketMQ clients are served it: without rmq_ha's
+/// whole-record CRC trailer (an internal property of the store, which RocketMQ's brokers do
+/// not hand out). Bytes that are not one record with a trailer are served as they are.
+pub fn client_record_len(raw: &[u8]) -> usize {
+    match trailer_props_len_at(raw) {
+        Some(_) => raw.len() - RECORD_CRC_TRAILER_LEN,
+        None => raw.len(),
+    }
+}
+
+/// Writes the client view of the stored record `raw` into `dst`, which must be exactly
+/// [`client_record_len`] bytes (false, nothing written, otherwise): the record without its
+/// trailer, TOTALSIZE and PROPERTIESLENGTH lowered to match. For records the store has
+/// validated already (the CRCs are not checked again).
+pub fn write_client_record(raw: &[u8], dst: &mut [u8]) -> bool {
+    let at = trailer_props_len_at(raw);
+    let n = match at {
+        Some(_) => raw.len() - RECORD_CRC_TRAILER_LEN,
+        None => raw.len(),
+    };
+    if dst.len() != n {
+        return false;
+    }
+    dst.copy_from_slice(&raw[..n]);
+    if let Some(at) = at {
+        // Both fit: the record was at most MAX_RECORD_LEN and its properties at least a
+        // trailer long (trailer_props_len_at checked the shape).
+        let total = i32::try_from(n).unwrap_or(i32::MAX);
+        dst[..4].copy_from_slice(&total.to_be_bytes());
+        let plen = i16::from_be_bytes([raw[at], raw[at + 1]]) - RECORD_CRC_TRAILER_LEN as i16;
+        dst[at..at + 2].copy_from_slice(&plen.to_be_bytes());
+    }
+    true
+}
+
+/// [`write_client_record`] into a new buffer.
+pub fn client_record(raw: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; client_record_len(raw)];
+    write_client_record(raw, &mut out);
+    out
+}
+
+fn check_record_crc(raw: &[u8], properties: &[u8], required: bool) -> Result<(), DecodeError> {
+    let has_trailer = has_trailer_shape(properties);
     if !has_trailer {
         return if required {
             Err(DecodeError::Inconsistent("missing whole-record CRC"))
@@ -643,6 +703,44 @@ mod tests {
             assert_eq!(n, encoded_len_with_crc(&msg, false));
             assert!(decode_record_checked(&buf, true).is_ok(), "props {props:?}");
         }
+    }
+
+    #[test]
+    fn clients_are_served_records_without_the_crc_trailer() {
+        for (props, v6) in [
+            (&b"TAGS\x01a\x02K\x01v\x02"[..], false),
+            (b"", true),
+            (b"TAGS\x01a", false),
+        ] {
+            let msg = sample(b"TopicA", b"payload", props, v6);
+            let mut stored = Vec::new();
+            encode_record_with_crc(&msg, &stamp(v6), &mut stored).expect("encode");
+            let mut plain = Vec::new();
+            encode_record(&msg, &stamp(v6), &mut plain).expect("encode");
+            let served = client_record(&stored);
+            assert_eq!(client_record_len(&stored), served.len());
+            assert_eq!(served.len(), stored.len() - RECORD_CRC_TRAILER_LEN);
+            // a valid record (body CRC right, no trailer), with the sender's properties (one
+            // that lacked its last separator keeps the one the store added)
+            let Ok(Decoded::Record(r)) = decode_record(&served) else {
+                panic!("served bytes do not decode");
+            };
+            assert_eq!(r.raw.len(), served.len());
+            assert!(!r.properties.windows(8).any(|w| w == RECORD_CRC_KEY));
+            if props.last() == Some(&b'a') {
+                assert_eq!(r.properties, b"TAGS\x01a\x02");
+            } else {
+                assert_eq!(served, plain, "props {props:?}");
+            }
+        }
+        // what is not one record with a trailer is served as it is
+        let msg = sample(b"T", b"x", b"K\x01v\x02", false);
+        let mut plain = Vec::new();
+        encode_record(&msg, &stamp(false), &mut plain).expect("encode");
+        assert_eq!(client_record(&plain), plain);
+        assert_eq!(client_record(b"not a record"), b"not a record".to_vec());
+        let mut wrong = vec![0u8; 3];
+        assert!(!write_client_record(&plain, &mut wrong));
     }
 
     #[test]

@@ -28,7 +28,7 @@ from typing import Final
 
 import trio
 
-from rmq_ha._native import decode_stored_record
+from rmq_ha._native import client_record, decode_stored_record
 from rmq_ha.broker.clients import ClientInfo
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.subgroups import SubscriptionGroupManager
@@ -389,7 +389,9 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
             index_last_update_timestamp=int(time.time() * 1000),
             index_last_update_phyoffset=p.store.native.max_offset,
         )
-        return cmd.response(Resp.SUCCESS, None, rh.to_ext(), b"".join(found))
+        # as clients are served records: without the store's whole-record CRC trailer
+        body = b"".join(client_record(r) for r in found)
+        return cmd.response(Resp.SUCCESS, None, rh.to_ext(), body)
 
     d.register(RC.GET_CONSUMER_CONNECTION_LIST, consumer_connections)
     d.register(RC.GET_PRODUCER_CONNECTION_LIST, producer_connections)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from rmq_ha._native import client_record
 from rmq_ha.broker.clients import ClientInfo
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.sqlfilter import SqlFilterError, compile_sql
@@ -163,7 +164,8 @@ def register(d: Dispatcher, p: Ports) -> None:
             ext["groupSysFlag"] = str(group_cfg.group_sys_flag)
         try:
             offset = parse_offset_msg_id(ext.get("msgId") or "")[2]
-            record = p.store.native.read_record(offset).tobytes()
+            # as clients are served records: without the whole-record CRC trailer
+            record = client_record(p.store.native.read_record(offset).tobytes())
         except (ValueError, RmqHaError) as e:
             return cmd.response(Resp.SYSTEM_ERROR, f"no message {ext.get('msgId')!r}: {e}")
         return await call_consumer(cmd, ext, record)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import trio
 
+from rmq_ha._native import client_record
 from rmq_ha.broker.ports import Ports
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -90,7 +91,8 @@ def register(d: Dispatcher, p: Ports) -> None:
             buf = native.read_record(h.offset)
         except Exception as e:  # offset out of range, or not a record
             return cmd.response(Resp.SYSTEM_ERROR, f"no message at offset {h.offset}: {e}")
-        return cmd.response(Resp.SUCCESS, None, None, buf.tobytes())
+        # as clients are served records: without the store's whole-record CRC trailer
+        return cmd.response(Resp.SUCCESS, None, None, client_record(buf.tobytes()))
 
     d.register(RC.QUERY_CONSUMER_OFFSET, query_consumer_offset)
     d.register(RC.UPDATE_CONSUMER_OFFSET, update_consumer_offset)

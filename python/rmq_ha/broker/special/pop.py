@@ -67,6 +67,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
+from rmq_ha._native import client_record
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.special.base import InnerMessage, Peers, SpecialService
 from rmq_ha.broker.special.escape import GONE, EscapeBridge
@@ -621,7 +622,11 @@ class PopService(SpecialService):
         store = self.ports.store.native
         parts: list[bytes] = []
         for p in popped:
-            got = [store.read_record(_int(r["physical_offset"])).tobytes() for r in p.records]
+            # as clients are served records: without the whole-record CRC trailer
+            got = [
+                client_record(store.read_record(_int(r["physical_offset"])).tobytes())
+                for r in p.records
+            ]
             parts += got
             # rocketmq_messages_out_total / _throughput_out_total (broker/metrics.py)
             self.ports.traffic.got(p.topic, group, len(got), sum(len(b) for b in got))
