@@ -249,14 +249,12 @@ impl GetResult {
         let mut at = 0;
         for r in &self.records {
             // as clients are served a record: without the store's whole-record CRC trailer
-            let raw = r.as_slice();
-            let n = rmq_wire::message::client_record_len(raw);
-            if !rmq_wire::message::write_client_record(raw, &mut dst[at..at + n]) {
-                return false;
+            match rmq_wire::message::write_client_record(r.as_slice(), &mut dst[at..]) {
+                Some(n) => at += n,
+                None => return false, // cannot happen: dst is body_len() long
             }
-            at += n;
         }
-        true
+        at == dst.len()
     }
 
     /// The records served, concatenated, as a new buffer.

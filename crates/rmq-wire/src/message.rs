@@ -545,19 +545,18 @@ pub fn client_record_len(raw: &[u8]) -> usize {
     }
 }
 
-/// Writes the client view of the stored record `raw` into `dst`, which must be exactly
-/// [`client_record_len`] bytes (false, nothing written, otherwise): the record without its
-/// trailer, TOTALSIZE and PROPERTIESLENGTH lowered to match. For records the store has
-/// validated already (the CRCs are not checked again).
-pub fn write_client_record(raw: &[u8], dst: &mut [u8]) -> bool {
+/// Writes the client view of the stored record `raw` at the front of `dst`: the record
+/// without its trailer, TOTALSIZE and PROPERTIESLENGTH lowered to match. Returns the bytes
+/// written ([`client_record_len`]), or None, writing nothing, when `dst` is shorter. For
+/// records the store has validated already (the CRCs are not checked again). One
+/// structural decode of the record's header.
+pub fn write_client_record(raw: &[u8], dst: &mut [u8]) -> Option<usize> {
     let at = trailer_props_len_at(raw);
     let n = match at {
         Some(_) => raw.len() - RECORD_CRC_TRAILER_LEN,
         None => raw.len(),
     };
-    if dst.len() != n {
-        return false;
-    }
+    let dst = dst.get_mut(..n)?;
     dst.copy_from_slice(&raw[..n]);
     if let Some(at) = at {
         // Both fit: the record was at most MAX_RECORD_LEN and its properties at least a
@@ -567,13 +566,14 @@ pub fn write_client_record(raw: &[u8], dst: &mut [u8]) -> bool {
         let plen = i16::from_be_bytes([raw[at], raw[at + 1]]) - RECORD_CRC_TRAILER_LEN as i16;
         dst[at..at + 2].copy_from_slice(&plen.to_be_bytes());
     }
-    true
+    Some(n)
 }
 
 /// [`write_client_record`] into a new buffer.
 pub fn client_record(raw: &[u8]) -> Vec<u8> {
-    let mut out = vec![0u8; client_record_len(raw)];
-    write_client_record(raw, &mut out);
+    let mut out = vec![0u8; raw.len()];
+    let n = write_client_record(raw, &mut out).unwrap_or(0); // never short: n <= raw.len()
+    out.truncate(n);
     out
 }
 
@@ -739,8 +739,15 @@ mod tests {
         encode_record(&msg, &stamp(false), &mut plain).expect("encode");
         assert_eq!(client_record(&plain), plain);
         assert_eq!(client_record(b"not a record"), b"not a record".to_vec());
-        let mut wrong = vec![0u8; 3];
-        assert!(!write_client_record(&plain, &mut wrong));
+        let mut short = vec![0u8; plain.len() - 1];
+        assert_eq!(write_client_record(&plain, &mut short), None);
+        assert!(
+            short.iter().all(|&b| b == 0),
+            "nothing written when it does not fit"
+        );
+        let mut long = vec![0u8; plain.len() + 5];
+        assert_eq!(write_client_record(&plain, &mut long), Some(plain.len()));
+        assert_eq!(&long[..plain.len()], &plain[..]);
     }
 
     #[test]
@@ -819,6 +826,30 @@ mod tests {
         #[test]
         fn decode_never_panics(data in proptest::collection::vec(any::<u8>(), 0..400)) {
             let _ = decode_record(&data);
+        }
+
+        #[test]
+        fn client_view_of_any_bytes_is_them_or_them_without_a_trailer(
+            data in proptest::collection::vec(any::<u8>(), 0..400),
+            body in proptest::collection::vec(any::<u8>(), 0..300),
+            props in proptest::collection::vec(any::<u8>(), 0..40)) {
+            // arbitrary bytes: never a panic; served as they are unless one trailed record
+            let out = client_record(&data);
+            prop_assert!(out == data || out.len() + RECORD_CRC_TRAILER_LEN == data.len());
+            prop_assert_eq!(client_record_len(&data), out.len());
+            // a stored record: a valid record whose properties are the stored ones minus the
+            // trailer (when the encoder accepts the properties)
+            let msg = sample(b"TopicP", &body, &props, false);
+            let mut buf = Vec::new();
+            if encode_record_with_crc(&msg, &stamp(false), &mut buf).is_ok() {
+                let served = client_record(&buf);
+                prop_assert_eq!(served.len() + RECORD_CRC_TRAILER_LEN, buf.len());
+                let Ok(Decoded::Record(r)) = decode_record(&served) else {
+                    return Err(TestCaseError::fail("served bytes do not decode"));
+                };
+                prop_assert_eq!(r.body, &body[..]);
+                prop_assert!(props.starts_with(r.properties) || r.properties.starts_with(&props));
+            }
         }
     }
 }

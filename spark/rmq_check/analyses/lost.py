@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rmq_check.analyses import UNKNOWN, result
-from rmq_check.core import Frames, undecided, value_counts, value_examples
-
-__all__ = ["run", "undecided"]
+from rmq_check.core import Frames, value_counts, value_examples
 
 
 def _example(r: dict[str, Any]) -> dict[str, Any]:

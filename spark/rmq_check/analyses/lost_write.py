@@ -8,8 +8,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
-from rmq_check.analyses.lost import undecided
-from rmq_check.core import Frames, example_rows, value_counts, value_flags
+from rmq_check.core import Frames, example_rows, undecided, value_counts, value_flags
 
 
 def run(fr: Frames) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from rmq_ha.protocol.message import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_WAIT,
+    TIMER_PROPERTIES,
 )
 from rmq_ha.protocol.models import DataVersion
 
@@ -73,10 +74,6 @@ IDLE_RECHECK_S: Final = 1.0
 #: A timer this close to its delivery time is delivered rather than parked again (a hop for a
 #: few milliseconds would make it late by a whole level).
 TIMER_TOLERANCE_MS: Final = 50
-
-
-#: the properties that make a message a timer message
-TIMER_KEYS: Final = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 
 
 def timer_deliver_ms(props: dict[str, str], now_ms: int) -> int:
@@ -296,7 +293,7 @@ class DelayService(SpecialService):
     def timer_refusal(self, props: dict[str, str], now_ms: int) -> str | None:
         """Why a timer message is refused at send (None: taken): due further ahead than
         timerMaxDelaySec, as RocketMQ's transformTimerMessage refuses it."""
-        if not any(k in props for k in TIMER_KEYS):
+        if not any(k in props for k in TIMER_PROPERTIES):
             return None
         limit_ms = self.ports.cfg.timer_max_delay_sec * 1000
         if timer_deliver_ms(props, now_ms) - now_ms <= limit_ms:

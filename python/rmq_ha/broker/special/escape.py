@@ -66,11 +66,9 @@ from rmq_ha.protocol.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELAY_SEC,
-    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT,
+    TIMER_PROPERTIES,
     encode_properties,
 )
 from rmq_ha.protocol.models import MASTER_ID
@@ -88,7 +86,6 @@ SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 REVIVE_TOPIC_PREFIX: Final = "rmq_sys_REVIVE_LOG_"
-_TIMER_KEYS: Final = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 #: Pull flag: the request carries its own subscription ("*"), so no consumer group is needed.
 _FLAG_SUBSCRIPTION: Final = 0x4
 
@@ -344,7 +341,7 @@ def outgoing_form(msg: InnerMessage) -> InnerMessage:
     if msg.topic == HALF_TOPIC:
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
         sys_flag = (sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_PREPARED_TYPE
-    elif any(k in props for k in _TIMER_KEYS):
+    elif any(k in props for k in TIMER_PROPERTIES):
         props.pop(PROPERTY_DELAY, None)  # the timer's own due time decides, not a level
     return InnerMessage(
         topic=dest[0],

@@ -23,10 +23,8 @@ from rmq_ha.clock import wall_ms
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.message import (
     PROPERTY_DELAY,
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELAY_SEC,
-    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_PREPARED,
+    TIMER_PROPERTIES,
     decode_properties,
     encode_properties,
 )
@@ -128,17 +126,16 @@ class SpecialServices:
             return msg
         if PROPERTY_DELAY in props:
             return self.delay.to_schedule(msg)
-        if (
-            PROPERTY_TIMER_DELIVER_MS in props
-            or PROPERTY_TIMER_DELAY_SEC in props
-            or PROPERTY_TIMER_DELAY_MS in props
-        ):
+        if any(k in props for k in TIMER_PROPERTIES):
             return self.delay.to_timer(msg, wall_ms())
         return msg
 
     def send_refusal(self, props: bytes) -> str | None:
         """Why a send is refused for what its properties ask of the special services (None:
-        it is taken): a timer message due past timerMaxDelaySec."""
+        it is taken): a timer message due past timerMaxDelaySec. Other sends (a delay level, a
+        transaction half) are not decoded for it."""
+        if b"TIMER_DE" not in props:  # TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS
+            return None
         return self.delay.timer_refusal(decode_properties(props), wall_ms())
 
     @staticmethod
