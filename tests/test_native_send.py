@@ -342,3 +342,27 @@ async def test_a_send_handed_back_takes_the_later_sends_of_its_buffer_along(
         assert offsets[0] == 0 and sorted(offsets) == list(range(7))
         assert node.native_sends is not None
         assert node.native_sends.native.counters() == (1, 1, 7)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+async def test_a_send_may_name_any_queue_below_the_read_queue_count(
+    tmp_path: Path, native: bool
+) -> None:
+    """An operator shrinking writeQueueNums (4 -> 2) leaves producers on a cached route
+    writing queues 2 and 3, which consumers still read: RocketMQ's msgCheck takes a queue id
+    below max(write, read), and so do both send paths; the next one up is refused."""
+    async with broker(tmp_path, native) as node:
+        node.topics.update(TopicConfig(topic_name="W", read_queue_nums=4, write_queue_nums=2))
+        data = request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "W", b"cached", queue_id=3)
+        data += request(RC.SEND_MESSAGE_V2, SERIALIZE_JSON, 2, "W", b"beyond", queue_id=4)
+        taken, refused = await exchange(node.address, data, 2)
+        (t,), _ = decode_frames(taken)
+        assert t[0] == Resp.SUCCESS and t[6]["queueId"] == "3", t  # type: ignore[index]
+        (t,), _ = decode_frames(refused)
+        assert t[0] == Resp.SYSTEM_ERROR, t
+        assert t[5] == "request queueId[4] is illegal, topic W has 2 write and 4 read queues"
+        assert node.store.native.queue_max_offset("W", 3) == 1
+        assert node.store.native.queue_max_offset("W", 2) == 0
+        fast = node.native_sends
+        if native:
+            assert fast is not None and fast.native.counters()[:2] == (1, 2)

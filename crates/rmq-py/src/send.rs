@@ -122,16 +122,17 @@ impl SendPath {
         })
     }
 
-    /// Replaces the topic table: `[(topic, write_queue_nums, perm), ...]` of the topics the
-    /// native path may store to (the others are Python's).
-    fn set_topics(&self, topics: Vec<(String, i32, i32)>) -> PyResult<()> {
+    /// Replaces the topic table: `[(topic, write_queue_nums, read_queue_nums, perm), ...]` of
+    /// the topics the native path may store to (the others are Python's).
+    fn set_topics(&self, topics: Vec<(String, i32, i32, i32)>) -> PyResult<()> {
         let table = topics
             .into_iter()
-            .map(|(t, write_queue_nums, perm)| {
+            .map(|(t, write_queue_nums, read_queue_nums, perm)| {
                 (
                     t,
                     TopicEntry {
                         write_queue_nums,
+                        read_queue_nums,
                         perm,
                     },
                 )

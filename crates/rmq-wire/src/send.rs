@@ -60,6 +60,9 @@ pub const TRANSACTION_SYS_FLAG_MASK: i32 = 0xC;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TopicEntry {
     pub write_queue_nums: i32,
+    /// With ``write_queue_nums``, the bound of the queue ids a send may name (RocketMQ's
+    /// msgCheck: below the larger of the two).
+    pub read_queue_nums: i32,
     pub perm: i32,
 }
 
@@ -381,12 +384,12 @@ fn plan<'a>(
         // n <= i32::MAX, so the remainder fits.
         queue_id = (next_random(rng) % n) as i32;
     }
-    if queue_id >= tc.write_queue_nums {
+    if queue_id >= tc.write_queue_nums.max(tc.read_queue_nums) {
         return Plan::Reply {
             code: SYSTEM_ERROR,
             remark: format!(
-                "request queueId[{queue_id}] is illegal, topic {} has {} write queues",
-                h.topic, tc.write_queue_nums
+                "request queueId[{queue_id}] is illegal, topic {} has {} write and {} read queues",
+                h.topic, tc.write_queue_nums, tc.read_queue_nums
             ),
         };
     }
@@ -749,6 +752,7 @@ mod tests {
             "T".to_owned(),
             TopicEntry {
                 write_queue_nums: 4,
+                read_queue_nums: 4,
                 perm: 6,
             },
         );
@@ -756,6 +760,7 @@ mod tests {
             "RO".to_owned(),
             TopicEntry {
                 write_queue_nums: 4,
+                read_queue_nums: 4,
                 perm: 4,
             },
         );
@@ -930,7 +935,7 @@ mod tests {
             (
                 send(SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "T", "4", "", b"x"),
                 SYSTEM_ERROR,
-                "request queueId[4] is illegal, topic T has 4 write queues",
+                "request queueId[4] is illegal, topic T has 4 write and 4 read queues",
             ),
             (
                 send(SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "T", "0", "", &[0; 65]),

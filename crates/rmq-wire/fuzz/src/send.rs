@@ -71,6 +71,7 @@ fn state() -> SendState {
             name.to_owned(),
             TopicEntry {
                 write_queue_nums: n,
+                read_queue_nums: n,
                 perm,
             },
         );

@@ -146,7 +146,7 @@ class NativeSends:
             self._seen = seen
             self.native.set_topics(
                 [
-                    (name, tc.write_queue_nums, tc.perm)
+                    (name, tc.write_queue_nums, tc.read_queue_nums, tc.perm)
                     for name, tc in topics.table.items()
                     if not name.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
                     and check_topic_name(name) is None
@@ -410,11 +410,15 @@ def _write_queue(
     queue_id = h.queue_id
     if queue_id < 0:
         queue_id = random.randrange(tc.write_queue_nums)
-    if queue_id >= tc.write_queue_nums:
+    # RocketMQ's msgCheck takes any queue below max(write, read): a producer on a cached
+    # route keeps writing while an operator shrinks writeQueueNums (the consumers still read
+    # those queues), so its sends are not refused
+    limit = max(tc.write_queue_nums, tc.read_queue_nums)
+    if queue_id >= limit:
         return cmd.response(
             Resp.SYSTEM_ERROR,
             f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
-            f"{tc.write_queue_nums} write queues",
+            f"{tc.write_queue_nums} write and {tc.read_queue_nums} read queues",
         )
     return queue_id
 
