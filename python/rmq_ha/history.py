@@ -94,7 +94,8 @@ class Read:
     topic: str
     queue_id: int
     queue_offset: int
-    value: int | None
+    #: null (or absent) for a body that did not parse, as the Spark reader reads it
+    value: int | None = None
     key: str | None = None
     broker: str | None = None
 
@@ -442,7 +443,12 @@ class Pairing:
         prev = self._last.get(op.process)
         self._last[op.process] = op
         why = pairing_error(
-            op.type, op.f, op.index, None if prev is None else (prev.type, prev.f, prev.index)
+            op.type,
+            op.f,
+            op.index,
+            None if prev is None else (prev.type, prev.f, prev.index),
+            (op.value.value, op.value.topic),
+            None if prev is None else (prev.value.value, prev.value.topic),
         )
         if why:
             raise HistoryError(f"op {op.index}: process {op.process}: {why}")
@@ -496,9 +502,22 @@ class Unique:
             raise HistoryError(f"op {op.index}: value {v} is sent twice (values are unique)")
 
 
-def pairing_error(type_: str, f: str, index: int, prev: tuple[str, str, int] | None) -> str:
+#: What a completion must say as its invoke did, when both say it (value.value, value.topic).
+PAIRED_VALUE_FIELDS: Final = ("value", "topic")
+
+
+def pairing_error(
+    type_: str,
+    f: str,
+    index: int,
+    prev: tuple[str, str, int] | None,
+    says: tuple[Any, ...] = (),
+    prev_says: tuple[Any, ...] | None = None,
+) -> str:
     """What is wrong with an op of a client process given the previous op of that process
-    (type, f, index), or "" (the rule both readers apply)."""
+    (type, f, index), or "" (the rule both readers apply). ``says`` / ``prev_says``: the two
+    ops' ``PAIRED_VALUE_FIELDS``; a completion naming another value or topic than its invoke
+    would pair one send's invoke with another's outcome."""
     if prev is not None and prev[2] >= index:
         return f"index {index} does not follow the process's previous op (index {prev[2]})"
     if type_ == "invoke":
@@ -509,6 +528,9 @@ def pairing_error(type_: str, f: str, index: int, prev: tuple[str, str, int] | N
         return f"{type_} of {f} without an invoke"
     if prev[1] != f:
         return f"{type_} of {f} completes a {prev[1]} invoke (index {prev[2]})"
+    for name, mine, theirs in zip(PAIRED_VALUE_FIELDS, says, prev_says or (), strict=False):
+        if mine is not None and theirs is not None and mine != theirs:
+            return f"{type_} of {f} names another value.{name} than its invoke (index {prev[2]})"
     return ""
 
 

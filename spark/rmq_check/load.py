@@ -152,16 +152,36 @@ def load(spark: Any, path: str | Path) -> DataFrame:
     j = F.from_json(
         F.col("line"),
         SPARK_DDL + ", _corrupt_record string",
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
+        {
+            "mode": "PERMISSIVE",
+            "columnNameOfCorruptRecord": "_corrupt_record",
+            # strict JSON, as Python's json module reads it (Jackson allows both by default)
+            "allowSingleQuotes": "false",
+            "allowNonNumericNumbers": "false",
+        },
     )
     t = t.select(j.alias("j"), "line", POS)
     return t.select(
         *[F.col("j." + n).alias(n) for n, _ in h.OP_FIELDS],
         POS,
         F.col("line").alias(RAW),
-        F.col("j._corrupt_record").isNotNull().alias(CORRUPT),
+        (F.col("j._corrupt_record").isNotNull() | ~one_json_value(F.col("line"))).alias(CORRUPT),
         _unknown_keys(F.col("line")).alias(EXTRA),
     )
+
+
+def one_json_value(line: Column) -> Column:
+    """Whether the line is exactly one JSON value (and whitespace).
+
+    from_json reads the first value of a line and ignores what follows it, so a line holding
+    two ops ('{...}{...}', the second a send's fail) or trailing text would pass with the
+    rest dropped. Spark's JSON functions all stop after the first value; so the line is put
+    in two arrays: '[' line ']' must hold exactly one element and '[' line ',0]' exactly two.
+    Text after the first value is then either invalid inside both arrays, or closes the
+    array early (a ']' of its own) and both arrays count the same elements."""
+    one = F.json_array_length(F.concat(F.lit("["), line, F.lit("]")))
+    two = F.json_array_length(F.concat(F.lit("["), line, F.lit(",0]")))
+    return F.coalesce((one == 1) & (two == 2), F.lit(False))
 
 
 def _parquet_schema_problems(spark: Any, p: Path) -> list[str]:

@@ -106,6 +106,16 @@ def line_rules(has_raw: bool) -> list[tuple[Column, Column]]:
             F.lit("value.messages: a message without " + " / ".join(h.REQUIRED_READ_FIELDS)),
         )
     )
+    # a list of strings holding a null (JSON's [null] parses as array<string>)
+    for name, t in h.VALUE_FIELD_TYPES:
+        if t == "array<string>":
+            arr = v(name)
+            out.append(
+                (
+                    F.size(F.array_compact(arr)) < F.size(arr),
+                    F.lit(f"value.{name}: expected a list of strings, got a null in it"),
+                )
+            )
     pre = _msg("op %d: ", c("index"))
     out.append(
         (
@@ -226,12 +236,28 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
         here = [c(POS)["split"].alias("_split"), c(POS)["row"].alias("_row")]
     else:
         here = [c(POS)]
-    o = ops.where(c("process") >= 0).select("process", "index", "type", "f", *here)
+    client = (c("process") >= 0) & c("index").isNotNull()
+    if CORRUPT in ops.columns:  # a line that did not parse takes no part (its own problem)
+        client = client & ~F.coalesce(c(CORRUPT), F.lit(False))
+    # what a completion must say as its invoke did (rmq_ha.history.PAIRED_VALUE_FIELDS): the
+    # value, and the topic as a hash (a long sorts cheaper than a string)
+    assert h.PAIRED_VALUE_FIELDS == ("value", "topic")
+    o = ops.where(client).select(
+        "process",
+        "index",
+        "type",
+        "f",
+        *here,
+        c("value.value").alias("_v"),
+        F.when(c("value.topic").isNotNull(), F.xxhash64(c("value.topic"))).alias("_th"),
+    )
     o = o.select(
         "*",
         F.lag("type").over(w).alias("ptype"),
         F.lag("f").over(w).alias("pf"),
         F.lag("index").over(w).alias("pindex"),
+        F.lag("_v").over(w).alias("pv"),
+        F.lag("_th").over(w).alias("pth"),
         *(
             [F.lag("_split").over(w).alias("psplit"), F.lag("_row").over(w).alias("prow")]
             if one_file is not None
@@ -281,6 +307,18 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
                 c("pindex"),
             ),
         ),
+        *[
+            (
+                ~inv & (c(mine) != c(theirs)),  # null (never true) unless both name it
+                _msg(
+                    f"%s of %s names another value.{name} than its invoke (index %d)",
+                    c("type"),
+                    c("f"),
+                    c("pindex"),
+                ),
+            )
+            for name, mine, theirs in (("value", "_v", "pv"), ("topic", "_th", "pth"))
+        ],
     ]
     # filter on the conditions alone (booleans): the messages are formatted for bad ops only
     bad = reduce(lambda a, b: a | b, [F.coalesce(cond, F.lit(False)) for cond, _ in rules])

@@ -164,6 +164,85 @@ def test_bad_lines_are_named_with_file_and_line_exit_2(
     assert len(err.strip().splitlines()) <= 2  # the problem, and how many more lines are bad
 
 
+def _glued(extra: str) -> list[str]:
+    """The lost send's history with its completion line followed by ``extra``."""
+    lines = _lost_send_history()
+    lines[1] += extra
+    return lines
+
+
+_FAIL = json.dumps(
+    {"index": 99, "time_ns": 3, "process": 1, "type": "fail", "f": "send",
+     "value": {"topic": "T", "value": 7}}
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        _glued(_FAIL),  # two ops on one line: the second (a fail) was dropped unseen
+        _glued(" " + _FAIL),
+        _glued(" trailing words"),
+        _glued("]"),
+        _glued("] " + _FAIL),
+        _glued(", " + _FAIL),
+        [  # single quotes: not JSON
+            *_lost_send_history()[:1],
+            _lost_send_history()[1].replace('"', "'"),
+            *_lost_send_history()[2:],
+        ],
+    ],
+    ids=["glued", "glued-space", "words", "bracket", "bracket-op", "comma-op", "quotes"],
+)
+def test_a_line_holding_more_than_one_json_value_is_refused(spark, tmp_path, capsys, lines):
+    """Spark's JSON reader read a line's first value and dropped the rest: a send's fail
+    glued to the line before it passed as VALID. Both readers refuse such a line."""
+    d, f = _run(tmp_path, lines)
+    with pytest.raises(h.HistoryError, match=r"history\.jsonl:2: "):
+        list(h.read(f))
+    rc, out, err = check_cli(capsys, d)
+    assert rc == 2, out + err
+    assert f"{f}:2: " in err.strip().splitlines()[0], err
+    _no_trace(out + err)
+
+
+def test_trailing_whitespace_is_still_one_value(spark, tmp_path, capsys):
+    d, _ = _run(tmp_path, _glued(" \t  "))
+    rc, out, err = check_cli(capsys, d)
+    assert rc == 1 and "INVALID: lost" in out, err
+
+
+def test_a_list_of_strings_holding_a_null_is_refused_by_both(spark, tmp_path, capsys):
+    fault = {"index": 50, "time_ns": 1, "process": -1, "type": "info", "f": "fault-start",
+             "value": {"fault": "kill", "fault_id": 1, "targets": ["n1", None]}}  # fmt: skip
+    lines = [*_lost_send_history(), json.dumps(fault)]
+    d, f = _run(tmp_path, lines)
+    with pytest.raises(h.HistoryError, match="list of strings"):
+        list(h.read(f))
+    rc, _out, err = check_cli(capsys, d)
+    assert rc == 2 and f"{f}:{len(lines)}: " in err and "list of strings" in err, err
+
+
+def test_a_message_without_a_value_field_is_a_null_read_in_both(spark, tmp_path):
+    """A message whose body did not parse carries a null value; leaving the field out says
+    the same to both readers (the Python reader raised a TypeError)."""
+    from rmq_check import validate
+    from rmq_check.load import load
+
+    poll = {"topic": "T", "group": "g"}
+    lines = [
+        json.dumps({"index": 0, "time_ns": 1, "process": 1, "type": "invoke", "f": "poll",
+                    "value": poll}),
+        json.dumps({"index": 1, "time_ns": 2, "process": 1, "type": "ok", "f": "poll",
+                    "value": {**poll, "messages": [{"topic": "T", "queue_id": 0,
+                                                    "queue_offset": 0}]}}),
+    ]  # fmt: skip
+    _, f = _run(tmp_path, lines)
+    (_, ok) = list(h.read(f))
+    assert ok.value.messages is not None and ok.value.messages[0].value is None
+    validate.check(load(spark, f))
+
+
 def test_a_parquet_history_with_a_bad_value_names_the_row(spark, tmp_path, capsys):
     import pyarrow.parquet as pq
     from rmq_check.synth import Synth, generate
@@ -473,6 +552,12 @@ def test_pairing_is_checked_by_both_readers(spark, tmp_path, monkeypatch):
         "completion of another f": [op(0, 1, "invoke"), op(1, 1, "ok", "drain")],
         "index twice": [op(0, 1, "invoke"), op(0, 1, "ok")],
         "file order": [op(1, 1, "ok"), op(0, 1, "invoke")],
+        # a completion of another send than its invoke (one send's outcome on another)
+        "completion of another value": [_send(0, 1, 1), _send(1, 1, 2, "ok")],
+        "completion on another topic": [
+            _send(0, 1, 1),
+            _send(1, 1, 1, "ok").replace('"topic": "T"', '"topic": "U"'),
+        ],
     }
     for why, lines in cases.items():
         p = tmp_path / "history.jsonl"
@@ -490,11 +575,23 @@ def test_pairing_is_checked_by_both_readers(spark, tmp_path, monkeypatch):
                 op(2, 1, "ok"),
                 op(3, 2, "info"),
                 op(4, 1, "invoke"),
+                # a completion naming no topic is not a mismatch
+                _send(5, 3, 9),
+                json.dumps(
+                    {
+                        "index": 6,
+                        "time_ns": 6,
+                        "process": 3,
+                        "type": "info",
+                        "f": "send",
+                        "value": {"value": 9},
+                    }
+                ),
             ]
         )
         + "\n"
     )
-    assert len(list(h.read(p))) == 5
+    assert len(list(h.read(p))) == 7
     validate.check(load(spark, p))
 
 
