@@ -849,6 +849,22 @@ def undecided(fr: Frames) -> Column:
     return cond
 
 
+#: values joined to a per-value frame by broadcast up to this many (``undecided_of``)
+BROADCAST_VALUES = 1_000_000
+
+
+def undecided_of(fr: Frames, vals: DataFrame, n: int) -> DataFrame:
+    """(v, undecided) for the ``n`` values of ``vals`` (a frame with a column ``v``):
+    whether the final drain cannot vouch for them (``undecided``, the rule lost applies),
+    so the special analyses' losses are undecided exactly when lost's are."""
+    keys = vals.select("v").distinct()
+    return (
+        fr.values()
+        .select("v", undecided(fr).alias("undecided"))
+        .join(F.broadcast(keys) if n <= BROADCAST_VALUES else keys, "v", "left_semi")
+    )
+
+
 #: value flags whose analyses show examples, and the columns of ``values`` they show
 EXAMPLE_FLAGS = ("lost", "lost_weak", "duplicated", "unexpected", "aborted", "recovered")
 EXAMPLE_COLUMNS = (

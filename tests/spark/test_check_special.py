@@ -192,6 +192,34 @@ def test_delay_lost_without_a_drain_is_unknown(hist, run_check):
     assert (r["valid"], r["lost"]["count"]) == ("unknown", 1)
 
 
+def test_delay_counts_a_send_whose_completion_omits_delay_ms(hist, run_check):
+    """delay_ms on the invoke alone makes the send delayed: its acknowledgment counts."""
+    valid_delays(hist)
+    send(hist, 2, 5, topic="D", at=(500, 510), invoke={"delay_ms": 1000, "detail": "timer"})
+    drain(hist, [(0, 0, 1), (0, 1, 3), (0, 2, 2)], at=9_200)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert (r["acknowledged"], r["lost"]["count"], r["valid"]) == (4, 1, False)
+
+
+def test_delay_loss_acknowledged_after_the_drains_max_query_is_undecided(hist, run_check):
+    """As lost decides (core.undecided): the drain asked the queue for its end before the
+    send was acknowledged, so the message may sit past the end the drain read to."""
+    delayed(hist, 1, 1, 1000, (100, 110))
+    read(hist, 10, [(0, 0, 1)], group="gd", at=1_150)
+    how = {"delay_ms": 1, "detail": "timer"}
+    hist.op(2, "invoke", "send", h.Value(topic="D", value=2, **how), at_ms=1_200)
+    hist.bounds(90, [h.Read("D", 0, 0, 1, None, "b0")])
+    done = h.Value(topic="D", value=2, broker="b0", queue_id=0, queue_offset=1,
+                   status="SEND_OK", **how)  # fmt: skip
+    hist.op(2, "ok", "send", done)
+    read(hist, 90, [(0, 0, 1)], group="drain", f="drain")
+    res = run_check(hist)
+    d, lost = res["analyses"]["delay"], res["analyses"]["lost"]
+    assert (d["lost"]["count"], d["lost"]["undecided"], d["valid"]) == (1, 1, "unknown")
+    assert lost["valid"] == "unknown"
+    assert res["valid"] == "unknown"
+
+
 def test_delay_unknown_without_delayed_sends(hist, run_check):
     hist.send(1, 1, off=0)
     r = run_check(hist, only=["delay", "transaction", "pop"])["analyses"]
@@ -270,6 +298,42 @@ def test_transaction_lost_committed(hist, run_check):
     assert (r["valid"], r["count"], r["lost"]["count"]) == (False, 1, 1)
     assert r["lost"]["examples"][0]["v"] == 11
     assert set(res["safety_failed"]) == {"transaction", "lost"}
+
+
+def test_transaction_lost_the_drain_cannot_vouch_for_is_undecided(hist, run_check):
+    """A committed transaction acknowledged without naming its queue: lost says unknown,
+    and so does transaction (it had no undecided rule)."""
+    valid_txns(hist)
+    hist.op(6, "invoke", "send", h.Value(topic="X", value=11, txn="commit"))
+    hist.op(6, "ok", "send", h.Value(topic="X", value=11, txn="commit", status="SEND_OK"))
+    drain(hist, TXN_READ, topic="X")
+    res = run_check(hist)
+    r = res["analyses"]["transaction"]
+    assert (r["lost"]["count"], r["lost"]["undecided"], r["valid"]) == (1, 1, "unknown")
+    assert res["analyses"]["lost"]["valid"] == "unknown"
+    assert res["valid"] == "unknown"
+
+
+def test_transaction_commit_with_a_non_ok_status_is_not_counted_lost(hist, run_check):
+    valid_txns(hist)
+    send(hist, 6, 11, topic="X", at=(1_100, 1_110), invoke={"txn": "commit"},
+         done={"txn": "commit"}, status="FLUSH_SLAVE_TIMEOUT")  # fmt: skip
+    drain(hist, TXN_READ, topic="X")
+    res = run_check(hist)
+    r = res["analyses"]["transaction"]
+    assert (r["lost"]["count"], r["valid"]) == (0, True)
+    assert res["valid"] is True
+
+
+def test_transaction_read_once_by_a_poll_without_a_group_is_not_redelivered(hist, run_check):
+    txn(hist, 1, 1, "commit", "commit", "ok")
+    hist.op(10, "invoke", "poll", h.Value(topic="X"))
+    msg = h.Read("X", 0, 0, 1, None, "b0")
+    hist.op(10, "ok", "poll", h.Value(topic="X", messages=[msg]))
+    drain(hist, [(0, 0, 1)], topic="X")
+    r = run_check(hist, only=["transaction", "duplicated"])["analyses"]
+    assert r["transaction"]["duplicated"]["redelivered"] == 0
+    assert r["duplicated"]["count"] == 0
 
 
 def test_transaction_lost_without_a_drain_is_unknown(hist, run_check):
@@ -371,6 +435,17 @@ def test_pop_of_a_value_never_sent_or_failed_is_unexpected(hist, run_check):
     r = run_check(hist, only=["pop"])["analyses"]["pop"]
     assert (r["valid"], r["unexpected"]["count"], r["unexpected"]["null_pops"]) == (False, 4, 1)
     assert sorted(e["v"] for e in r["unexpected"]["examples"]) == [10, 11, 99]
+
+
+def test_pop_completed_before_the_send_was_invoked_is_unexpected(hist, run_check):
+    valid_pops(hist)
+    pop(hist, 22, [12])  # popped before anyone sent it
+    send(hist, 1, 12, topic="P", off=4)
+    ack(hist, 22, 12)
+    drain(hist, [(0, i, v) for i, v in enumerate((1, 2, 3, 4, 12))], topic="P")
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    assert (r["valid"], r["unexpected"]["count"]) == (False, 1)
+    assert [e["v"] for e in r["unexpected"]["examples"]] == [12]
 
 
 # ---- schema versions --------------------------------------------------------------------------

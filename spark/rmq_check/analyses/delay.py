@@ -9,8 +9,10 @@ correct broker may deliver it.
   (``--delay-tolerance-ms``, default 250 ms: RocketMQ timers are precise to their timer
   precision, ours deliver up to 50 ms ahead).
 * *lost* (safety): an acknowledged (SEND_OK) delayed send that no one read, the drain
-  included; ``unknown`` without a final drain, for a message not yet due when the drain
-  began (the drain could not see it), and for one whose acknowledgment names no queue.
+  included; ``unknown`` where lost would say so (``core.undecided``: without a complete final
+  drain, for an acknowledgment naming no queue or acknowledged after the drain's max query
+  of its queue was invoked), and for a message not yet due when the drain began (the drain
+  could not see it).
 * *lateness* (reported, not a failure): first delivery to a consumer group minus ``due``,
   p50 / p99 / max in ms over the values a consumer group received; values only the final
   drain read are counted apart (the drain runs after recovery, so its time says nothing).
@@ -24,24 +26,31 @@ from typing import Any
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if, quantiles, timed_reads
-from rmq_check.core import SEND_OK, Frames, example_rows
+from rmq_check.core import SEND_OK, Frames, example_rows, undecided_of
 
 
 def run(fr: Frames) -> dict[str, Any]:
     c = F.col
     if not fr.stats()["special"]["delayed_sends"]:
         return result(UNKNOWN, 0, [], applies=False, reason="no delayed sends")
-    s = fr.ops.where(
-        (c("f") == "send") & (c("process") >= 0) & c("value.delay_ms").isNotNull()
-    ).select(
-        c("value.value").alias("v"),
-        "type",
-        "time_ns",
-        "index",
-        c("value.delay_ms").alias("delay_ms"),
-        c("value.status").alias("status"),
-        c("value.detail").alias("how"),
-        c("value.queue_id").alias("qid"),
+    send = (c("f") == "send") & (c("process") >= 0)
+    # every op of a delayed send: a completion need not repeat the invoke's delay_ms
+    delayed = fr.ops.where(send & c("value.delay_ms").isNotNull()).select(
+        c("value.value").alias("v")
+    )
+    s = (
+        fr.ops.where(send)
+        .select(
+            c("value.value").alias("v"),
+            "type",
+            "time_ns",
+            "index",
+            c("value.delay_ms").alias("delay_ms"),
+            c("value.status").alias("status"),
+            c("value.detail").alias("how"),
+            c("value.queue_id").alias("qid"),
+        )
+        .join(delayed.distinct(), "v", "left_semi")
     )
     sends = s.groupBy("v").agg(
         F.min(F.when(c("type") == "invoke", c("time_ns"))).alias("inv_t"),
@@ -62,6 +71,9 @@ def run(fr: Frames) -> dict[str, Any]:
     if n_sends == 0:
         return result(UNKNOWN, 0, [], applies=False, reason="no delayed sends")
     reads = timed_reads(fr, sends)
+    # the drain's verdict on each value, as lost decides it (core.undecided: no queue named,
+    # an undrained queue, acknowledged after the drain's max query, not due when it began)
+    sends = sends.join(undecided_of(fr, sends, n_sends), "v", "left")
     per_v = reads.groupBy("v").agg(
         F.min("t").alias("first_read_t"),
         F.min(F.when(~c("drain"), c("t"))).alias("first_poll_t"),
@@ -79,6 +91,7 @@ def run(fr: Frames) -> dict[str, Any]:
             "acked",
             "ok",
             "named",
+            "undecided",
             "reads",
             due.alias("due_t"),
             "first_read_t",
@@ -95,7 +108,9 @@ def run(fr: Frames) -> dict[str, Any]:
         count_if(early).alias("early"),
         count_if(lost).alias("lost"),
         count_if(lost & not_due).alias("lost_not_due"),
-        count_if(lost & (not_due | (c("named") == 0))).alias("lost_open"),
+        count_if(
+            lost & (not_due | (c("named") == 0) | F.coalesce(c("undecided"), F.lit(False)))
+        ).alias("lost_open"),
         count_if(c("acked") == 1).alias("acked"),
         count_if(c("first_poll_t").isNotNull()).alias("delivered_to_group"),
         count_if(c("first_poll_t").isNull() & c("first_read_t").isNotNull()).alias("drain_only"),

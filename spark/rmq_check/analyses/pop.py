@@ -7,7 +7,8 @@ Pop topics are the topics of ``pop`` ops. For each value sent to one:
   The bench pops and acks whatever is left before its final drain, so without a final drain
   a count is ``unknown``.
 * *unexpected* (safety): a popped value that no send attempted, or whose send definitely
-  failed, or a popped message whose body did not parse (null value).
+  failed, or that a pop completed before its send was invoked, or a popped message whose
+  body did not parse (null value).
 * *redelivery* (reported, not an anomaly): a value popped more than once. Pop consumption
   is at-least-once by design: a message not acked within its invisible time, or whose
   invisible time was changed, comes back. Split into values popped again after an ``ok``
@@ -64,7 +65,11 @@ def run(fr: Frames) -> dict[str, Any]:
     popped = (
         pops.where(c("v").isNotNull())
         .groupBy("v")
-        .agg(F.count(F.lit(1)).alias("pops"), F.max("idx").alias("last_pop_idx"))
+        .agg(
+            F.count(F.lit(1)).alias("pops"),
+            F.max("idx").alias("last_pop_idx"),
+            F.min("idx").alias("first_pop_idx"),
+        )
     )
     acks = (
         fr.ops.where(c("f").isin("ack", "change-invisible") & (c("type") != "invoke"))
@@ -86,7 +91,12 @@ def run(fr: Frames) -> dict[str, Any]:
     )
     sent = c("inv_idx").isNotNull()
     lost = (c("acked") == 1) & (c("acks_ok") == 0) & (c("acks_info") == 0)
-    unexpected = (c("pops") > 0) & (~sent | ((c("failed") == 1) & (c("ok") == 0)))
+    unexpected = (c("pops") > 0) & (
+        ~sent
+        | ((c("failed") == 1) & (c("ok") == 0))
+        # popped by a pop that completed before the send was invoked
+        | F.coalesce(c("first_pop_idx") < c("inv_idx"), F.lit(False))
+    )
     redelivered = c("pops") > 1
     after_ack = redelivered & (c("last_pop_idx") > c("first_ack_idx"))
     row = x.agg(

@@ -13,10 +13,11 @@ Each transaction ends in one class:
 * *indeterminate*: ``info`` or no completion: the half may be stored, and the check then
   answers the plan, so it may be delivered only if the plan commits.
 
-Safety: *lost* (a committed transaction no one read, the final drain included; ``unknown``
-without a drain) and *unexpected* (a delivered rolled-back, failed, or indeterminate-with-a-
-rollback-plan transaction). *Duplicated* (reported, like the queue workload's): a value read
-more than once by one consumer group, or seen at two positions.
+Safety: *lost* (a committed transaction acknowledged SEND_OK that no one read, the final
+drain included; ``unknown`` where lost would say so: ``core.undecided``) and *unexpected* (a
+delivered rolled-back, failed, or indeterminate-with-a-rollback-plan transaction).
+*Duplicated* (reported, like the queue workload's): a value read more than once by one
+consumer group (a poll without a group is one group), or seen at two positions.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if, timed_reads
-from rmq_check.core import Frames, example_rows
+from rmq_check.core import SEND_OK, Frames, example_rows, undecided_of
 
 from rmq_ha.history import TXN_COMMITTED
 
@@ -43,7 +44,13 @@ def run(fr: Frames) -> dict[str, Any]:
     vals = s.select("v").distinct()
     all_s = (
         fr.ops.where((c("f") == "send") & (c("process") >= 0))
-        .select(c("value.value").alias("v"), "type", "index", c("value.txn").alias("txn"))
+        .select(
+            c("value.value").alias("v"),
+            "type",
+            "index",
+            c("value.txn").alias("txn"),
+            c("value.status").alias("status"),
+        )
         .join(vals, "v", "left_semi")
     )
     comp = c("type") != "invoke"
@@ -52,6 +59,12 @@ def run(fr: Frames) -> dict[str, Any]:
         F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),
         F.max(F.when(comp & c("txn").isNotNull(), c("txn"))).alias("fate"),
         F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
+        # acknowledged as lost counts it: SEND_OK or no status
+        F.max(
+            F.when(
+                (c("type") == "ok") & (c("status").isNull() | (c("status") == SEND_OK)), 1
+            ).otherwise(0)
+        ).alias("acked"),
         F.max(F.when(c("type") == "fail", 1).otherwise(0)).alias("fail"),
         F.min(F.when(comp, c("index"))).alias("comp_idx"),
     )
@@ -71,12 +84,20 @@ def run(fr: Frames) -> dict[str, Any]:
     per_v = reads.groupBy("v").agg(
         count_if(~c("drain")).alias("group_reads"),
         count_if(c("drain")).alias("drain_reads"),
-        F.countDistinct(F.when(~c("drain"), c("group"))).alias("groups"),
+        # a poll without a group is one group (as core.gid counts it), not none
+        F.countDistinct(F.when(~c("drain"), F.coalesce(c("group"), F.lit("")))).alias("groups"),
         F.countDistinct("topic", "broker", "queue_id", "off").alias("positions"),
     )
-    x = fr.persist(t.join(per_v, "v", "left").fillna(0, ["group_reads", "drain_reads"]))
+    x = fr.persist(
+        t.join(per_v, "v", "left")
+        .join(undecided_of(fr, t, n_txn), "v", "left")
+        .fillna(0, ["group_reads", "drain_reads"])
+    )
     read_any = (c("group_reads") + c("drain_reads")) > 0
-    lost = (c("class") == "committed") & ~read_any
+    # committed and acknowledged SEND_OK (a non-OK status is never counted lost)
+    lost = (c("class") == "committed") & (c("acked") == 1) & ~read_any
+    # the drain cannot vouch for it (core.undecided, as lost decides)
+    lost_open = lost & F.coalesce(c("undecided"), F.lit(False))
     must_not = (c("class").isin("rolled-back", "failed")) | (
         (c("class") == "indeterminate") & ~c("plan").isin(*committing)
     )
@@ -89,6 +110,7 @@ def run(fr: Frames) -> dict[str, Any]:
     ]
     aggs += [
         count_if(lost).alias("lost"),
+        count_if(lost_open).alias("lost_open"),
         count_if(unexpected).alias("unexpected"),
         count_if(dup_group | dup_pos).alias("duplicated"),
         count_if(dup_group).alias("redelivered"),
@@ -117,7 +139,7 @@ def run(fr: Frames) -> dict[str, Any]:
     if n["unexpected"] or n["inconsistent"]:
         valid: bool | str = False
     elif n["lost"]:
-        valid = False if drained else UNKNOWN
+        valid = False if drained and n["lost"] > n["lost_open"] else UNKNOWN
     else:
         valid = True
     return result(
@@ -132,7 +154,12 @@ def run(fr: Frames) -> dict[str, Any]:
         indeterminate_delivered=n["indeterminate_delivered"],
         resolved_by_check={"commit": n["unknown_commit"], "rollback": n["unknown_rollback"]},
         inconsistent_records=n["inconsistent"],
-        lost={"count": n["lost"], "examples": lost_ex, "drained": drained},
+        lost={
+            "count": n["lost"],
+            "examples": lost_ex,
+            "drained": drained,
+            "undecided": n["lost_open"],
+        },
         unexpected={"count": n["unexpected"], "examples": unexp_ex},
         duplicated={
             "count": n["duplicated"],
