@@ -57,6 +57,15 @@ def qhash(topic: Column, broker: Column, queue_id: Column) -> Column:
     return F.xxhash64(topic, F.coalesce(broker, F.lit("")), queue_id)
 
 
+def key_hash(topic: Column, key: Column) -> Column:
+    """A message key, per topic (one key on two topics is two orders); null without a key."""
+    return F.when(key.isNotNull(), F.xxhash64(F.coalesce(topic, F.lit("")), key))
+
+
+def topic_hash(topic: Column) -> Column:
+    return F.when(topic.isNotNull(), F.xxhash64(topic))
+
+
 def empty_frame(spark: Any, **columns: str) -> DataFrame:
     """An empty frame with these column types, planned in the JVM.
 
@@ -236,7 +245,8 @@ class Frames:
             .alias("gid"),
             qhash(F.col("m.topic"), F.col("m.broker"), F.col("m.queue_id")).alias("qh"),
             F.col("m.queue_offset").alias("off"),
-            F.when(F.col("m.key").isNotNull(), F.xxhash64(F.col("m.key"))).alias("key"),
+            key_hash(F.col("m.topic"), F.col("m.key")).alias("key"),
+            topic_hash(F.col("m.topic")).alias("th"),
             (F.col("index") * F.lit(1 << POS_BITS) + F.col("pos")).alias("dpos"),
         )
 
@@ -256,7 +266,8 @@ class Frames:
             .alias("kind"),
             F.col("index").alias("idx"),
             F.col("time_ns").alias("t"),
-            F.when(F.col("value.key").isNotNull(), F.xxhash64(F.col("value.key"))).alias("key"),
+            key_hash(F.col("value.topic"), F.col("value.key")).alias("key"),
+            topic_hash(F.col("value.topic")).alias("th"),
             (ok & F.col("value.status").isNotNull() & (F.col("value.status") != SEND_OK)).alias(
                 "weak"
             ),
@@ -296,6 +307,7 @@ class Frames:
             F.col("dpos").alias("a"),
             F.lit(None).cast("long").alias("b"),
             "key",
+            "th",
             "qh",
             "off",
             "gid",
@@ -308,6 +320,7 @@ class Frames:
             F.col("idx").alias("a"),
             F.col("t").alias("b"),
             "key",
+            "th",
             "qh",
             "off",
             F.lit(None).cast("int").alias("gid"),
@@ -331,6 +344,10 @@ class Frames:
             F.min(F.when(k == INVOKE, F.col("b"))).alias("inv_t"),
             F.min(F.when(comp, F.col("b"))).alias("comp_t"),
             F.max(F.when(k.isin(INVOKE, OK, FAIL, INFO, OK_WEAK), F.col("key"))).alias("key"),
+            # the topics the value was sent to and read from: one, unless a read found it
+            # on a topic it was not sent to (a send's invoke and completion name one topic)
+            F.min("th").alias("th_min"),
+            F.max("th").alias("th_max"),
             F.max(F.when(k.isin(OK, OK_WEAK), F.col("qh"))).alias("ack_qh"),
             F.max(F.when(k.isin(OK, OK_WEAK), F.col("off"))).alias("ack_off"),
             F.sum(F.when(is_read, 1).otherwise(0)).alias("n_read"),
@@ -785,6 +802,8 @@ def value_flags(fr: Frames) -> dict[str, Column]:
             | ~attempted
             # read before its send was invoked (a completed read precedes the invoke)
             | F.coalesce(F.shiftright(c("first_read"), POS_BITS) < c("inv_idx"), F.lit(False))
+            # read on a topic it was not sent to
+            | F.coalesce(c("th_min") != c("th_max"), F.lit(False))
         ),
         "redelivered": nonnull & (excess > 0),
         "at_two_positions": nonnull & F.coalesce(two_pos, F.lit(False)),

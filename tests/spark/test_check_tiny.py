@@ -333,3 +333,44 @@ def test_examples_are_the_smallest_values_of_each_anomaly_from_one_pass(hist, ru
     assert a["unexpected"]["examples"][0]["reads"] == 3
     assert [e["v"] for e in a["duplicated"]["examples"]] == [9]
     assert a["duplicated"]["examples"][0]["n_read"] == 2
+
+
+def _on(hist, p: int, f: str, topic: str, msgs: list[tuple[int, int, int]], **kw) -> None:
+    """A poll (or the drain, with its bounds) of `topic`: msgs are (queue_id, offset, value)."""
+    reads = [h.Read(topic, q, o, v, kw.get("key"), "b0") for q, o, v in msgs]
+    if f == "drain":
+        hist.bounds(p, reads, ends=kw.get("ends"))
+    val = h.Value(topic=topic, group=kw.get("group", "drain" if f == "drain" else "g"))
+    hist.op(p, "invoke", f, val)
+    hist.op(p, "ok", f, h.Value(topic=val.topic, group=val.group, messages=reads))
+
+
+def test_a_value_read_only_on_another_topic_is_unexpected(hist, run_check):
+    """Acknowledged on T at offset 0, T drained empty, the value found on U: not a delivery
+    of the send (lost said 0 and the run was VALID), but a read of a message U never got."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    _on(hist, 20, "drain", "T", [(0, 1, 2)], ends={("T", 0): 2})
+    _on(hist, 20, "drain", "U", [(0, 0, 1)])
+    res = run_check(hist)
+    a = res["analyses"]
+    assert (a["unexpected"]["valid"], a["unexpected"]["count"]) == (False, 1)
+    assert [e["v"] for e in a["unexpected"]["examples"]] == [1]
+    assert res["valid"] is False
+
+
+def test_key_order_is_per_topic(hist, run_check):
+    """One key on two topics is two orders: T's reordering is found though the key's sends
+    to U landed on another queue (in auto mode a key on two queues is not checked)."""
+    for v, t in ((1, "T"), (2, "T"), (3, "U")):
+        hist.op(1, "invoke", "send", h.Value(topic=t, value=v, key="k"))
+        hist.op(1, "ok", "send", h.Value(topic=t, value=v, key="k", queue_id=v // 3,
+                                         queue_offset=v - 1 if t == "T" else 0,
+                                         broker="b0", status="SEND_OK"))  # fmt: skip
+    _on(hist, 10, "poll", "T", [(0, 1, 2), (0, 0, 1)], key="k")
+    _on(hist, 10, "poll", "U", [(1, 0, 3)], key="k")
+    _on(hist, 20, "drain", "T", [(0, 0, 1), (0, 1, 2)], key="k")
+    _on(hist, 20, "drain", "U", [(1, 0, 3)], key="k")
+    o = run_check(hist, only=["ordering"])["analyses"]["ordering"]
+    assert (o["valid"], o["count"]) == (False, 1), o
+    assert o["key_order"]["keys"] == 2
