@@ -190,9 +190,11 @@ def _undecidable(fr: Frames) -> list[str]:
     if not cov["ran"]:
         head = "there was no final drain"
     else:
+        acked = sum(1 for x in inc if x["acked"])
         head = (
-            f"the final drain did not read {len(inc)} of the {cov['acked_queues']} queues "
-            "that acknowledged a send to their end"
+            f"the final drain did not read {len(inc)} of the {cov['queues']} queues it set out"
+            f" to read to their end ({acked} of the {cov['acked_queues']} that acknowledged a"
+            " send)"
         )
     names = ", ".join(f"{x['queue']} ({x['why']})" for x in inc[:10])
     more = f", and {len(inc) - 10} more" if len(inc) > 10 else ""

@@ -604,18 +604,21 @@ class Frames:
             ]
 
         ops = self.ops
-        acked = (
-            ops.where(
-                (c("f") == "send")
-                & (c("type") == "ok")
-                & (c("process") >= 0)
-                & c("value.topic").isNotNull()
-                & c("value.queue_id").isNotNull()
-            )
-            .select(*q("value."))
-            .distinct()
-        )
+        named = c("value.topic").isNotNull() & c("value.queue_id").isNotNull()
+        acked = ops.where(
+            (c("f") == "send") & (c("type") == "ok") & (c("process") >= 0) & named
+        ).select(*q("value."), F.lit(1).alias("acked"))
         drainers = ops.where(c("f") == "drain").select("process").distinct()
+        # every queue the drain set out to read (asked its bounds, or read it) must be read
+        # to its end as well: a delayed message may have been delivered to a queue no
+        # acknowledgment named (escaped to another broker), and a drain that failed on a
+        # queue did not run to completion
+        tried = (
+            ops.where(c("f").isin("offsets", "drain") & named)
+            .join(F.broadcast(drainers), "process", "left_semi")
+            .select(*q("value."), F.lit(0).alias("acked"))
+        )
+        queues = acked.unionByName(tried).groupBy(*keys).agg(F.max("acked").alias("acked"))
         detail = c("value.detail")
         bounds = (
             ops.where((c("f") == "offsets") & (c("type") == "ok") & detail.isin("min", "max"))
@@ -646,10 +649,11 @@ class Frames:
             .agg(F.max("off").alias("read_max"))
         )
         rows = (
-            acked.join(bounds, keys, "left")
+            queues.join(bounds, keys, "left")
             .join(reads, keys, "left")
             .select(
                 *keys,
+                "acked",
                 "lo",
                 "hi",
                 "hi_idx",
@@ -692,6 +696,8 @@ class Frames:
                     {
                         "queue": f"{r['broker']}/{r['topic']}/{r['queue_id']}",
                         "qh": int(r["qh"]),
+                        "topic": r["topic"],
+                        "acked": bool(r["acked"]),
                         "why": why,
                     }
                 )
@@ -701,7 +707,8 @@ class Frames:
         any_ack = bool(self.stats()["counts"].get("send:ok"))
         self._drain = {
             "ran": ran,
-            "acked_queues": len(rows),
+            "acked_queues": sum(1 for r in rows if r["acked"]),
+            "queues": len(rows),
             "complete": not incomplete and (ran or not any_ack),
             "incomplete": incomplete,
         }
@@ -865,6 +872,14 @@ def undecided(fr: Frames) -> Column:
     start = fr.drain_start_ns()
     if fr.has_delays() and start is not None:
         cond = cond | F.coalesce(F.col("due") > F.lit(start), F.lit(False))
+    if fr.has_delays() and not fr.drain_complete():
+        # a delayed message may be delivered to another queue of its topic than the one its
+        # acknowledgment names (escaped to another broker group): any undrained queue of the
+        # topic leaves it undecided
+        topics = sorted({x["topic"] for x in fr.drain()["incomplete"] if x["topic"] is not None})
+        if topics:
+            hashes = [topic_hash(F.lit(t)) for t in topics]
+            cond = cond | (F.col("due").isNotNull() & F.col("th_min").isin(*hashes))
     return cond
 
 

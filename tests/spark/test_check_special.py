@@ -220,6 +220,29 @@ def test_delay_loss_acknowledged_after_the_drains_max_query_is_undecided(hist, r
     assert res["valid"] == "unknown"
 
 
+def _failed_bounds(hist: Any, broker: str, topic: str = "D") -> None:
+    """The drain asked a queue of `broker` for its bounds and got no answer."""
+    val = h.Value(topic=topic, queue_id=0, broker=broker, detail="min")
+    hist.op(90, "invoke", "offsets", val)
+    hist.op(90, "fail", "offsets", val, error="boom", definite=True)
+
+
+def test_a_delayed_loss_is_undecided_while_a_queue_of_its_topic_is_undrained(hist, run_check):
+    """A delayed message may be delivered to another broker's queue of its topic (escaped
+    by an acting slave): with that queue undrained its absence proves nothing."""
+    delayed(hist, 1, 1, 1000, (100, 110))
+    delayed(hist, 1, 2, 1000, (200, 210))
+    read(hist, 10, [(0, 0, 1)], group="gd", at=1_200)
+    _failed_bounds(hist, "b1")
+    drain(hist, [(0, 0, 1)], at=9_000)
+    res = run_check(hist)
+    d, lost = res["analyses"]["delay"], res["analyses"]["lost"]
+    assert (d["lost"]["count"], d["lost"]["undecided"], d["valid"]) == (1, 1, "unknown")
+    assert (lost["count"], lost["valid"]) == (1, "unknown")
+    assert res["valid"] == "unknown"
+    assert "b1/D/0" in res["unknown_because"][0]
+
+
 def test_delay_unknown_without_delayed_sends(hist, run_check):
     hist.send(1, 1, off=0)
     r = run_check(hist, only=["delay", "transaction", "pop"])["analyses"]

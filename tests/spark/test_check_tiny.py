@@ -374,3 +374,25 @@ def test_key_order_is_per_topic(hist, run_check):
     o = run_check(hist, only=["ordering"])["analyses"]["ordering"]
     assert (o["valid"], o["count"]) == (False, 1), o
     assert o["key_order"]["keys"] == 2
+
+
+def test_a_drain_that_failed_on_a_queue_no_ack_named_is_unknown(hist, run_check):
+    """Every queue the drain set out to read must be read to its end (the doc's exit
+    table: a drain that failed is unknown); this one acknowledged nothing, so the other
+    queue's loss stays definite."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    val = h.Value(topic="T", queue_id=3, broker="b1", detail="max")
+    hist.op(20, "invoke", "offsets", val)
+    hist.op(20, "info", "offsets", val, error="timeout")
+    hist.drain(20, [(0, 0, 1), (0, 1, 2)])
+    res = run_check(hist)
+    assert res["valid"] == "unknown", res["unknown_because"]
+    assert "b1/T/3" in res["unknown_because"][0]
+    assert "0 of the 1 that acknowledged" in res["unknown_because"][0]
+    # acknowledged at offset 2 of the drained queue, whose end the broker then said was 2
+    # (the message is gone): still a definite loss
+    hist.send(1, 3, off=2)
+    hist.drain(20, [(0, 0, 1), (0, 1, 2)], ends={0: 2})
+    res = run_check(hist)
+    assert res["analyses"]["lost"]["count"] == 1 and res["valid"] is False
