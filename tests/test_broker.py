@@ -173,6 +173,62 @@ async def test_send_auto_creates_the_topic_and_pull_reads_it_back(tmp_path: Path
         assert bodies_of(r.body) == [b"m1"]
 
 
+async def test_a_topic_auto_created_by_a_send_is_routed_when_the_send_is_answered(
+    tmp_path: Path,
+) -> None:
+    """RocketMQ registers a topic its send auto-created before it answers the send, so a
+    consumer started on the answer finds the route (a Go push consumer's Start() failed
+    here with "route info not found" when the name server heard of it a moment later). The
+    name server below holds that registration until the test lets it go: the send must not
+    be answered before."""
+    from rmq_ha.net.connection import Connection
+
+    held, arrived, release = [False], trio.Event(), trio.Event()
+
+    class Held(Nameserver):
+        async def register_broker(self, conn: Connection, cmd: RemotingCommand) -> Any:
+            if held[0]:
+                arrived.set()
+                await release.wait()
+            return await super().register_broker(conn, cmd)
+
+    async with trio.open_nursery() as n:
+        ns = Held(NamesrvConfig(listen_port=0))
+        await n.start(ns.serve)
+        cfg = BrokerConfig(listen_port=0, namesrv_addr=ns.address,
+                           store_path_root_dir=str(tmp_path / "store"),
+                           commitlog_segment_bytes=1 << 20)  # fmt: skip
+        async with open_broker(cfg) as node, RemotingClient() as c:
+            with trio.fail_after(10):  # registered at start
+                while ns.routes.route(cfg.cluster_name) is None:
+                    await trio.sleep(0.01)
+            held[0] = True
+            answers: list[RemotingCommand] = []
+
+            async def send() -> None:
+                answers.append(await c.invoke(node.address, send_cmd("Fresh", b"x")))
+
+            n.start_soon(send)
+            with trio.fail_after(10):
+                await arrived.wait()
+            # the registration naming the topic is held: no answer may come meanwhile (the
+            # wait only gives a wrong early answer time to show; a right one never comes)
+            with trio.move_on_after(0.5):
+                while not answers:
+                    await trio.sleep(0.01)
+            assert not answers
+            release.set()
+            with trio.fail_after(10):
+                while not answers:
+                    await trio.sleep(0.01)
+            assert answers[0].code == Resp.SUCCESS, answers[0].remark
+            q = await c.invoke(
+                ns.address, RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "Fresh"})
+            )
+            assert q.code == Resp.SUCCESS, q.remark
+        n.cancel_scope.cancel()
+
+
 async def test_long_poll_wakes_on_arrival_and_times_out_otherwise(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
         assert (await c.client.invoke(c.broker, send_cmd("LP", b"first"))).code == Resp.SUCCESS

@@ -190,6 +190,7 @@ class Broker:
             acting_enabled=cfg.enable_slave_acting_master and not cfg.enable_controller_mode,
         )
         self.topics.on_change = self.namesrv.topics_changed
+        self.topics.wait_announced = self.namesrv.wait_registered
         self.acting = ActingShell(
             cfg,
             self.outbound,

@@ -79,6 +79,11 @@ class TopicsPort(Protocol):
         """Register with the name servers soon: the table changed."""
         ...
 
+    async def announced(self, timeout_s: float) -> None:
+        """Return once a registration with the name servers that began after the last change
+        has finished (at most ``timeout_s``; at once without name servers)."""
+        ...
+
 
 class ReplicationOutcomeLike(Protocol):
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms as now_ms
@@ -26,6 +26,10 @@ TOPIC_MAX_LENGTH = 127
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 log = logging.getLogger(__name__)
+
+
+async def _at_once(timeout_s: float) -> None:
+    """No name servers to wait for."""
 
 
 #: RocketMQ's TopicValidator.SYSTEM_TOPIC_SET (GET_SYSTEM_TOPIC_LIST_FROM_BROKER).
@@ -77,6 +81,8 @@ class TopicConfigManager:
         self.auto_create = auto_create
         #: Called when a change must reach the name servers (the wiring registers).
         self.on_change: Callable[[], None] = lambda: None
+        #: Waits (at most the given seconds) for the registration of the last change.
+        self.wait_announced: Callable[[float], Awaitable[None]] = _at_once
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion.initial(now_ms())
         self._load()
@@ -174,6 +180,9 @@ class TopicConfigManager:
 
     def changed(self) -> None:
         self.on_change()
+
+    async def announced(self, timeout_s: float) -> None:
+        await self.wait_announced(timeout_s)
 
     def for_write(
         self, topic: str, default_topic: str | None, queue_nums: int

@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 
 #: Environment switch of the native send path: "1" (default) or "0" (every send in Python).
 NATIVE_SEND_ENV = "RMQ_HA_NATIVE_SEND"
+#: How long a send that auto-created its topic waits for the name servers to hear of it
+#: (RocketMQ's registerBrokerAll waits for each name server's answer, 3 s by default).
+ANNOUNCE_TIMEOUT_S = 3.0
 
 
 def native_send_wanted() -> bool:
@@ -427,9 +430,15 @@ async def send_message(
     p: Ports, special: SpecialRouting, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
     h = parse_send_message_header(cmd.code, cmd.ext_fields)
+    new_topic = p.topics.get(h.topic) is None
     queue_id = _write_queue(p, special, cmd, h)
     if isinstance(queue_id, RemotingCommand):
         return queue_id
+    if new_topic and p.topics.get(h.topic) is not None:
+        # auto-created by this send: the name servers hear of it before the producer does,
+        # so a consumer started on this answer finds the route (RocketMQ registers in the
+        # sending thread too); a name server that does not answer in time delays no longer
+        await p.topics.announced(ANNOUNCE_TIMEOUT_S)
     body = cmd.body or b""
     # every message sent alone is stored naming its region, the trace switch and the cluster
     # (RocketMQ's send processors do: a traced consumer reports only messages naming their

@@ -94,6 +94,10 @@ class NamesrvShell:
         self.log_queues = log_queues
         self.acting_enabled = acting_enabled
         self._topics_changed = trio.Event()
+        #: topics changes so far, and how many of them a finished registration round covers
+        self._changes = 0
+        self._announced = 0
+        self._announced_event = trio.Event()
         #: Name servers whose last registration failed (no answer, or an error code): asked
         #: again after `_retry_s`, doubling up to registerNameServerPeriod, not only at the
         #: next period. After a partition heals, a new master's registration with the name
@@ -105,7 +109,20 @@ class NamesrvShell:
         self.on_refused: Callable[[], None] = lambda: None
 
     def topics_changed(self) -> None:
+        self._changes += 1
         self._topics_changed.set()
+
+    async def wait_registered(self, timeout_s: float) -> None:
+        """Return once a registration round that began after the last topics change has
+        finished (at most ``timeout_s``). RocketMQ's broker registers a topic auto-created by
+        a send before it answers the send (registerBrokerAll in the sending thread), so a
+        consumer started on the answer finds the route; so does this one."""
+        target = self._changes
+        if not self.cfg.namesrv_addrs:
+            return
+        with trio.move_on_after(timeout_s):
+            while self._announced < target:
+                await self._announced_event.wait()
 
     async def run(self) -> None:
         async with trio.open_nursery() as n:
@@ -193,7 +210,11 @@ class NamesrvShell:
             if self._topics_changed.is_set() or trio.current_time() >= next_full:
                 self._topics_changed = trio.Event()
                 next_full = trio.current_time() + period
+                seen = self._changes
                 await self.register_all()
+                self._announced = max(self._announced, seen)
+                done, self._announced_event = self._announced_event, trio.Event()
+                done.set()
             else:
                 await self.register_all(sorted(self.failed))
                 self._retry_s = min(self._retry_s * 2, period)
