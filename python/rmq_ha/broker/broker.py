@@ -52,7 +52,7 @@ from rmq_ha.broker.locks import QueueLocks
 from rmq_ha.broker.longpoll import PullHold
 from rmq_ha.broker.metrics import BrokerSnapshot, ReplicaLag, families
 from rmq_ha.broker.offsets import ConsumerOffsetManager
-from rmq_ha.broker.ports import Ports
+from rmq_ha.broker.ports import ANNOUNCE_TIMEOUT_S, Ports
 from rmq_ha.broker.special.services import SpecialServices
 from rmq_ha.broker.subgroups import FILE_NAME as SUBGROUPS_FILE
 from rmq_ha.broker.subgroups import SubscriptionGroupManager
@@ -389,7 +389,8 @@ class Broker:
             async with trio.open_nursery() as n:
                 for addr in addrs:
                     n.start_soon(one, addr)
-        await self.namesrv.register_all()
+        # the registration round the change started (shared with sends that auto-create)
+        await self.topics.announced(ANNOUNCE_TIMEOUT_S)
 
     def status(self) -> dict[str, Any]:
         """GET_BROKER_EPOCH_CACHE's body: RocketMQ's EpochEntryCache, then our fields."""

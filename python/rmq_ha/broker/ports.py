@@ -52,6 +52,11 @@ class RoleView(Protocol):
     def write_refusal(self) -> tuple[str, str] | None: ...
 
 
+#: How long a request that created a topic waits for the name servers to hear of it before
+#: it is answered (RocketMQ's registerBrokerAll waits for each name server, 3 s by default).
+ANNOUNCE_TIMEOUT_S = 3.0
+
+
 class TopicsPort(Protocol):
     """Topic configs, and the registration their changes trigger."""
 

@@ -35,7 +35,12 @@ from rmq_ha._native import (
     stamp_properties,
 )
 from rmq_ha.broker.metrics import MESSAGE_SIZE_BUCKETS
-from rmq_ha.broker.ports import Ports, ReplicationOutcomeLike, SpecialRouting
+from rmq_ha.broker.ports import (
+    ANNOUNCE_TIMEOUT_S,
+    Ports,
+    ReplicationOutcomeLike,
+    SpecialRouting,
+)
 from rmq_ha.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, check_topic_name
 from rmq_ha.clock import wall_ms as now_ms
 from rmq_ha.config import FlushDiskType
@@ -75,9 +80,6 @@ log = logging.getLogger(__name__)
 
 #: Environment switch of the native send path: "1" (default) or "0" (every send in Python).
 NATIVE_SEND_ENV = "RMQ_HA_NATIVE_SEND"
-#: How long a send that auto-created its topic waits for the name servers to hear of it
-#: (RocketMQ's registerBrokerAll waits for each name server's answer, 3 s by default).
-ANNOUNCE_TIMEOUT_S = 3.0
 
 
 def native_send_wanted() -> bool:
