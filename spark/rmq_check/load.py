@@ -185,11 +185,23 @@ def one_json_value(line: Column) -> Column:
 
 
 def _parquet_schema_problems(spark: Any, p: Path) -> list[str]:
-    from pyspark.sql.types import ArrayType, DataType, StructType
+    from pyspark.sql.types import StructType
 
     want = StructType.fromDDL(SPARK_DDL)
-    have = spark.read.parquet(str(p)).schema
+    # every part on its own: Spark's schema of a directory is one part's footer, so a part
+    # with another type (a Java stack trace at the first read) or an extra column went unseen
+    parts = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
     out: list[str] = []
+    for part in parts:
+        n = len(out)
+        _schema_problems(want, spark.read.parquet(str(part)).schema, out)
+        if p.is_dir():
+            out[n:] = [f"{part.name}: {x}" for x in out[n:]]
+    return out
+
+
+def _schema_problems(want: Any, have: Any, out: list[str]) -> None:
+    from pyspark.sql.types import ArrayType, DataType, StructType
 
     def walk(w: DataType, g: DataType, where: str) -> None:
         if isinstance(w, StructType) and isinstance(g, StructType):
@@ -208,4 +220,3 @@ def _parquet_schema_problems(spark: Any, p: Path) -> list[str]:
             )
 
     walk(want, have, "")
-    return out

@@ -670,6 +670,41 @@ def test_a_history_written_as_a_directory_of_parts_is_read(spark, tmp_path, caps
     assert rc == 1 and "lost" in out, (out, err)
 
 
+@pytest.mark.parametrize("change", ["type", "extra"])
+def test_every_part_of_a_parquet_history_is_checked(spark, tmp_path, capsys, change):
+    """A directory of Parquet parts: Spark's schema of it is one part's footer, so a second
+    part with another column type died in a Java stack trace, and one with an extra column
+    was accepted. Each part is checked and named."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rmq_check.synth import Synth, generate
+
+    generate(Synth(ops=2_000), tmp_path / "whole.parquet")
+    t = pq.read_table(tmp_path / "whole.parquet")
+    d = tmp_path / "run" / "history.parquet"
+    d.mkdir(parents=True)
+    half = t.num_rows // 2
+    pq.write_table(t.slice(0, half), d / "part-00000.parquet")
+    second = t.slice(half)
+    if change == "type":
+        i = second.schema.get_field_index("process")
+        second = second.set_column(i, "process", second.column(i).cast(pa.int64()))
+    else:
+        second = second.append_column("extra", pa.array([1] * second.num_rows))
+    pq.write_table(second, d / "part-00001.parquet")
+    rc, out, err = check_cli(capsys, tmp_path / "run")
+    assert rc == 2, out + err
+    assert "part-00001.parquet: column " in err, err
+    _no_trace(out + err)
+
+
+def test_a_negative_example_count_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", str(tmp_path), "--examples", "-1"])
+    assert e.value.code == 2
+    assert "--examples: -1 is below 0" in capsys.readouterr().err
+
+
 def test_pairing_names_the_line_and_orders_several_files_by_name(spark, tmp_path):
     """One file: the pairing sort carries the position as numbers, and the problem still
     names its line. Several files (a Parquet directory): file order is the files' names, so

@@ -16,8 +16,8 @@ Definitions (times are the control node's ``time_ns``; ``t0`` is the first op's 
   the unavailability window that contains it minus that start. Outcome: "available" (no bad
   op during the fault), "recovered-during-fault", "recovered-after-fault", "not-recovered".
 * Windows starting outside every fault window are counted as unexpected unavailability.
-* Latency = completion - invoke of completed ops; quantiles 0.5/0.95/0.99/max per function,
-  overall and per time bucket (max(1 s, span/300)), by Spark's percentile_approx (accuracy
+* Latency = completion - invoke of ops that completed ok; quantiles 0.5/0.95/0.99/max per
+  function, overall and per time bucket (max(1 s, span/300)), by Spark's percentile_approx (accuracy
   1/1000 of the rank). Throughput: completions per second by (function, outcome), in 1 s
   buckets (or ~100 buckets of at least 10 ms for a history shorter than a minute).
 
