@@ -84,6 +84,9 @@ async def test_commit_and_rollback(tmp_path: Path) -> None:
         props = decode_properties(real["properties"])  # type: ignore[arg-type]
         assert "TRAN_MSG" not in props and "REAL_TOPIC" not in props and props["TAGS"] == "T1"
         assert props["PGROUP"] == "tpg" and props["UNIQ_KEY"] == ok.transaction_id
+        # the transaction id rides with the half and the committed message (RocketMQ's
+        # parseHalfMessageInner keeps it through the commit)
+        assert props["__transactionId__"] == ok.transaction_id
         assert int(real["sys_flag"]) & 0xC == 0x8  # type: ignore[call-overload]
         halves = records(env, HALF_TOPIC)
         assert [h["body"] for h in halves] == [b"commit-me", b"roll-me-back"]

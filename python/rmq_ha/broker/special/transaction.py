@@ -146,7 +146,12 @@ class TransactionService(SpecialService):
         d.register(RC.END_TRANSACTION, self.end_transaction)
 
     def to_half(self, msg: InnerMessage) -> InnerMessage:
-        """TransactionalMessageBridge.parseHalfMessageInner."""
+        """TransactionalMessageBridge.parseHalfMessageInner: the transaction id
+        (``__transactionId__`` = UNIQ_KEY) rides with the half, its checks and the committed
+        message, as RocketMQ's does."""
+        uniq = msg.properties.get(PROPERTY_UNIQ_KEY)
+        if uniq:
+            msg.properties[PROPERTY_TRANSACTION_ID] = uniq
         msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
         msg.properties[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic, msg.queue_id = HALF_TOPIC, 0
