@@ -244,6 +244,11 @@ async def test_a_timer_message_due_past_the_max_delay_is_refused(tmp_path: Path)
                 r = await c.invoke(env.addr, send_cmd("FarT", b"too far", extra={key: value}))
                 assert r.code == Resp.MESSAGE_ILLEGAL, (key, r.code, r.remark)
                 assert "max delay 60000ms" in (r.remark or ""), r.remark
+            # a timer that is not a number is refused too (it was delivered at once)
+            for key in ("TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS"):
+                r = await c.invoke(env.addr, send_cmd("FarT", b"nan", extra={key: "abc"}))
+                assert r.code == Resp.MESSAGE_ILLEGAL, (key, r.code, r.remark)
+                assert "is not a number" in (r.remark or ""), r.remark
             near = send_cmd("FarT", b"near", extra={"TIMER_DELAY_SEC": "59"})
             r = await c.invoke(env.addr, near)
             assert r.code == Resp.SUCCESS, r.remark

@@ -27,7 +27,8 @@ PROPERTY_CLUSTER: Final = "CLUSTER"
 PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
 PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
-#: the properties that make a message a timer message
+#: the properties that make a message a timer message, in the order its due time is read
+#: (the first present decides: broker.special.delay.timer_deliver_ms)
 TIMER_PROPERTIES: Final = (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_DELAY_SEC,

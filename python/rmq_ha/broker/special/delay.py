@@ -296,12 +296,20 @@ class DelayService(SpecialService):
         if not any(k in props for k in TIMER_PROPERTIES):
             return None
         limit_ms = self.ports.cfg.timer_max_delay_sec * 1000
-        if timer_deliver_ms(props, now_ms) - now_ms <= limit_ms:
-            return None
-        return (
+        why = (
             "timer message illegal, the delay time should not be bigger than the max delay "
             f"{limit_ms}ms"
         )
+        # the property that decides (as timer_deliver_ms reads them) must be a number:
+        # RocketMQ's parseLong fails and the send is refused, not delivered at once
+        decides = next(k for k in TIMER_PROPERTIES if k in props)
+        try:
+            int(props[decides])
+        except ValueError:
+            return f"{why}: {decides} {props[decides]!r} is not a number"
+        if timer_deliver_ms(props, now_ms) - now_ms <= limit_ms:
+            return None
+        return why
 
     def _park(self, msg: InnerMessage, level: int) -> InnerMessage:
         msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
