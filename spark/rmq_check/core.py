@@ -344,10 +344,12 @@ class Frames:
             F.min(F.when(k == INVOKE, F.col("b"))).alias("inv_t"),
             F.min(F.when(comp, F.col("b"))).alias("comp_t"),
             F.max(F.when(k.isin(INVOKE, OK, FAIL, INFO, OK_WEAK), F.col("key"))).alias("key"),
-            # the topics the value was sent to and read from: one, unless a read found it
-            # on a topic it was not sent to (a send's invoke and completion name one topic)
-            F.min("th").alias("th_min"),
-            F.max("th").alias("th_max"),
+            # the topic the value was sent to (its invoke and completion name one), and the
+            # least and greatest topic it was read on: the send's unless a read found it on
+            # another topic
+            F.max(F.when(k.isin(INVOKE, OK, FAIL, INFO, OK_WEAK), F.col("th"))).alias("th_send"),
+            F.min(F.when(any_read, F.col("th"))).alias("th_rmin"),
+            F.max(F.when(any_read, F.col("th"))).alias("th_rmax"),
             F.max(F.when(k.isin(OK, OK_WEAK), F.col("qh"))).alias("ack_qh"),
             F.max(F.when(k.isin(OK, OK_WEAK), F.col("off"))).alias("ack_off"),
             F.sum(F.when(is_read, 1).otherwise(0)).alias("n_read"),
@@ -809,8 +811,11 @@ def value_flags(fr: Frames) -> dict[str, Column]:
             | ~attempted
             # read before its send was invoked (a completed read precedes the invoke)
             | F.coalesce(F.shiftright(c("first_read"), POS_BITS) < c("inv_idx"), F.lit(False))
-            # read on a topic it was not sent to
-            | F.coalesce(c("th_min") != c("th_max"), F.lit(False))
+            # read only on topics it was not sent to (its own is the least or the greatest
+            # read topic when it was read there; also read there, it is duplicated instead)
+            | F.coalesce(
+                (c("th_send") != c("th_rmin")) & (c("th_send") != c("th_rmax")), F.lit(False)
+            )
         ),
         "redelivered": nonnull & (excess > 0),
         "at_two_positions": nonnull & F.coalesce(two_pos, F.lit(False)),
@@ -879,7 +884,7 @@ def undecided(fr: Frames) -> Column:
         topics = sorted({x["topic"] for x in fr.drain()["incomplete"] if x["topic"] is not None})
         if topics:
             hashes = [topic_hash(F.lit(t)) for t in topics]
-            cond = cond | (F.col("due").isNotNull() & F.col("th_min").isin(*hashes))
+            cond = cond | (F.col("due").isNotNull() & F.col("th_send").isin(*hashes))
     return cond
 
 
