@@ -199,9 +199,7 @@ async def test_a_topic_auto_created_by_a_send_is_routed_when_the_send_is_answere
                            store_path_root_dir=str(tmp_path / "store"),
                            commitlog_segment_bytes=1 << 20)  # fmt: skip
         async with open_broker(cfg) as node, RemotingClient() as c:
-            with trio.fail_after(10):  # registered at start
-                while ns.routes.route(cfg.cluster_name) is None:
-                    await trio.sleep(0.01)
+            await wait_until(lambda: ns.routes.route(cfg.cluster_name) is not None)  # at start
             held[0] = True
             answers: list[RemotingCommand] = []
 
@@ -218,9 +216,7 @@ async def test_a_topic_auto_created_by_a_send_is_routed_when_the_send_is_answere
                     await trio.sleep(0.01)
             assert not answers
             release.set()
-            with trio.fail_after(10):
-                while not answers:
-                    await trio.sleep(0.01)
+            await wait_until(lambda: bool(answers))
             assert answers[0].code == Resp.SUCCESS, answers[0].remark
             q = await c.invoke(
                 ns.address, RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "Fresh"})

@@ -66,6 +66,12 @@ def topic_hash(topic: Column) -> Column:
     return F.when(topic.isNotNull(), F.xxhash64(topic))
 
 
+def acked_ok(type_: Column, status: Column) -> Column:
+    """A send completion that acknowledges as lost counts it: ``ok`` with SEND_OK or no
+    status (a non-OK status such as FLUSH_SLAVE_TIMEOUT promised nothing)."""
+    return (type_ == "ok") & (status.isNull() | (status == SEND_OK))
+
+
 def empty_frame(spark: Any, **columns: str) -> DataFrame:
     """An empty frame with these column types, planned in the JVM.
 
@@ -149,10 +155,8 @@ class Frames:
                     F.count(c("value.txn")).alias("txn"),
                     F.count(c("value.key")).alias("keyed"),
                     F.count(F.when(c("value.txn").isin(*TXN_ROLLED_BACK), 1)).alias("rb"),
-                    # acknowledged as loss counts it: SEND_OK or no status
-                    F.count(
-                        F.when(c("value.status").isNull() | (c("value.status") == SEND_OK), 1)
-                    ).alias("strict"),
+                    # acknowledged as loss counts it (read for send ok rows only)
+                    F.count(F.when(acked_ok(c("type"), c("value.status")), 1)).alias("strict"),
                 )
                 .collect()
             )

@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
-from rmq_check.core import word, word_distinct
+from rmq_check.core import topic_hash, word, word_distinct
 
 from rmq_ha import history as h
 
@@ -249,7 +249,7 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
         "f",
         *here,
         c("value.value").alias("_v"),
-        F.when(c("value.topic").isNotNull(), F.xxhash64(c("value.topic"))).alias("_th"),
+        topic_hash(c("value.topic")).alias("_th"),
     )
     o = o.select(
         "*",

@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if, quantiles, timed_reads
-from rmq_check.core import SEND_OK, Frames, example_rows, undecided_of
+from rmq_check.core import Frames, acked_ok, example_rows, undecided_of
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -57,11 +57,7 @@ def run(fr: Frames) -> dict[str, Any]:
         F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),
         F.max("delay_ms").alias("delay_ms"),
         F.max(F.when(c("type") == "invoke", c("how"))).alias("how"),
-        F.max(
-            F.when(
-                (c("type") == "ok") & (c("status").isNull() | (c("status") == SEND_OK)), 1
-            ).otherwise(0)
-        ).alias("acked"),
+        F.max(F.when(acked_ok(c("type"), c("status")), 1).otherwise(0)).alias("acked"),
         F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
         # the acknowledgment names its queue (else no drain can vouch for a loss)
         F.max(F.when((c("type") == "ok") & c("qid").isNotNull(), 1).otherwise(0)).alias("named"),

@@ -23,7 +23,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if
-from rmq_check.core import SEND_OK, Frames, example_rows
+from rmq_check.core import Frames, acked_ok, example_rows
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -44,13 +44,7 @@ def run(fr: Frames) -> dict[str, Any]:
         fr.ops.where((c("f") == "send") & (c("process") >= 0) & c("value.topic").isin(*topics))
         .groupBy(c("value.value").alias("v"))
         .agg(
-            F.max(
-                F.when(
-                    (c("type") == "ok")
-                    & (c("value.status").isNull() | (c("value.status") == SEND_OK)),
-                    1,
-                ).otherwise(0)
-            ).alias("acked"),
+            F.max(F.when(acked_ok(c("type"), c("value.status")), 1).otherwise(0)).alias("acked"),
             F.max(F.when(c("type") == "fail", 1).otherwise(0)).alias("failed"),
             F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
             F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),

@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if, timed_reads
-from rmq_check.core import SEND_OK, Frames, example_rows, undecided_of
+from rmq_check.core import Frames, acked_ok, example_rows, undecided_of
 
 from rmq_ha.history import TXN_COMMITTED
 
@@ -59,12 +59,7 @@ def run(fr: Frames) -> dict[str, Any]:
         F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),
         F.max(F.when(comp & c("txn").isNotNull(), c("txn"))).alias("fate"),
         F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
-        # acknowledged as lost counts it: SEND_OK or no status
-        F.max(
-            F.when(
-                (c("type") == "ok") & (c("status").isNull() | (c("status") == SEND_OK)), 1
-            ).otherwise(0)
-        ).alias("acked"),
+        F.max(F.when(acked_ok(c("type"), c("status")), 1).otherwise(0)).alias("acked"),
         F.max(F.when(c("type") == "fail", 1).otherwise(0)).alias("fail"),
         F.min(F.when(comp, c("index"))).alias("comp_idx"),
     )
