@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -175,7 +176,7 @@ CONFIG_FILES = {
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIG_FILES))
-@pytest.mark.parametrize("damage", ["empty", "garbage", "cut", "missing", "too-deep"])
+@pytest.mark.parametrize("damage", ["empty", "garbage", "cut", "missing", "too-deep", "overflow"])
 def test_a_damaged_config_file_is_read_from_its_backup(
     tmp_path: Path, kind: str, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -202,14 +203,26 @@ def test_a_damaged_config_file_is_read_from_its_backup(
             p.unlink()
         case "too-deep":
             p.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+        case "overflow":  # valid JSON, every integer out of range (1e999 parses as inf)
+            bad = re.sub(rb":\s*\d+(?=\s*[,}\]])", b":1e999", good)
+            assert bad != good
+            p.write_bytes(bad)
+    damaged = p.read_bytes() if p.exists() else None
     with caplog.at_level(logging.WARNING, logger="rmq_ha.durable"):
         assert state(p) == first
     assert any(str(p) in r.getMessage() and ".bak" in r.getMessage() for r in caplog.records)
+    # the damaged file is moved aside (kept for a post-mortem), so the next write cannot
+    # rotate it over the good backup: damage again after that write still reads the backup
+    aside = p.with_name(p.name + ".corrupt")
+    assert not p.exists()
+    assert (aside.read_bytes() if aside.exists() else None) == damaged
+    write(p, 3)
+    p.write_bytes(b"\x00" * 64)
+    assert state(p) == first
     # the backup damaged too: refused, both named
     bak = p.with_name(p.name + ".bak")
     bak.write_bytes(b"{")
-    if damage == "missing":
-        p.write_bytes(b"")
+    p.write_bytes(b"")
     with pytest.raises(CorruptFileError) as e:
         state(p)
     assert str(p) in str(e.value) and str(bak) in str(e.value)

@@ -81,6 +81,88 @@ async def test_a_flipped_bit_loses_no_other_record_and_is_skipped_after_the_wait
     assert len(sourceless) == 1 and f"[{phys}," in sourceless[0].getMessage()
 
 
+async def test_lookups_by_key_and_time_read_around_a_damaged_record(tmp_path: Path) -> None:
+    """Damaged records in the queue do not break the lookups that scan or search it:
+    QUERY_MESSAGE (mqadmin queryMsgByKey) finds every intact keyed record (it failed with
+    SYSTEM_ERROR for every key in its window); a search by time gives the offset the intact
+    queue gives (it skipped up to the damaged record, silently passing intact ones), and
+    the earliest store time is the first readable record's (it failed)."""
+    from rmq_ha.client import Admin, MessageQueue, SendStatus
+    from storeutil_broker import CC
+
+    async with special_cluster(
+        tmp_path, commitlog_segment_bytes=SEG, damaged_record_wait_ms=0
+    ) as env:
+        await create_topic(env.namesrv, env.addr, TOPIC)
+        n = 300
+        async with Producer("store-key-producer", env.namesrv, config=PC) as p:
+            for i in range(n):
+                r = await p.send(TOPIC, body(i), keys=f"key{i}")
+                assert r.status is SendStatus.SEND_OK
+        mq = MessageQueue(topic=TOPIC, broker_name=env.cfg.broker_name, queue_id=0)
+        async with Admin(env.namesrv, config=CC) as admin:
+            stamps = []
+            for off in (0, 1, 2, 50, 99, 100, 101, 150, 299):
+                m = await admin.query_by_offset(mq, off)
+                assert m is not None
+                stamps.append(m.store_timestamp_ms)
+            stamps += [stamps[0] - 1, stamps[-1] + 1]
+            want = {t: await admin.search_offset(mq, t) for t in stamps}
+        first_ts = stamps[0]
+        native = env.broker.store.native
+        bad = (0, 100)
+        phys = [native.queue_unit(TOPIC, 0, q)[0] for q in bad]
+        await env.stop_broker()
+        for ph in phys:
+            flip(env.cfg.store_root, ph, SEG)
+        await env.start_broker()
+        async with Admin(env.namesrv, config=CC) as admin:
+            for k in (1, 50, 99, 101, 150, 299):
+                got = await admin.query_message(TOPIC, f"key{k}")
+                assert [m.body for m in got] == [body(k)], k
+            for k in bad:
+                assert await admin.query_message(TOPIC, f"key{k}") == [], "never served"
+            for t, w in want.items():
+                got_off = await admin.search_offset(mq, t)
+                # the undamaged answer, or the damaged record just before it
+                assert got_off == w or (got_off in bad and got_off + 1 == w), (t, w, got_off)
+        earliest = env.broker.store.native.earliest_store_time(TOPIC, 0)
+        assert earliest is not None and earliest >= first_ts
+
+
+async def test_messages_whose_topic_config_was_lost_stay_reachable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """topics.json and its backup lost while the store holds a topic's messages: the broker
+    recreates the config from the log at start and says so at WARNING (before, it started
+    silently without the topic: its messages were on disk and unreachable). An ordinary
+    restart adopts nothing, though the delay service's own topic holds messages."""
+    caplog.set_level(logging.WARNING)
+    from rmq_ha.client import SendStatus
+
+    async with special_cluster(tmp_path, commitlog_segment_bytes=SEG) as env:
+        await create_topic(env.namesrv, env.addr, TOPIC)
+        await send_all(env.namesrv, TOPIC, 20)
+        async with Producer("store-delay-producer", env.namesrv, config=PC) as p:
+            r = await p.send(TOPIC, b"later", properties={"DELAY": "18"})  # 2 h: stays put
+            assert r.status is SendStatus.SEND_OK
+        assert ("SCHEDULE_TOPIC_XXXX", 17) in env.broker.store.native.queues()
+        await env.stop_broker()
+        await env.start_broker()
+        lost = [r for r in caplog.records if "no topic config" in r.getMessage()]
+        assert lost == [], "an ordinary restart adopts nothing"
+        await env.stop_broker()
+        cfg_dir = env.cfg.store_root / "config"
+        for f in cfg_dir.glob("topics.json*"):
+            f.unlink()
+        await env.start_broker()
+        (w,) = [r for r in caplog.records if "no topic config" in r.getMessage()]
+        assert w.levelno == logging.WARNING and TOPIC in w.getMessage()
+        assert "SCHEDULE_TOPIC_XXXX" not in w.getMessage()
+        got, _ = await read_queue(env.namesrv, env.cfg.broker_name, TOPIC)
+        assert got == [body(i) for i in range(20)]
+
+
 async def test_a_damaged_record_is_held_while_a_repair_may_come(tmp_path: Path) -> None:
     """Issue 15, the default read policy: within damagedRecordWaitMs the records before the
     damaged one are served and the pull stops there (PULL_NOT_FOUND at the damaged offset,

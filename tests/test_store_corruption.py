@@ -1,8 +1,9 @@
 """Recovery from a torn tail: damage past the durable point (the flushed offset of the last
-checkpoint; with the checkpoint gone nothing is known durable) keeps the valid prefix byte for
-byte, everything from the first damaged record on is cut (and never served), and the store
-keeps working. Damage *below* the durable point is quarantined instead (tests/
-test_store_damage.py).
+checkpoint) keeps the valid prefix byte for byte, everything from the first damaged record on
+is cut (and never served), and the store keeps working. Damage *below* the durable point is
+quarantined instead (tests/test_store_damage.py); so is damage that intact records follow when
+the checkpoint is gone (nothing is known durable, but a valid record after the damage shows it
+is not a torn tail).
 
 Recovery validates records from the segment holding the checkpoint's flushed/dispatched offset
 (the last one after a clean close); with the checkpoint gone it validates from offset 0. Damage
@@ -100,13 +101,44 @@ def log_files(root: Path) -> dict[int, bytes]:
 
 def first_damaged(recs: list[Rec], before: dict[int, bytes], after: dict[int, bytes]) -> int | None:
     """Start of the first record (in log order) with any changed byte, or None."""
+    return min(damaged(recs, before, after), default=None)
+
+
+def damaged(recs: list[Rec], before: dict[int, bytes], after: dict[int, bytes]) -> set[int]:
+    """Offsets of the records with any changed byte."""
+    out = set()
     for r in recs:
         seg = r.offset - r.offset % SEG
         old = before[seg][r.offset - seg : r.end - seg]
-        new = after[seg][r.offset - seg : r.end - seg].ljust(r.size, b"\0")
+        new = after.get(seg, b"")[r.offset - seg : r.end - seg].ljust(r.size, b"\0")
         if old != new:
-            return r.offset
-    return None
+            out.add(r.offset)
+    return out
+
+
+def check_quarantined(s: Store, recs: list[Rec], hit: set[int]) -> None:
+    """Every intact record is served byte for byte, the damaged ones before the last intact
+    record are quarantined (never served), the damaged ones after it are cut."""
+    last = max(r.end for r in recs if r.offset not in hit)
+    assert s.max_offset == last
+    for r in recs:
+        if r.offset not in hit:
+            assert s.read_record(r.offset).tobytes() == r.raw
+        elif r.offset < last:
+            with pytest.raises(QuarantinedRecordError):
+                s.read_record(r.offset)
+        else:
+            with pytest.raises(OffsetOutOfRangeError):
+                s.read_record(r.offset)
+    served = []
+    for q in range(3):
+        off, hi = s.queue_min_offset("Dmg", q), s.queue_max_offset("Dmg", q)
+        while off < hi:
+            bufs, nxt, _, _, _ = s.read_queue("Dmg", q, off, 10_000, 1 << 30)
+            served += [b.tobytes() for b in bufs]
+            assert nxt > off
+            off = nxt
+    assert sorted(served) == sorted(r.raw for r in recs if r.offset not in hit and r.end <= last)
 
 
 def check_recovered(
@@ -219,12 +251,21 @@ def test_recovery_after_tail_damage_keeps_exactly_the_valid_prefix(
 
         cut = first_damaged(recs, before, after)
         assert cut is not None, "the damage changed at least one record byte"
+        hit = damaged(recs, before, after)
+        later_intact = [r for r in recs if r.offset > cut and r.offset not in hit]
         s = Store(root, segment_size=SEG)
         try:
-            check_recovered(s, recs, cut, before, after)
+            if full_scan and later_intact:
+                # No checkpoint: nothing is known durable, but intact records after the damage
+                # show it is not a torn tail: it is quarantined, not cut with them.
+                check_quarantined(s, recs, hit)
+                cut = later_intact[-1].end
+            else:
+                check_recovered(s, recs, cut, before, after)
         finally:
             s.close()
-        append_after_recovery_and_reopen(root, recs, cut)
+        if not (full_scan and later_intact):
+            append_after_recovery_and_reopen(root, recs, cut)
 
 
 def test_bit_flip_in_the_middle_of_the_log_is_detected_on_read_when_recovery_skips_it(

@@ -295,6 +295,36 @@ def test_damaged_end_of_the_log_is_cut_to_the_last_valid_record_and_reported(
     assert not skipped and len(got) == len(survivors)
 
 
+def test_a_cut_segment_before_the_last_is_reported_at_error_and_never_served(
+    open_native: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commitlog segment that is not the last, cut short from outside (mid-record): the
+    open reports it at ERROR, naming the file (before, it was extended back with zeros
+    silently and the loss showed only when a read reached it); reads serve every record
+    before the cut and skip the rest of that segment, never a torn record."""
+    root = tmp_path / "store"
+    seg = 64 * 1024
+    s = open_native(root, segment_size=seg)
+    recs = write(s, 2000)
+    s.close()
+    assert recs[-1].end > 3 * seg
+    cut_at = recs[100].offset + 77  # mid-record, in the first segment
+    os.truncate(segment_path(root, 0), cut_at)
+    s = open_native(root, segment_size=seg)
+    report = s.open_report
+    assert report["short_segments"] == [(segment_path(root, 0).name, cut_at)]
+    with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
+        log_open_report(report, store="s")
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(segment_path(root, 0).name in m and "cut from outside" in m for m in errors)
+    got, skipped = read_back(s)
+    lost = {(r.queue_id, r.queue_offset) for r in recs if r.offset < seg and r.end > cut_at}
+    assert set(skipped) == lost
+    for r in recs:
+        if (r.queue_id, r.queue_offset) not in lost:
+            assert got[(r.queue_id, r.queue_offset)] == r.raw
+
+
 async def test_open_store_logs_what_recovery_did(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -55,11 +55,20 @@ def write_with_backup(path: Path, data: bytes) -> None:
     write_atomic(path, data, keep_backup=True)
 
 
+def corrupt_path(path: Path) -> Path:
+    return path.with_name(path.name + ".corrupt")
+
+
 def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | None:
     """``parse`` of ``PATH``; of ``PATH.bak`` when ``PATH`` is missing, empty or does not
     parse (a WARNING names the file and why); None when neither exists. Raises
     CorruptFileError naming both files when neither can be read: the broker refuses to start
-    rather than start without its topics or offsets."""
+    rather than start without its topics or offsets.
+
+    When the backup is read because ``PATH`` is damaged, ``PATH`` is moved aside to
+    ``PATH.corrupt`` (kept for a post-mortem; an older one is replaced): the next write then
+    finds no ``PATH`` to rotate, so the good backup is not overwritten by the damaged file
+    (RocketMQ's ``string2File`` would, and a second damage would then stop the broker)."""
     problems: list[str] = []
     for p in (path, backup_path(path)):
         try:
@@ -75,11 +84,26 @@ def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | 
             continue
         try:
             out = parse(raw)
-        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as e:
+        except (
+            ValueError,
+            TypeError,
+            AttributeError,
+            KeyError,
+            RecursionError,
+            ArithmeticError,  # e.g. 1e999 where an integer belongs: OverflowError
+        ) as e:
             problems.append(f"{p} is unreadable: {type(e).__name__}: {e}")
             continue
         if p != path:
-            log.warning("%s: %s; read the backup %s instead", what, problems[0], p)
+            aside = ""
+            if path.exists():
+                try:
+                    os.replace(path, corrupt_path(path))
+                    fsync_dir(path.parent)
+                    aside = f" (the damaged file is kept as {corrupt_path(path)})"
+                except OSError as e:
+                    aside = f" (the damaged file could not be moved aside: {e})"
+            log.warning("%s: %s; read the backup %s instead%s", what, problems[0], p, aside)
         return out
     if all(x.endswith(" is missing") for x in problems):
         return None

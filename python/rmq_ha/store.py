@@ -110,6 +110,17 @@ def log_open_report(
             durable,
             int(durable) - int(start),
         )
+    short = report.get("short_segments")
+    for seg in short if isinstance(short, list) else []:
+        name, size = seg
+        say(
+            logging.ERROR,
+            "commitlog segment %s is %s bytes, shorter than the segment size, though later"
+            " segments follow: the file was cut from outside and the records past that point"
+            " are gone (reads quarantine them; a replica can repair them)",
+            name,
+            size,
+        )
     for e in _entries(report.get("quarantined")):
         say(
             logging.ERROR,

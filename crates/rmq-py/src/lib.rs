@@ -281,6 +281,7 @@ fn report_dict<'py>(
     d.set_item("cut_segments", c.cut_segments.clone())?;
     d.set_item("cut_below_durable", c.cut_below_durable)?;
     d.set_item("missing_durable", c.missing_durable)?;
+    d.set_item("short_segments", c.short_segments.clone())?;
     d.set_item("records_scanned", c.records_scanned)?;
     d.set_item(
         "checkpoint",

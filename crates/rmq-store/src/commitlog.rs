@@ -18,6 +18,8 @@
 //!   checkpoint: bytes that were fsynced, so a bad one is damage, not a torn write) is skipped
 //!   when a *sync point* follows it (a valid record whose PHYSICALOFFSET equals its position, or
 //!   an end-of-segment filler): its byte range is reported for quarantine and validation goes on.
+//!   Without a trusted checkpoint (no durable point known) every bad record that a sync point
+//!   follows is skipped the same way: a valid record after it shows it is not a torn tail.
 //!   A bad record at or past the durable point, or one that nothing valid follows, is a torn
 //!   tail: the rest of that segment is zeroed and later segments are deleted, durably, before
 //!   the store is used. Non-zero bytes after the valid end are cut too, so an old record can
@@ -412,6 +414,10 @@ pub struct RecoveryReport {
     /// Damaged ranges below the durable point that valid records follow: skipped, for the
     /// store to quarantine. Records around them are kept.
     pub quarantined: Vec<BadRange>,
+    /// Segments before the last that were shorter than the segment size on disk (name,
+    /// length): cut from outside, their records past that length are gone (the file is
+    /// extended back with zeros; reads quarantine what is missing).
+    pub short_segments: Vec<(String, u64)>,
     /// Records validated.
     pub records_scanned: u64,
 }
@@ -542,7 +548,7 @@ impl CommitLog {
     pub fn open(
         cfg: CommitLogConfig,
         recover_from: u64,
-        durable: u64,
+        durable: Option<u64>,
         known: &[(u64, u64)],
     ) -> Result<(CommitLog, RecoveryReport)> {
         if cfg.segment_size < 4096 || cfg.segment_size > (1 << 40) {
@@ -562,6 +568,13 @@ impl CommitLog {
         starts.sort_unstable();
         Self::check_layout(&cfg, &starts)?;
         let mut report = RecoveryReport::default();
+        for &start in starts.iter().rev().skip(1).rev() {
+            let path = cfg.dir.join(segment_name(start));
+            let len = fs::metadata(&path).at(&path)?.len();
+            if len < cfg.segment_size {
+                report.short_segments.push((segment_name(start), len));
+            }
+        }
         // Segments must be contiguous (check_layout refused unaligned ones). The store never
         // leaves a gap itself (truncation deletes the highest segment first, retention the
         // lowest), so a missing segment is outside damage: refused, naming it, before anything
@@ -589,7 +602,7 @@ impl CommitLog {
         // as if retention had deleted them, and consumers commit past them).
         if let (Some(want), Some(&first)) = (cfg.expected_min, starts.first()) {
             // (nothing durable at or past `want`: nothing was lost)
-            if first > want && durable > want {
+            if first > want && durable.unwrap_or(0) > want {
                 return Err(StoreError::CorruptFile {
                     path: cfg.dir.join(segment_name(want - want % cfg.segment_size)),
                     reason: format!(
@@ -597,8 +610,8 @@ impl CommitLog {
                          says it starts at {want}, and retention did not delete the segments \
                          in between; restore them, or delete the checkpoint file to start \
                          without their records (the whole log is then validated again with \
-                         nothing known durable: a damaged record then cuts the log after it, \
-                         so check the log first, e.g. with a replica)",
+                         nothing known durable: a damaged record that valid records follow is \
+                         quarantined, one at the end of the log is cut as a torn write)",
                         segment_name(first)
                     ),
                 });
@@ -674,14 +687,22 @@ impl CommitLog {
         Ok(())
     }
 
+    /// `durable` is None when nothing says what was fsynced (no trusted checkpoint): then
+    /// nothing is known lost below a point, and a bad record is a torn tail only when no valid
+    /// record follows it. A valid record after it proves the bad bytes are damage in the
+    /// middle of the log (truncation zeroes what it discards, so a valid record past a torn
+    /// tail cannot be an old one): they are quarantined like damage below the durable point,
+    /// not cut with every later record.
     fn recover(
         &mut self,
         recover_from: u64,
-        durable: u64,
+        durable: Option<u64>,
         known: &[(u64, u64)],
         report: &mut RecoveryReport,
     ) -> Result<()> {
         let segs: Vec<Arc<Segment>> = self.shared.segments().clone();
+        let resync_below = durable.unwrap_or(u64::MAX);
+        let durable = durable.unwrap_or(0);
         report.durable_offset = durable;
         let Some(first) = segs.first() else {
             if durable > 0 {
@@ -694,7 +715,7 @@ impl CommitLog {
         let from = recover_from.clamp(first.start, last_start);
         let start_idx = segs.partition_point(|s| s.start <= from).saturating_sub(1);
         report.scanned_from = segs[start_idx].start;
-        let v = walk(&segs, report.scanned_from, None, durable, known);
+        let v = walk(&segs, report.scanned_from, None, resync_below, known);
         report.records_scanned = v.records;
         report.quarantined = v.bad;
         let end = v.end;

@@ -495,9 +495,12 @@ impl ConsumeQueue {
     }
 
     /// Smallest index in `[min, max)` whose store timestamp is `>= ts`, by binary search
-    /// (timestamps are treated as non-decreasing). Units whose timestamp lookup returns None
-    /// (record gone from the commitlog) or that cannot be read count as older than `ts`.
-    /// Returns `max_offset()` if there is none.
+    /// (timestamps are treated as non-decreasing). A unit whose timestamp is not known (it
+    /// cannot be read, or `store_ts_of` returns None: a damaged record) decides nothing: the
+    /// first known unit after it stands in for it, and when none is known up to the search's
+    /// upper bound the search goes left, so an unreadable unit never makes the answer skip
+    /// readable units before it. (A caller that knows a record is gone to retention reports
+    /// it as `i64::MIN`: older than any `ts`.) Returns `max_offset()` if there is none.
     pub fn search_by_timestamp(
         &self,
         ts: i64,
@@ -506,14 +509,19 @@ impl ConsumeQueue {
         let (mut lo, mut hi) = (self.min, self.max);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let at_or_after = match self.read_unit(mid) {
-                Ok(u) => store_ts_of(&u).is_some_and(|t| t >= ts),
-                Err(_) => false,
+            let mut probe = mid;
+            let known = loop {
+                if probe >= hi {
+                    break None;
+                }
+                match self.read_unit(probe).ok().and_then(|u| store_ts_of(&u)) {
+                    Some(t) => break Some(t),
+                    None => probe += 1,
+                }
             };
-            if at_or_after {
-                hi = mid;
-            } else {
-                lo = mid + 1;
+            match known {
+                Some(t) if t < ts => lo = probe + 1,
+                _ => hi = mid,
             }
         }
         lo
@@ -1286,13 +1294,14 @@ mod tests {
     fn search_by_timestamp_cases() {
         let tmp = tempfile::tempdir().unwrap();
         let cq = filled(tmp.path(), 4, 0, 10);
-        // ts(i) = 1000 + 10*i, with units 4 and 5 sharing 1040; units 0..2 are gone (None).
+        // ts(i) = 1000 + 10*i, with units 4 and 5 sharing 1040; units 0..2 are gone to
+        // retention (i64::MIN).
         let mut ts: HashMap<u64, i64> = (0..10)
             .map(|i| (phys_of(i), 1000 + 10 * i as i64))
             .collect();
         ts.insert(phys_of(5), 1040);
         for i in 0..2 {
-            ts.remove(&phys_of(i));
+            ts.insert(phys_of(i), i64::MIN);
         }
         let mut lookup = |u: &CqUnit| ts.get(&u.phys_offset).copied();
         assert_eq!(cq.search_by_timestamp(1070, &mut lookup), 7); // exact
@@ -1300,7 +1309,24 @@ mod tests {
         assert_eq!(cq.search_by_timestamp(1065, &mut lookup), 7); // between
         assert_eq!(cq.search_by_timestamp(0, &mut lookup), 2); // before all: skips gone units
         assert_eq!(cq.search_by_timestamp(5000, &mut lookup), 10); // after all: max
-        assert_eq!(cq.search_by_timestamp(1, &mut |_| None), 10);
+                                                                   // nothing known: the search never skips a unit
+        assert_eq!(cq.search_by_timestamp(1, &mut |_| None), 0);
+        // a damaged (unknown) unit in the middle, wherever the search meets it, never moves
+        // the answer past a readable unit: every ts gives what the undamaged queue gives, or
+        // the damaged unit itself when it is the one just before that answer
+        for bad in 2..10u64 {
+            let mut damaged = ts.clone();
+            damaged.remove(&phys_of(bad));
+            let mut dl = |u: &CqUnit| damaged.get(&u.phys_offset).copied();
+            for t in [0, 1000, 1020, 1025, 1040, 1055, 1070, 1090, 1091, 5000] {
+                let want = cq.search_by_timestamp(t, &mut lookup);
+                let got = cq.search_by_timestamp(t, &mut dl);
+                assert!(
+                    got == want || (got == bad && want == bad + 1),
+                    "damaged unit {bad}, ts {t}: {got} (undamaged {want})"
+                );
+            }
+        }
 
         let (empty, _) = ConsumeQueue::open(&tmp.path().join("e"), 4).unwrap();
         assert_eq!(empty.search_by_timestamp(0, &mut lookup), 0);

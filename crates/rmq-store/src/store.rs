@@ -834,6 +834,9 @@ fn flush_loop(weak: Weak<Core>) {
     }
 }
 
+/// How many unreadable records at a queue's head `earliest_store_time` passes over.
+pub const EARLIEST_SCAN: u64 = 4096;
+
 impl Store {
     pub fn open(cfg: StoreConfig) -> Result<(Store, OpenReport)> {
         cfg.validate()?;
@@ -854,12 +857,9 @@ impl Store {
         };
         // The durable point: everything below the flushed offset of a trusted checkpoint was
         // fsynced before that checkpoint was written, so a bad record there is damage, not a
-        // torn write. Without a trusted checkpoint nothing is known to be durable.
-        let durable = if trusted {
-            ckpt.flushed_offset.max(0) as u64
-        } else {
-            0
-        };
+        // torn write. Without a trusted checkpoint nothing is known to be durable (None: then
+        // a bad record is cut as a torn tail only when no valid record follows it).
+        let durable = trusted.then(|| ckpt.flushed_offset.max(0) as u64);
         let (mut quarantine, quarantine_load) = Quarantine::open(&cfg.root)?;
         let (log, cl_report) = CommitLog::open(
             CommitLogConfig {
@@ -1878,7 +1878,12 @@ impl Store {
             topic,
             queue_id,
             |q, log| {
+                let log_min = log.min_offset();
                 Ok(q.search_by_timestamp(ts_ms, &mut |u: &CqUnit| {
+                    if u.phys_offset < log_min {
+                        return Some(i64::MIN); // gone to retention: older than anything
+                    }
+                    // None: damaged (quarantined), its time unknown
                     log.with_record(u.phys_offset, |r| r.store_timestamp).ok()
                 }))
             },
@@ -1886,17 +1891,28 @@ impl Store {
         )
     }
 
-    /// Store timestamp of the earliest message still in a queue.
+    /// Store timestamp of the earliest readable message still in a queue: damaged
+    /// (quarantined) records at its head are passed over, up to [`EARLIEST_SCAN`] of them.
     pub fn earliest_store_time(&self, topic: &str, queue_id: i32) -> Result<Option<i64>> {
         self.with_cq(
             topic,
             queue_id,
             |q, log| {
-                if q.min_offset() >= q.max_offset() {
-                    return Ok(None);
+                let (min, max) = (q.min_offset(), q.max_offset());
+                let mut first_err = None;
+                for off in min..max.min(min.saturating_add(EARLIEST_SCAN)) {
+                    let u = q.get(off)?;
+                    match log.with_record(u.phys_offset, |r| r.store_timestamp) {
+                        Ok(t) => return Ok(Some(t)),
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
+                    }
                 }
-                let u = q.get(q.min_offset())?;
-                Ok(Some(log.with_record(u.phys_offset, |r| r.store_timestamp)?))
+                match first_err {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                }
             },
             None,
         )

@@ -387,6 +387,73 @@ fn damaged_end_of_the_log_is_cut_to_the_last_valid_record_with_a_report() {
     }
 }
 
+/// A damaged record with no trusted checkpoint (corrupt or deleted): nothing says what was
+/// fsynced, yet valid records in later segments follow the damage, so it is not a torn tail.
+/// Before: recovery cut the log at the damaged record and deleted every later segment (899 of
+/// 1000 records gone). Now: the record is quarantined, the rest stay; a torn tail with nothing
+/// valid after it is still cut.
+#[test]
+fn without_a_trusted_checkpoint_damage_that_valid_records_follow_is_quarantined_not_cut() {
+    for case in ["corrupt", "deleted", "torn-tail"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let (store, _) = open(root, SEG);
+        let recs = fill(&store, 1000, |i| 200 + i % 90);
+        let end = store.max_offset();
+        let maxes = queue_maxes(&store);
+        store.close().expect("close");
+        drop(store);
+        assert!(end > 4 * SEG, "several segments");
+        let p = root.join("checkpoint");
+        if case == "deleted" {
+            fs::remove_file(&p).expect("rm checkpoint");
+        } else {
+            let mut b = fs::read(&p).expect("read");
+            b[33] ^= 0x40;
+            fs::write(&p, b).expect("write");
+        }
+        // an old record (first segment) damaged, or the last record torn
+        let bad = if case == "torn-tail" {
+            recs.last().expect("recs")
+        } else {
+            &recs[100]
+        };
+        flip(root, SEG, bad.offset + bad.size / 2, 4);
+        let (store, report) = open(root, SEG);
+        assert!(!matches!(
+            report.checkpoint,
+            rmq_store::checkpoint::CheckpointLoad::Loaded
+        ));
+        let c = &report.commitlog;
+        let (got, skipped) = read_all(&store);
+        if case == "torn-tail" {
+            assert_eq!(store.max_offset(), bad.offset, "the torn tail is cut");
+            assert_eq!(c.cut_offset, Some(bad.offset));
+            assert!(report.quarantined.is_empty());
+            assert_eq!(got.len(), recs.len() - 1);
+            continue;
+        }
+        assert_eq!(c.cut_offset, None, "{case}: nothing cut");
+        assert!(c.cut_segments.is_empty(), "{case}");
+        assert_eq!(store.max_offset(), end, "{case}");
+        assert_eq!(report.quarantined.len(), 1, "{case}");
+        assert_eq!(
+            (report.quarantined[0].offset, report.quarantined[0].size),
+            (bad.offset, bad.size)
+        );
+        assert_eq!(
+            queue_maxes(&store),
+            maxes,
+            "{case}: queue offsets did not move"
+        );
+        assert_eq!(skipped, vec![(bad.qid, bad.qo)], "{case}");
+        assert_eq!(got.len(), recs.len() - 1, "{case}");
+        for r in recs.iter().filter(|r| r.offset != bad.offset) {
+            assert_eq!(got.get(&(r.qid, r.qo)), Some(&r.raw), "{case}");
+        }
+    }
+}
+
 /// Issue 15 table, row 2: the consumequeue directory deleted. Before: every queue reported
 /// max offset 0 and new sends reused offsets. Now: the queues are rebuilt from the commitlog
 /// (from its min offset, after retention deleted the first segments) with identical min and

@@ -117,6 +117,20 @@ class Broker:
             auto_create=cfg.auto_create_topic_enable,
             default_queue_nums=cfg.default_topic_queue_nums,
         )
+        # Messages on disk whose topic has no config (topics.json and its backup lost, or a
+        # crash between an auto-create and its write) would be unreachable: no route serves
+        # them. Their configs are recreated from the log, loudly.
+        adopted = self.topics.adopt_queues(store.native.queues(), system=False)
+        if adopted:
+            log.warning(
+                "the store holds queues of %d topics that have no topic config (%s%s): "
+                "configs recreated from the log (read/write, at least %d queues); check %s",
+                len(adopted),
+                ", ".join(adopted[:10]),
+                ", ..." if len(adopted) > 10 else "",
+                cfg.default_topic_queue_nums,
+                root / "topics.json",
+            )
         self.offsets = ConsumerOffsetManager(
             root / "consumerOffset.json", cfg.consumer_offset_update_version_step
         )

@@ -49,6 +49,10 @@ SYSTEM_TOPIC_SET = frozenset(
 )
 
 
+#: RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX (pop's revive log, ...).
+SYSTEM_PREFIX = "rmq_sys_"
+
+
 def check_topic_name(topic: str) -> str | None:
     """None if valid, else why not (RocketMQ's TopicValidator rules)."""
     if not topic:
@@ -205,12 +209,18 @@ class TopicConfigManager:
             self.changed()
         return tc
 
-    def adopt_queues(self, queues: Iterable[tuple[str, int]]) -> None:
+    def adopt_queues(self, queues: Iterable[tuple[str, int]], *, system: bool = True) -> list[str]:
         """A config for every (topic, queue id) in the log whose topic has none: a topic
-        auto-created on the old master just before it died (RocketMQ #9804), or whose config
-        never reached this slave."""
+        auto-created on the old master just before it died (RocketMQ #9804), whose config
+        never reached this slave, or whose config file was lost. Without `system`, the
+        broker's own topics (RocketMQ's system set and ``rmq_sys_*``: delay, transaction and
+        pop bookkeeping, which hold messages but no config) are left out. Returns the topics
+        adopted."""
+        adopted: list[str] = []
         counts: dict[str, int] = {}
         for topic, qid in queues:
+            if not system and (topic in SYSTEM_TOPIC_SET or topic.startswith(SYSTEM_PREFIX)):
+                continue
             counts[topic] = max(counts.get(topic, 0), qid + 1)
         for topic, n in counts.items():
             if self.get(topic) is None and check_topic_name(topic) is None:
@@ -223,6 +233,8 @@ class TopicConfigManager:
                     )
                 )
                 log.info("topic %s adopted from the log (%d queues)", topic, n)
+                adopted.append(topic)
+        return adopted
 
     def bump_state_version(self, state_version: int) -> None:
         """A role change: the DataVersion moves on and carries the epoch (name servers keep

@@ -194,8 +194,9 @@ def query_messages(p: Ports, h: QueryMessageRequestHeader, unique: bool) -> list
             window: list[bytes] = []
             offset = start
             while offset < hi:
-                bufs, nxt, _lo, _hi = native.get_messages(h.topic, qid, offset, hi - offset)
-                if not bufs or nxt <= offset:
+                # read around quarantined records (damage): the intact ones are still found
+                bufs, nxt, _lo, _hi, _skipped = native.read_queue(h.topic, qid, offset, hi - offset)
+                if nxt <= offset:
                     break
                 window.extend(b.tobytes() for b in bufs)
                 offset = nxt

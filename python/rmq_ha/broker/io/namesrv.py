@@ -75,7 +75,7 @@ class NamesrvShell:
         offsets: ConsumerOffsetManager,
         delay: DelayProgress,
         delay_running: Callable[[], bool],
-        adopt_topics: Callable[[], None],
+        adopt_topics: Callable[[], object],
         log_queues: Callable[[], list[tuple[str, int]]],
         acting_enabled: bool,
     ) -> None:
