@@ -66,6 +66,11 @@ def topic_hash(topic: Column) -> Column:
     return F.when(topic.isNotNull(), F.xxhash64(topic))
 
 
+def topic_bit(th: Column) -> Column:
+    """A topic hash's bit in a 64-bit set of topics (hash mod 64)."""
+    return F.call_function("shiftleft", F.lit(1).cast("long"), F.pmod(th, F.lit(64)).cast("int"))
+
+
 def acked_ok(type_: Column, status: Column) -> Column:
     """A send completion that acknowledges as lost counts it: ``ok`` with SEND_OK or no
     status (a non-OK status such as FLUSH_SLAVE_TIMEOUT promised nothing)."""
@@ -354,6 +359,9 @@ class Frames:
             F.max(F.when(k.isin(INVOKE, OK, FAIL, INFO, OK_WEAK), F.col("th"))).alias("th_send"),
             F.min(F.when(any_read, F.col("th"))).alias("th_rmin"),
             F.max(F.when(any_read, F.col("th"))).alias("th_rmax"),
+            # the read topics as bits (hash mod 64): with three or more, the send's own may
+            # lie between the least and the greatest
+            F.bit_or(F.when(any_read, topic_bit(F.col("th")))).alias("th_rbits"),
             F.max(F.when(k.isin(OK, OK_WEAK), F.col("qh"))).alias("ack_qh"),
             F.max(F.when(k.isin(OK, OK_WEAK), F.col("off"))).alias("ack_off"),
             F.sum(F.when(is_read, 1).otherwise(0)).alias("n_read"),
@@ -815,10 +823,18 @@ def value_flags(fr: Frames) -> dict[str, Column]:
             | ~attempted
             # read before its send was invoked (a completed read precedes the invoke)
             | F.coalesce(F.shiftright(c("first_read"), POS_BITS) < c("inv_idx"), F.lit(False))
-            # read only on topics it was not sent to (its own is the least or the greatest
-            # read topic when it was read there; also read there, it is duplicated instead)
+            # read only on topics it was not sent to (also read on its own, it is duplicated
+            # instead): its own is the least or the greatest read topic when it was read
+            # there; read on three or more topics, the read topics' bits decide (a foreign
+            # topic whose bit is the send's hides it: 1 in 64 per such topic)
             | F.coalesce(
-                (c("th_send") != c("th_rmin")) & (c("th_send") != c("th_rmax")), F.lit(False)
+                (c("th_send") != c("th_rmin"))
+                & (c("th_send") != c("th_rmax"))
+                & (
+                    (c("th_rmin") == c("th_rmax"))
+                    | (c("th_rbits").bitwiseAND(topic_bit(c("th_send"))) == F.lit(0))
+                ),
+                F.lit(False),
             )
         ),
         "redelivered": nonnull & (excess > 0),

@@ -396,3 +396,59 @@ def test_a_drain_that_failed_on_a_queue_no_ack_named_is_unknown(hist, run_check)
     hist.drain(20, [(0, 0, 1), (0, 1, 2)], ends={0: 2})
     res = run_check(hist)
     assert res["analyses"]["lost"]["count"] == 1 and res["valid"] is False
+
+
+def test_read_on_its_own_topic_and_two_others_is_a_duplicate_whichever_the_send_topic(
+    hist, run_check
+):
+    """A value read on its own topic and on two others: a duplicate (at several positions),
+    never unexpected, whichever of the three it was sent to. The three topic hashes are
+    ordered somehow, so one rotation puts the send's own topic between the least and the
+    greatest read topic (that one was reported unexpected)."""
+    topics = ("A", "B", "C")
+    for i, own in enumerate(topics):
+        hist.op(1, "invoke", "send", h.Value(topic=own, value=i + 1))
+        hist.op(1, "ok", "send", h.Value(topic=own, value=i + 1, queue_id=0, queue_offset=i,
+                                         broker="b0", status="SEND_OK"))  # fmt: skip
+    for t in topics:
+        _on(hist, 20, "drain", t, [(0, i, i + 1) for i in range(3)], ends={(t, 0): 3})
+    a = run_check(hist)["analyses"]
+    assert (a["unexpected"]["valid"], a["unexpected"]["count"]) == (True, 0)
+    assert a["duplicated"]["count"] == 3
+    assert a["lost"]["count"] == 0
+
+
+def _groups_poll(hist, groups, swapped=()):
+    for g in groups:
+        msgs = [(0, 1, 2), (0, 0, 1)] if g in swapped else [(0, 0, 1), (0, 1, 2)]
+        hist.poll(10, msgs, group=g, key="a")
+
+
+def test_key_order_is_checked_for_every_group_past_the_61_with_their_own_bit(hist, run_check):
+    """63 consumer groups: the 63rd shares a mask bit with others and had no first-delivery
+    column, so its reordering of one key went unchecked (VALID, exit 0)."""
+    hist.send(1, 1, off=0, key="a")
+    hist.send(1, 2, off=1, key="a")
+    groups = [f"g{i:02d}" for i in range(63)]
+    _groups_poll(hist, groups, swapped={"g62"})
+    hist.drain(20, [(0, 0, 1), (0, 1, 2)], key="a")
+    res = run_check(hist)
+    o = res["analyses"]["ordering"]
+    assert (o["valid"], o["count"]) == (False, 1), o
+    assert o["key_order"]["per_group"] == {"g62": 1}
+    assert [e["group"] for e in o["key_order"]["examples"]] == ["g62"]
+    assert res["valid"] is False
+
+
+def test_many_groups_each_reading_once_is_not_a_definite_duplicate(hist, run_check):
+    """64 groups each read the value once. Groups past the 61st share a mask bit, so the
+    value looks redelivered; under --exactly-once that is unknown, not a failure (it was
+    INVALID: duplicated). A value at two positions stays a definite duplicate."""
+    hist.send(1, 1, off=0)
+    groups = [f"g{i:02d}" for i in range(64)]
+    for g in groups:
+        hist.poll(10, [(0, 0, 1)], group=g)
+    hist.drain(20, [(0, 0, 1)])
+    d = run_check(hist, exactly_once=True)["analyses"]["duplicated"]
+    assert d["valid"] == "unknown" and d["at_two_positions"] == 0, d
+    assert d["guarantee"] == "unknown"

@@ -43,10 +43,17 @@ def run(fr: Frames) -> dict[str, Any]:
     open_ = c["lost_undecided"]
     definite = c["lost"] - open_
     g = guarantee(definite, n, fr.drain_complete() and c["acked"] > 0 and not open_)
-    # more consumer groups than mask bits: some share a bit, so redelivery is over-counted
+    # more consumer groups than mask bits: some share a bit, so a redelivery may be two
+    # groups' first deliveries: only a value at two positions is a definite duplicate then
     untracked = len(fr.groups()) > MAX_GROUPS
+    in_doubt = untracked and n > 0 and not c["at_two_positions"]
+    if in_doubt and g in ("at-least-once", "none"):
+        g = UNKNOWN
+    valid: Any = True
+    if fr.cfg.exactly_once and n:
+        valid = UNKNOWN if in_doubt else False
     return result(
-        (n == 0) if fr.cfg.exactly_once else (UNKNOWN if untracked else True),
+        valid,
         n,
         ex,
         rate=n / read if read else 0.0,

@@ -85,6 +85,19 @@ def key_order(fr: Frames) -> dict[str, Any]:
         ).alias("s"),
     ).where(c("s.fd").isNotNull())
     d = d.select("key", c("s.gid").alias("gid"), c("s.fd").alias("fd"), "v", "inv_idx", "comp_idx")
+    if len(fr.groups()) > fr.tracked_groups():
+        # groups past the tracked ones share a mask bit and have no fd column: their first
+        # deliveries come from the reads themselves (a second aggregation, only then)
+        fd = (
+            fr.reads()
+            .where(c("gid") > fr.tracked_groups())
+            .groupBy("v", "gid")
+            .agg(F.min("dpos").alias("fd"))
+        )
+        base = acked.select("key", "v", "inv_idx", "comp_idx")
+        if fr.cfg.order == "auto" and checked < nkeys:
+            base = base.join(ordered_keys.select("key"), "key", "left_semi")
+        d = d.unionByName(base.join(fd, "v").select("key", "gid", "fd", "v", "inv_idx", "comp_idx"))
     earlier = (
         Window.partitionBy("key", "gid").orderBy("fd").rowsBetween(Window.unboundedPreceding, -1)
     )
@@ -98,18 +111,12 @@ def key_order(fr: Frames) -> dict[str, Any]:
     if n:
         # for the examples only: a value sent after the late one yet delivered before it
         late = bad.orderBy("gid", "key", "v").limit(fr.cfg.examples)
-        early: DataFrame = reduce(
-            DataFrame.unionByName,
-            [
-                a.where(c(f"fd{g}").isNotNull()).select(
-                    F.lit(g).alias("g2"),
-                    c("key").alias("k2"),
-                    c(f"fd{g}").alias("fd2"),
-                    c("inv_idx").alias("inv2"),
-                    c("v").alias("v2"),
-                )
-                for g in groups
-            ],
+        early = d.select(
+            c("gid").alias("g2"),
+            c("key").alias("k2"),
+            c("fd").alias("fd2"),
+            c("inv_idx").alias("inv2"),
+            c("v").alias("v2"),
         )
         pairs = (
             early.join(
