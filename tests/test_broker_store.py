@@ -413,3 +413,79 @@ async def test_disk_full_refuses_writes_loses_nothing_and_resumes_after_retentio
             assert qmin > 0
             got, _ = await read_queue(env.namesrv, env.cfg.broker_name, TOPIC, start=qmin)
             assert got == [body(i) for i in range(qmin, sent + 1)]
+
+
+def _fill(disk: Path) -> Path:
+    """Writes a filler file until the filesystem refuses (ENOSPC): a disk full for real."""
+    filler = disk / "filler"
+    chunk = b"\1" * (1 << 16)
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+async def test_a_disk_full_for_real_keeps_the_broker_up_and_retention_frees_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ENOSPC from the filesystem, not a ratio: the consumer-offset write every round failed
+    and stopped the broker ("cannot go on: OSError: [Errno 28]"), the restart failed on the
+    topic-config write, and retention failed on a consume-queue write, so only deleting
+    files by hand got out. Now the write is logged at ERROR once and retried, the broker
+    serves reads and restarts, and a retention round frees space on the full disk."""
+    caplog.set_level(logging.WARNING)
+    with small_tmpfs(tmp_path / "disk", "16m") as disk:
+        async with special_cluster(
+            disk,
+            commitlog_segment_bytes=1 << 20,
+            file_reserved_time_h=72,
+            disk_max_used_space_ratio=30,
+            disk_space_clean_forcibly_ratio=40,
+            disk_space_warning_level_ratio=95,
+            delete_commit_log_files_interval_ms=0,
+            delete_file_batch_max=100,
+            clean_resource_interval_ms=3_600_000,
+            consumer_offset_flush_interval_ms=20,
+        ) as env:
+            await create_topic(env.namesrv, env.addr, TOPIC)
+            native = env.broker.store.native
+            n = 20_000  # ~4.5 MiB: several segments
+            await send_all(env.namesrv, TOPIC, n)
+            with trio.fail_after(10):
+                while native.flushed_offset < native.max_offset:
+                    await trio.sleep(0.02)
+            filler = _fill(disk)
+
+            def failed() -> list[logging.LogRecord]:
+                return [
+                    r for r in caplog.records if "cannot write consumer offsets" in r.getMessage()
+                ]
+
+            env.broker.offsets.commit("g", TOPIC, 0, 7)  # dirty: written next round
+            with trio.fail_after(10):
+                while not failed():
+                    await trio.sleep(0.02)
+            await trio.sleep(0.1)  # several more rounds fail: logged once
+            assert len(failed()) == 1 and failed()[0].levelno == logging.ERROR
+            got, _ = await read_queue(env.namesrv, env.cfg.broker_name, TOPIC)
+            assert got == [body(i) for i in range(n)], "still serving reads"
+            # a restart on the full disk
+            await env.stop_broker()
+            await env.start_broker()
+            native = env.broker.store.native
+            before = len(native.segment_files())
+            await delete_expired(env.addr)
+            assert len(native.segment_files()) < before, "retention freed space"
+            filler.unlink()
+            env.broker.offsets.commit("g", TOPIC, 0, 8)
+            with trio.fail_after(10):
+                while not any("consumer offsets written again" in r.getMessage()
+                              for r in caplog.records):  # fmt: skip
+                    await trio.sleep(0.02)
+            qmin = native.queue_min_offset(TOPIC, 0)
+            got, _ = await read_queue(env.namesrv, env.cfg.broker_name, TOPIC, start=qmin)
+            assert got == [body(i) for i in range(qmin, n)]

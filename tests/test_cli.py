@@ -86,3 +86,43 @@ def test_bench_without_the_bench_package_names_it(
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
     assert cli.main(["bench"]) == 2
     assert "rmq-jepsen" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cmd", ["store-health", "delete-expired"])
+def test_store_admin_against_nothing_listening_is_one_line(cmd: str) -> None:
+    """A broker address nothing listens on: one line naming it and exit 1 (it was a
+    27-line ExceptionGroup traceback)."""
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "rmq_ha.cli", "admin", cmd, "-b", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert r.returncode == 1, r
+    assert "Traceback" not in r.stderr and "ExceptionGroup" not in r.stderr, r.stderr
+    assert f"127.0.0.1:{port}" in r.stderr and "cannot connect" in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_mqadmin_says_why_a_controller_did_not_answer() -> None:
+    """getControllerMetaData against a controller that is not there: exit 1 and the reason
+    on stderr (it was an empty table and nothing else, though operations.md promises it)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "rmq_ha.cli", "mqadmin", "getControllerMetaData",
+         "-a", f"127.0.0.1:{port}"],
+        capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert r.returncode == 1, r
+    assert f"127.0.0.1:{port}" in r.stderr and "cannot connect" in r.stderr, r.stderr

@@ -65,6 +65,35 @@ async def test_admin_cluster_create_topic_route_and_offsets(tmp_path: Path) -> N
         assert await admin.search_offset(mq, t_mid) == 3
 
 
+@pytest.mark.timeout(30)
+async def test_admin_refuses_bad_topic_configs_and_deleting_system_topics(tmp_path: Path) -> None:
+    """updateTopic with negative queue counts or perm bits outside 8|4|2|1 was stored and
+    routed (every send then failed); deleteTopic of SCHEDULE_TOPIC_XXXX answered OK and
+    dropped every pending delayed message, of TBW102 stopped auto-creation. All refused now,
+    naming the reason; nothing changes."""
+    from rmq_ha.client.errors import BrokerResponseError
+    from rmq_ha.protocol.codes import ResponseCode as Resp
+
+    async with client_cluster(tmp_path) as env, Admin(env.namesrv, config=FAST_CLIENT) as admin:
+        await admin.create_topic("GoodT", broker_addr=env.broker, queue_nums=2)
+        for kw, what in (
+            ({"read_queue_nums": -5, "write_queue_nums": -5}, "readQueueNums -5"),
+            ({"write_queue_nums": 70_000}, "writeQueueNums 70000"),
+            ({"perm": 99}, "perm 99"),
+        ):
+            with pytest.raises(BrokerResponseError) as e:
+                await admin.create_topic("BadT", broker_addr=env.broker, **kw)
+            assert e.value.code == Resp.INVALID_PARAMETER and what in str(e.value), e.value
+        with pytest.raises(RouteNotFoundError):
+            await admin.route("BadT")
+        for system in ("SCHEDULE_TOPIC_XXXX", "TBW102", "DefaultCluster", "rmq_sys_REVIVE_LOG_x"):
+            with pytest.raises(BrokerResponseError) as e:
+                await admin.delete_topic(system, "DefaultCluster")
+            assert "system topic" in str(e.value), e.value
+        # an ordinary topic still goes
+        assert await admin.delete_topic("GoodT", "DefaultCluster") == [env.broker]
+
+
 async def cli(*args: str, check: bool = True) -> tuple[int, str]:
     proc = await trio.run_process(
         [sys.executable, "-m", "rmq_ha.cli", *args], capture_stdout=True, capture_stderr=True,

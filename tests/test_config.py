@@ -9,6 +9,7 @@ import pytest
 from rmq_ha.config import (
     BrokerConfig,
     BrokerRole,
+    ControllerConfig,
     FlushDiskType,
     NamesrvConfig,
     from_mapping,
@@ -70,13 +71,59 @@ def test_toml_accepts_field_names_and_rocketmq_names(tmp_path: Path) -> None:
         ("mappedFileSizeConsumeQueue", "1001", "multiple of 20"),
         ("brokerPermission", "16", "bits beyond"),
         ("damagedRecordWaitMs", "-1", "must be >= 0"),
+        ("mappedFileSizeCommitLog", "99999999999999999999", "outside a 64-bit integer"),
+        ("inSyncReplicas", "0", "must be >= 1"),
+        ("totalReplicas", "0", "must be >= 1"),
+        ("storePathRootDir", " ", "empty"),
+        ("brokerName", ["a"], "an array is not a value"),
     ],
 )
-def test_bad_values_name_the_key_and_the_reason(key: str, value: str, reason: str) -> None:
+def test_bad_values_name_the_key_and_the_reason(key: str, value: object, reason: str) -> None:
     with pytest.raises(ConfigError) as e:
         from_mapping(BrokerConfig, {key: value})
     assert e.value.key == key
     assert key in str(e.value) and reason in str(e.value)
+
+
+def test_contradictions_and_sections_are_refused_naming_the_key(tmp_path: Path) -> None:
+    """A SLAVE with the master's id 0 (routed as the master, every send refused), two
+    controller peers with one id (the later silently replaced the earlier: a smaller Raft
+    group), and a TOML [section] (every key in it was dropped as unknown: the broker ran on
+    defaults) are refused."""
+    with pytest.raises(ConfigError) as e:
+        from_mapping(BrokerConfig, {"brokerRole": "SLAVE", "brokerId": "0"})
+    assert e.value.key == "brokerId" and "SLAVE" in str(e.value)
+    assert from_mapping(BrokerConfig, {"brokerRole": "SLAVE", "brokerId": "1"})[0].broker_id == 1
+    peers = "n0-127.0.0.1:19878;n0-127.0.0.1:19879;n1-127.0.0.1:19880"
+    with pytest.raises(ConfigError) as e:
+        from_mapping(
+            ControllerConfig,
+            {"controllerDLegerPeers": peers, "controllerDLegerSelfId": "n0"},
+        )
+    assert e.value.key == "controllerDLegerPeers" and "n0 given twice" in str(e.value)
+    t = tmp_path / "b.toml"
+    t.write_text('[broker]\nbrokerName = "x"\n')
+    with pytest.raises(ConfigError) as e:
+        load(BrokerConfig, t)
+    assert "[broker]" in str(e.value) and "flat" in str(e.value)
+
+
+def test_properties_files_read_as_java_does(tmp_path: Path) -> None:
+    """java.util.Properties: a key may end at whitespace ("brokerName broker-b" was dropped
+    as an unknown key "brokerName broker-b"), and the file is ISO-8859-1 (a Latin-1 byte gave
+    a UnicodeDecodeError traceback)."""
+    p = tmp_path / "broker.conf"
+    p.write_bytes(b"brokerName broker-b\nbrokerClusterName \t= C1\nlistenPort:0\n# caf\xe9\n")
+    cfg, unknown = load(BrokerConfig, p)
+    assert (cfg.broker_name, cfg.cluster_name, cfg.listen_port, unknown) == (
+        "broker-b", "C1", 0, [],
+    )  # fmt: skip
+    p.write_bytes("brokerName=caf\u00e9\n".encode("latin-1"))
+    assert load(BrokerConfig, p)[0].broker_name == "caf\u00e9"
+    t = tmp_path / "x.toml"
+    t.write_bytes(b'brokerName = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load(BrokerConfig, t)
 
 
 def test_unreadable_and_malformed_files_are_config_errors(tmp_path: Path) -> None:
@@ -129,3 +176,27 @@ def test_damaged_record_wait_of_zero_skips_at_once_and_is_accepted() -> None:
     'durations are positive' rule refused it)."""
     cfg, _ = from_mapping(BrokerConfig, {"damagedRecordWaitMs": "0"})
     assert cfg.damaged_record_wait_ms == 0
+
+
+def test_the_command_line_obeys_the_file_rules_and_typos_are_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--listen-port 70000` was bound as port 4464 (the override skipped validation); a
+    misspelt key was one INFO line among unused keys."""
+    import argparse
+    import logging
+
+    from rmq_ha.roles import _load
+
+    p = tmp_path / "b.conf"
+    p.write_text("brokerRoel=SLAVE\nbrokerClusterName=C\nzzUnusedKey=04\n")
+    args = argparse.Namespace(config=str(p))
+    with pytest.raises(ConfigError) as e:
+        _load(BrokerConfig, args, {"listen_port": 70_000})
+    assert e.value.key == "listenPort"
+    with caplog.at_level(logging.WARNING, logger="rmq_ha"):
+        cfg = _load(BrokerConfig, args, {"listen_port": 0})
+    assert cfg.listen_port == 0 and cfg.broker_role == BrokerRole.ASYNC_MASTER
+    msgs = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("brokerRoel" in m and "did you mean brokerRole" in m for m in msgs), msgs
+    assert any("zzUnusedKey" in m and "ignored" in m for m in msgs), msgs

@@ -100,6 +100,10 @@ def test_a_manual_request_runs_a_round() -> None:
         ({"fileReservedTime": "-1"}, "fileReservedTime"),
         ({"diskMaxUsedSpaceRatio": "0"}, "diskMaxUsedSpaceRatio"),
         ({"diskSpaceWarningLevelRatio": "101"}, "diskSpaceWarningLevelRatio"),
+        (
+            {"diskSpaceWarningLevelRatio": "50", "diskSpaceCleanForciblyRatio": "85"},
+            "diskSpaceWarningLevelRatio",
+        ),
         ({"deleteFileBatchMax": "0"}, "deleteFileBatchMax"),
         ({"destroyMapedFileIntervalForcibly": "0"}, "destroyMapedFileIntervalForcibly"),
     ],

@@ -195,6 +195,15 @@ class ControllerConfig(SecurityKeys):
     )
 
     @property
+    def peer_ids(self) -> list[str]:
+        """The ids of controllerDLegerPeers in order, repeats included."""
+        return [
+            item.strip().partition("-")[0].strip()
+            for item in self.controller_dleger_peers.split(";")
+            if item.strip()
+        ]
+
+    @property
     def peers(self) -> dict[str, str]:
         """controllerDLegerPeers as {id: "host:port"}."""
         out: dict[str, str] = {}
@@ -445,6 +454,9 @@ _BOOL_FALSE = {"false", "0", "no", "off"}
 
 
 def _convert(key: str, typ: Any, raw: Any) -> Any:
+    if isinstance(raw, dict | list):
+        kind = "a table" if isinstance(raw, dict) else "an array"
+        raise ConfigError(f"bad config {key}: {kind} is not a value for this key", key)
     if isinstance(typ, type) and issubclass(typ, enum.Enum):
         if typ is MetricsExporterType and str(raw).strip() in _UNSUPPORTED_EXPORTERS:
             raise ConfigError(
@@ -470,11 +482,15 @@ def _convert(key: str, typ: Any, raw: Any) -> Any:
         if isinstance(raw, bool):
             raise ConfigError(f"bad config {key}: {raw!r} is not an integer", key)
         if isinstance(raw, int):
-            return raw
-        try:
-            return int(str(raw).strip())
-        except ValueError:
-            raise ConfigError(f"bad config {key}: {raw!r} is not an integer", key) from None
+            n = raw
+        else:
+            try:
+                n = int(str(raw).strip())
+            except ValueError:
+                raise ConfigError(f"bad config {key}: {raw!r} is not an integer", key) from None
+        if not -(2**63) <= n < 2**63:
+            raise ConfigError(f"bad config {key}: {n} is outside a 64-bit integer", key)
+        return n
     if typ is str:
         return str(raw).strip() if not isinstance(raw, str) else raw.strip()
     raise ConfigError(f"bad config {key}: unsupported type {typ}", key)
@@ -496,6 +512,13 @@ def from_mapping(cls: type[C], values: Mapping[str, Any]) -> tuple[C, list[str]]
     for key, raw in values.items():
         target = by_key.get(key)
         if target is None:
+            if isinstance(raw, dict):
+                # a [section] would drop every key in it as unknown: the whole broker config
+                raise ConfigError(
+                    f"bad config [{key}]: rmq_ha config files are flat; put the table's keys"
+                    " at the top level, without a [section]",
+                    key,
+                )
             unknown.append(key)
             continue
         kwargs[target.name] = _convert(key, hints[target.name], raw)
@@ -545,7 +568,11 @@ def replace_runtime_keys(record: C, values: Mapping[str, Any], allowed: Mapping[
     for key in values:
         name = key_of(cls, key)
         if name is None:
-            raise ConfigError(f"bad config {key}: no such key", key)
+            raise NotRuntimeKey(
+                f"bad config {key}: no such key; changeable at runtime:"
+                f" {', '.join(sorted(allowed))}",
+                key,
+            )
         if names[name] not in allowed:
             raise NotRuntimeKey(
                 f"bad config {key}: cannot change while running (set it in the config file "
@@ -574,6 +601,12 @@ def replace_keys(record: C, values: Mapping[str, Any]) -> C:
 #: Durations and sizes for which 0 means something (checked on their own below): 0 ms of
 #: waiting for a damaged record's repair skips it at once.
 ZERO_ALLOWED = frozenset({"damaged_record_wait_ms"})
+
+
+def validate(record: Any) -> None:
+    """Every rule `from_mapping` applies, for a record changed afterwards (command-line
+    overrides): raises ConfigError naming the key."""
+    _validate(record)
 
 
 def _validate(record: Any) -> None:
@@ -608,6 +641,22 @@ def _validate(record: Any) -> None:
             raise ConfigError("bad config brokerId: must be >= 0", "brokerId")
         if not 1 <= record.min_in_sync_replicas:
             raise ConfigError("bad config minInSyncReplicas: must be >= 1", "minInSyncReplicas")
+        for key, n in (
+            ("inSyncReplicas", record.in_sync_replicas),
+            ("totalReplicas", record.total_replicas),
+        ):
+            if n < 1:
+                raise ConfigError(f"bad config {key}: must be >= 1 (self included), not {n}", key)
+        if (
+            not record.enable_controller_mode
+            and record.broker_role == BrokerRole.SLAVE
+            and record.broker_id == 0
+        ):
+            # RocketMQ refuses it too: id 0 is the master's, and a slave routed as the master
+            # answers every send "the broker is a slave"
+            raise ConfigError(
+                "bad config brokerId: a SLAVE needs brokerId > 0 (0 is the master's)", "brokerId"
+            )
         if record.enable_controller_mode and not record.controller_addrs:
             raise ConfigError(
                 "bad config controllerAddr: required when enableControllerMode=true"
@@ -617,6 +666,12 @@ def _validate(record: Any) -> None:
                     else " (or namesrvAddr, for controllers embedded in the name servers)"
                 ),
                 "controllerAddr",
+            )
+        if not record.store_path_root_dir.strip():
+            raise ConfigError(
+                "bad config storePathRootDir: empty (the store would land in the current"
+                " directory)",
+                "storePathRootDir",
             )
         if record.broker_permission & ~0xF:
             raise ConfigError(
@@ -691,6 +746,16 @@ def _validate_retention(record: BrokerConfig) -> None:
     ):
         if not 1 <= v <= 100:
             raise ConfigError(f"bad config {key}: {v} is not a percentage in 1..100", key)
+    if record.disk_space_warning_level_ratio < record.disk_space_clean_forcibly_ratio:
+        # writes would stop before the forcible clean starts: a full disk that retention
+        # never empties until files expire
+        raise ConfigError(
+            f"bad config diskSpaceWarningLevelRatio: {record.disk_space_warning_level_ratio} is"
+            " below diskSpaceCleanForciblyRatio"
+            f" {record.disk_space_clean_forcibly_ratio}: writes would stop before retention"
+            " cleans forcibly",
+            "diskSpaceWarningLevelRatio",
+        )
     parse_delete_when(record.delete_when)
 
 
@@ -717,6 +782,11 @@ def _validate_controller(record: ControllerConfig) -> None:
     key = "controllerDLegerPeers"
     if not peers:
         raise ConfigError(f"bad config {key}: no peers", key)
+    ids = record.peer_ids
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        # the later entry would replace the earlier one: a smaller Raft group than written
+        raise ConfigError(f"bad config {key}: peer id {', '.join(twice)} given twice", key)
     for node_id, addr in peers.items():
         host, _, port = addr.rpartition(":")
         if not node_id or not host or not port.isdigit() or not 0 < int(port) <= 65535:
@@ -747,11 +817,20 @@ def parse_properties(text: str) -> dict[str, str]:
         if line.endswith("\\"):
             pending = line[:-1]
             continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        # java.util.Properties: the key ends at the first '=', ':' or whitespace; after
+        # whitespace one '=' or ':' may still follow ("brokerName broker-b" is a key and value)
+        sep = next((i for i, ch in enumerate(line) if ch in "=:" or ch.isspace()), -1)
         if sep < 0:
             out[line] = ""
             continue
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
+        rest = line[sep:]
+        if rest[0].isspace():
+            rest = rest.lstrip()
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:]
+        else:
+            rest = rest[1:]
+        out[line[:sep]] = rest.strip()
     return out
 
 
@@ -759,9 +838,18 @@ def load(cls: type[C], path: str | Path) -> tuple[C, list[str]]:
     """Loads a config file: TOML by its `.toml` suffix, else RocketMQ properties format."""
     p = Path(path)
     try:
-        text = p.read_text()
+        data = p.read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read config file {p}: {e.strerror}", str(p)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if p.suffix == ".toml":
+            raise ConfigError(
+                f"config file {p} is not UTF-8 (byte {e.start}): TOML must be", str(p)
+            ) from None
+        # java.util.Properties.load reads ISO-8859-1, as RocketMQ does
+        text = data.decode("latin-1")
     if p.suffix == ".toml":
         try:
             values: Mapping[str, Any] = tomllib.loads(text)

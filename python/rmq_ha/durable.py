@@ -8,6 +8,7 @@ outside the broker costs the last change at most, never every topic or every off
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -36,10 +37,17 @@ def write_atomic(path: Path, data: bytes, *, keep_backup: bool = False) -> None:
     two renames leaves no ``PATH`` and the previous content in ``PATH.bak``, which
     ``read_with_backup`` then reads."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        # a full disk (ENOSPC) or an I/O error: the old file stays as it was, and the
+        # partial temp file does not take what space is left
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     if keep_backup and path.exists():
         os.replace(path, backup_path(path))
     os.replace(tmp, path)
@@ -108,3 +116,32 @@ def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | 
     if all(x.endswith(" is missing") for x in problems):
         return None
     raise CorruptFileError(f"{what} cannot be read: {'; '.join(problems)}", str(path))
+
+
+#: What `persist_or_log` last failed to write, so a failing write is logged once, not every
+#: round, and its recovery once.
+_failing: dict[str, str] = {}
+
+
+def persist_or_log(what: str, persist: Callable[[], object]) -> bool:
+    """Runs a background write of a config file (consumer offsets every few seconds, topics at
+    start, delay progress). An OSError (a full disk, a read-only or failing filesystem) is
+    logged at ERROR once, with what stays only in memory, and the broker goes on: the table
+    is still dirty and the next round writes it. A full disk must not stop the broker that
+    would otherwise serve reads and free space by retention. Returns whether it wrote."""
+    try:
+        persist()
+    except OSError as e:
+        why = f"{type(e).__name__}: {e}"
+        if _failing.get(what) != why:
+            log.error(
+                "cannot write %s (%s): kept in memory and retried every round; a crash now "
+                "loses the changes since the last write",
+                what,
+                why,
+            )
+        _failing[what] = why
+        return False
+    if _failing.pop(what, None) is not None:
+        log.warning("%s written again", what)
+    return True

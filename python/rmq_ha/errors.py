@@ -151,3 +151,11 @@ class RemotingDecodeError(RemotingError):
     def __init__(self, message: str, offset: int | None = None) -> None:
         super().__init__(message)
         self.offset = offset
+
+
+def leaf_errors(e: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or `e` itself: what a trio nursery
+    raised, as an operator needs to read it."""
+    if isinstance(e, BaseExceptionGroup):
+        return [x for sub in e.exceptions for x in leaf_errors(sub)]
+    return [e]

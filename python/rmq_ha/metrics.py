@@ -61,7 +61,9 @@ async def serve_metrics(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serves GET /metrics until cancelled; reports "host:port" once bound (port 0 picks one)."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    from rmq_ha.net.server import open_listeners
+
+    listeners = await open_listeners(port, host, "metricsPromExporterPort")
     # One address family per host (port 0 on several families would give several ports).
     for extra in listeners[1:]:
         await extra.aclose()

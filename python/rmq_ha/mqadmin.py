@@ -817,6 +817,11 @@ async def run_parsed(args: argparse.Namespace, stream: TextIO | None = None) -> 
         print(f"{args.mqadmin}: {got}", file=sys.stderr)
         return 2 if isinstance(got, UsageError) else 1
     render(got, args.json, stream)
+    # a row's error that the table has no column for still reaches the operator
+    for row in got.rows:
+        if row.get("error") and "error" not in got.columns and not args.json:
+            where = row.get("addr") or row.get("broker") or ""
+            print(f"{args.mqadmin}: {where}: {row['error']}", file=sys.stderr)
     return 1 if got.failed else 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import json
 import logging
@@ -24,7 +25,7 @@ from typing import Any
 import trio
 
 from rmq_ha import config
-from rmq_ha.errors import ConfigError, RmqHaError
+from rmq_ha.errors import ConfigError, RmqHaError, leaf_errors
 
 
 def _write_ready(path: str | None, addr: str) -> None:
@@ -67,11 +68,21 @@ def _load(
         cfg, unknown = config.from_mapping(cls, {})
     unknown = [k for k in unknown if not any(k in _known_keys(c) for c in also)]
     if unknown:
-        logging.getLogger("rmq_ha").info(
-            "config keys not used by rmq_ha: %s", ", ".join(sorted(unknown))
-        )
+        known = sorted({k for c in (cls, *also) for k in _known_keys(c) if k and not k.islower()})
+        near = {k: difflib.get_close_matches(k, known, n=1, cutoff=0.8) for k in unknown}
+        typos = {k: m[0] for k, m in near.items() if m}
+        log = logging.getLogger("rmq_ha")
+        for k, m in sorted(typos.items()):
+            log.warning("config key %s is not one rmq_ha knows: did you mean %s?", k, m)
+        rest = sorted(k for k in unknown if k not in typos)
+        if rest:
+            log.warning("config keys not used by rmq_ha (ignored): %s", ", ".join(rest))
     set_ = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(cfg, **set_) if set_ else cfg
+    if not set_:
+        return cfg
+    out = dataclasses.replace(cfg, **set_)
+    config.validate(out)  # a command-line value obeys the same rules as the file's
+    return out
 
 
 class JsonFormatter(logging.Formatter):
@@ -153,19 +164,13 @@ def run_broker(args: argparse.Namespace) -> int:
 _REFUSALS = (RmqHaError, OSError)
 
 
-def _leaves(e: BaseException) -> list[BaseException]:
-    if isinstance(e, BaseExceptionGroup):
-        return [x for sub in e.exceptions for x in _leaves(sub)]
-    return [e]
-
-
 def _serve(role: str, serve: Any, cfg: Any, args: argparse.Namespace) -> int:
     """Runs the role until SIGINT/SIGTERM (exit 0). Stopped by a refusal (``_REFUSALS``): one
     line per cause on stderr, the traceback at DEBUG, exit 1; anything else is raised."""
     try:
         trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
     except BaseException as e:
-        causes = _leaves(e)
+        causes = leaf_errors(e)
         if not causes or not all(isinstance(x, _REFUSALS) for x in causes):
             raise
         for x in causes:
@@ -182,7 +187,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="write the metrics endpoint's host:port here once it listens "
         "(metricsExporterType=PROM)",
     )
-    p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error", "critical"],
+    )
     p.add_argument(
         "--log-format",
         choices=("text", "json"),

@@ -29,7 +29,7 @@ from typing import Any
 import trio
 
 from rmq_ha.config import BrokerConfig, load
-from rmq_ha.errors import RmqHaError
+from rmq_ha.errors import RmqHaError, leaf_errors
 from rmq_ha.security import cliopts
 
 #: What a reset moves away: the replica's log and everything derived from it.
@@ -75,8 +75,15 @@ async def _invoke(addr: str, code: int, timeout_s: float, args: argparse.Namespa
 
     # a secured broker: ACL credentials and TLS (docs/security.md)
     signer, tls = cliopts.signer_of(args), cliopts.tls_of(args)
-    async with RemotingClient(signer=signer, tls=tls) as c:
-        return await c.invoke(addr, RemotingCommand.request(code), timeout_s)
+    try:
+        async with RemotingClient(signer=signer, tls=tls) as c:
+            return await c.invoke(addr, RemotingCommand.request(code), timeout_s)
+    except BaseExceptionGroup as eg:
+        # the client's nursery wraps a refused connection: the one error, for one line
+        causes = leaf_errors(eg)
+        if len(causes) == 1 and isinstance(causes[0], Exception):
+            raise causes[0] from None
+        raise
 
 
 def run_store_health(args: argparse.Namespace) -> int:

@@ -531,8 +531,10 @@ impl ConsumeQueue {
     /// none) and deletes, oldest first, whole files all of whose units are below min. The last
     /// file is never deleted (it holds max, or max - 1 when max is at a file boundary), so
     /// max survives a reopen. Returns how many files were deleted.
+    ///
+    /// Writes nothing: the buffered tail (always in the last file, never deleted) is read
+    /// from memory, so retention works on a full disk, where it is the only way out.
     pub fn delete_before_phys(&mut self, commitlog_min: u64) -> Result<usize> {
-        self.write_buffer()?;
         let new_min = self.lower_bound(self.min, self.max, |u| u.phys_offset >= commitlog_min)?;
         self.min = self.min.max(new_min);
         let mut deleted = 0;

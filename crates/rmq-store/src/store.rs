@@ -2044,29 +2044,33 @@ impl Store {
         max_files: usize,
         keep_from: u64,
     ) -> Result<RetentionResult> {
-        let detached = {
+        let (detached, queues) = {
             let mut inner = self.core.inner()?;
             let limit = self.retention_limit().min(keep_from);
             let d = inner
                 .log
                 .delete_expired(older_than, limit, clean_immediately, max_files)?;
-            self.after_retention(&mut inner, &d)?;
-            d
+            let q = self.after_retention(&mut inner, &d);
+            (d, q)
         };
-        self.finish_retention(detached)
+        // The segments are detached from the log: their files go even when a queue could not
+        // follow (they would otherwise stay on disk, unreachable, until a restart).
+        let done = self.finish_retention(detached)?;
+        queues.map(|()| done)
     }
 
     /// Deletes whole segments that end at or below `offset` (bounded like `delete_expired`).
     pub fn delete_segments_before(&self, offset: u64) -> Result<RetentionResult> {
-        let detached = {
+        let (detached, queues) = {
             let mut inner = self.core.inner()?;
             let d = inner
                 .log
                 .delete_segments_before(offset.min(self.retention_limit()));
-            self.after_retention(&mut inner, &d)?;
-            d
+            let q = self.after_retention(&mut inner, &d);
+            (d, q)
         };
-        self.finish_retention(detached)
+        let done = self.finish_retention(detached)?;
+        queues.map(|()| done)
     }
 
     fn after_retention(
@@ -2078,13 +2082,20 @@ impl Store {
             return Ok(());
         }
         let min = inner.log.min_offset();
-        for q in inner.cqs.values_mut() {
-            q.delete_before_phys(min)?;
-        }
-        inner.quarantine.retain(|e| e.offset >= min)?;
         inner.stats.retention_segments += detached.len() as u64;
         inner.stats.retention_bytes += detached.iter().map(|s| s.size).sum::<u64>();
-        Ok(())
+        // every queue follows, whatever one of them (or the quarantine list) fails with: the
+        // first error is returned once all were tried
+        let mut first: Option<StoreError> = None;
+        for q in inner.cqs.values_mut() {
+            if let Err(e) = q.delete_before_phys(min) {
+                first.get_or_insert(e);
+            }
+        }
+        if let Err(e) = inner.quarantine.retain(|e| e.offset >= min) {
+            first.get_or_insert(e);
+        }
+        first.map_or(Ok(()), Err)
     }
 
     fn finish_retention(

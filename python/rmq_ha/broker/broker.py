@@ -60,6 +60,7 @@ from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.clock import monotonic_ms
 from rmq_ha.config import BrokerConfig, BrokerRole, FlushDiskType
 from rmq_ha.config import rocketmq_items as config_items
+from rmq_ha.durable import persist_or_log
 from rmq_ha.errors import StoreError
 from rmq_ha.metrics import SnapshotCollector, endpoint, registry_of, serve_metrics
 from rmq_ha.net.client import RemotingClient
@@ -588,7 +589,7 @@ class Broker:
                 )
             await self.ha.bind()
             await nursery.start(self.server.serve)
-            self.topics.persist()
+            persist_or_log("topic configs", self.topics.persist)
             await nursery.start(self.role.run)
             last_epoch, last_start = self.ha.last_epoch()
             self._feed(
@@ -623,12 +624,12 @@ class Broker:
                 await trio.sleep_forever()
             finally:
                 with trio.CancelScope(shield=True):
-                    self.offsets.persist()
+                    persist_or_log("consumer offsets", self.offsets.persist)
 
     async def _housekeeping_loop(self) -> None:
         while True:
             await trio.sleep(self.cfg.consumer_offset_flush_interval_ms / 1000)
-            self.offsets.persist()
+            persist_or_log("consumer offsets", self.offsets.persist)
             await clients.expire(self.ports)
 
 

@@ -72,6 +72,10 @@ class TopicsPort(Protocol):
 
     def delete(self, topic: str) -> bool: ...
 
+    def protected(self, topic: str) -> bool:
+        """A system topic or one of the broker's own routes: an admin may not delete it."""
+        ...
+
     def for_write(
         self, topic: str, default_topic: str | None, queue_nums: int
     ) -> TopicConfig | None: ...

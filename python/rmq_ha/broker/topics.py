@@ -53,6 +53,35 @@ SYSTEM_TOPIC_SET = frozenset(
 SYSTEM_PREFIX = "rmq_sys_"
 
 
+def is_system_topic(topic: str) -> bool:
+    """RocketMQ's TopicValidator.isSystemTopic."""
+    return topic in SYSTEM_TOPIC_SET or topic.startswith(SYSTEM_PREFIX)
+
+
+#: PermName's bits: PERM_PRIORITY 8, READ 4, WRITE 2, INHERIT 1.
+PERM_BITS = 0xF
+
+
+def topic_config_problem(tc: TopicConfig) -> str | None:
+    """Why an admin's topic config may not be stored (name, queue counts, perm), or None."""
+    why = check_topic_name(tc.topic_name or "")
+    if why is not None:
+        return why
+    for key, n in (("readQueueNums", tc.read_queue_nums), ("writeQueueNums", tc.write_queue_nums)):
+        if n is None or not 0 <= n <= MAX_QUEUE_NUMS:
+            return f"bad topic config for {tc.topic_name}: {key} {n} is outside 0..{MAX_QUEUE_NUMS}"
+    if tc.perm is None or tc.perm & ~PERM_BITS or tc.perm < 0:
+        return (
+            f"bad topic config for {tc.topic_name}: perm {tc.perm} is not a combination of"
+            " 8 (priority), 4 (read), 2 (write), 1 (inherit)"
+        )
+    return None
+
+
+#: Queues per topic an admin may configure (queue ids are ints; more is a typo).
+MAX_QUEUE_NUMS = 65_535
+
+
 def check_topic_name(topic: str) -> str | None:
     """None if valid, else why not (RocketMQ's TopicValidator rules)."""
     if not topic:
@@ -125,6 +154,14 @@ class TopicConfigManager:
             )
         for name, tc in system.items():
             self.table.setdefault(name, tc)
+        #: the broker's own routes (cluster, broker name, reply, auto-create, self test)
+        self.builtin = frozenset(system)
+
+    def protected(self, topic: str) -> bool:
+        """A topic an admin may not delete: RocketMQ's system topics, ``rmq_sys_*`` and the
+        broker's own routes. Deleting SCHEDULE_TOPIC_XXXX dropped every pending delayed
+        message; deleting TBW102 stopped auto-creation until a restart."""
+        return topic in self.builtin or is_system_topic(topic)
 
     def _load(self) -> None:
         w = read_with_backup(self.path, TopicConfigSerializeWrapper.from_json, "topic configs")
@@ -219,7 +256,7 @@ class TopicConfigManager:
         adopted: list[str] = []
         counts: dict[str, int] = {}
         for topic, qid in queues:
-            if not system and (topic in SYSTEM_TOPIC_SET or topic.startswith(SYSTEM_PREFIX)):
+            if not system and is_system_topic(topic):
                 continue
             counts[topic] = max(counts.get(topic, 0), qid + 1)
         for topic, n in counts.items():

@@ -7,10 +7,22 @@ import ssl
 
 import trio
 
+from rmq_ha.errors import ConfigError
 from rmq_ha.net.connection import Connection, FrameFilter, Handler
 from rmq_ha.security.tls import TlsRefused, accept
 
 log = logging.getLogger(__name__)
+
+
+async def open_listeners(port: int, host: str, key: str) -> list[trio.SocketListener]:
+    """trio.open_tcp_listeners, with a bind failure (the port in use, an address this host
+    does not have, a name that does not resolve) as a ConfigError naming the address and the
+    config key, not a bare "[Errno 98] Address already in use"."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise ConfigError(f"cannot listen on {host}:{port} ({key}): {why}", key) from None
 
 
 class RemotingServer:
@@ -39,11 +51,13 @@ class RemotingServer:
         #: send path); connections accepted from then on use it.
         self.fast: FrameFilter | None = None
         self._listeners: list[trio.SocketListener] | None = None
+        #: the config key of the port, named when it cannot be bound
+        self.port_key = "listenPort"
 
     async def bind(self) -> int:
         """Binds now (before `serve`), so the real port is known early; returns it."""
         if self._listeners is None:
-            self._listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+            self._listeners = await open_listeners(self.port, self.host, self.port_key)
             self.port = self._listeners[0].socket.getsockname()[1]
         return self.port
 

@@ -27,6 +27,7 @@ from rmq_ha.broker.ha.core import HaCore, slave_ok
 from rmq_ha.broker.ha.master import HaMaster
 from rmq_ha.broker.ha.slave import HaSlave
 from rmq_ha.config import BrokerConfig, BrokerRole
+from rmq_ha.net.server import open_listeners
 from rmq_ha.security.guard import guard_of
 from rmq_ha.security.signing import parse_credentials_json
 from rmq_ha.security.tls import client_context, server_context, server_mode
@@ -167,8 +168,8 @@ class HaService:
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def bind(self) -> int:
-        self.listeners = await trio.open_tcp_listeners(
-            self.cfg.ha_listen_port, host=self.cfg.broker_ip
+        self.listeners = await open_listeners(
+            self.cfg.ha_listen_port, self.cfg.broker_ip, "haListenPort"
         )
         self.port = self.listeners[0].socket.getsockname()[1]
         return self.port

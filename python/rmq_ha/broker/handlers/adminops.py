@@ -269,6 +269,11 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
         why = check_topic_name(h.topic)
         if why is not None:
             return cmd.response(Resp.SYSTEM_ERROR, why)
+        if p.topics.protected(h.topic):
+            return cmd.response(
+                Resp.SYSTEM_ERROR,
+                f"the topic {h.topic} is a system topic: it cannot be deleted",
+            )
         # its messages too (RocketMQ destroys the consume queues): a master appends the
         # store's deletion marker, which replicates, so its slaves drop them when they reach
         # it; a topic created again under this name starts empty. A slave only drops the

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import fields
 
 from rmq_ha.broker.ports import Ports
-from rmq_ha.broker.topics import SYSTEM_TOPIC_SET, check_topic_name
+from rmq_ha.broker.topics import SYSTEM_TOPIC_SET, check_topic_name, topic_config_problem
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import (
@@ -41,6 +41,9 @@ def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
             topic_sys_flag=h.topic_sys_flag or 0,
             order=bool(h.order),
         )
+        why = topic_config_problem(tc)
+        if why is not None:
+            return cmd.response(Resp.INVALID_PARAMETER, why)
         p.topics.update(tc)
         p.topics.changed()
         await announce(cmd)
@@ -54,7 +57,7 @@ def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
         except BodyDecodeError as e:
             return cmd.response(Resp.INVALID_PARAMETER, f"bad topic config list: {e}")
         for tc in tcs:
-            why = check_topic_name(tc.topic_name or "")
+            why = topic_config_problem(tc)
             if why is not None:
                 return cmd.response(Resp.INVALID_PARAMETER, why)
         for tc in tcs:

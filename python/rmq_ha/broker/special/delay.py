@@ -40,7 +40,7 @@ from rmq_ha.broker.special.base import (
 )
 from rmq_ha.broker.special.records import read_queue
 from rmq_ha.clock import wall_ms
-from rmq_ha.durable import read_with_backup, write_with_backup
+from rmq_ha.durable import persist_or_log, read_with_backup, write_with_backup
 from rmq_ha.errors import ConfigError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -327,13 +327,12 @@ class DelayService(SpecialService):
 
     async def save(self) -> None:
         if self.offsets.dirty:
-            await trio.to_thread.run_sync(self.offsets.persist)
+            await trio.to_thread.run_sync(persist_or_log, "delay offsets", self.offsets.persist)
 
     async def _flush_loop(self) -> None:
         while True:
             await trio.sleep(self.ports.cfg.flush_delay_offset_interval_ms / 1000)
-            if self.offsets.dirty:
-                await trio.to_thread.run_sync(self.offsets.persist)
+            await self.save()
 
     async def _level_loop(self, level: int) -> None:
         while True:
