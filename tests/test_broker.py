@@ -525,7 +525,7 @@ async def test_bad_sends_get_clear_codes_and_write_nothing(tmp_path: Path) -> No
         r = await c.client.invoke(c.broker, send_cmd("Big", b"x" * 2000))
         assert r.code == Resp.MESSAGE_ILLEGAL
         r = await c.client.invoke(c.broker, send_cmd("Q", b"x", queue_id=99))
-        assert r.code == Resp.SYSTEM_ERROR and "queueId" in (r.remark or "")
+        assert r.code == Resp.INVALID_PARAMETER and "queueId" in (r.remark or "")
         cmd = send_cmd("Batch", b"", 0)
         cmd.code, cmd.body = RC.SEND_BATCH_MESSAGE, b"\x00\x00\x00\x09garbage!!"
         r = await c.client.invoke(c.broker, cmd)
@@ -754,3 +754,47 @@ async def test_clients_get_records_without_the_stores_crc_trailer(tmp_path: Path
             props = decode_properties(rec["properties"])  # type: ignore[arg-type]
             assert {k: props[k] for k in extra} == extra and "__CRC32#" not in props
             assert rec["physical_offset"] == off and rec["body"] == b"payload"
+
+
+async def test_a_held_pull_filters_with_the_subscription_it_has_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    """A pull held (long polling, no subscription of its own: the group's from heartbeats)
+    while its consumer resubscribes from * to tag b, then a tag-a message arrives: the look
+    after waking filters with b, as RocketMQ re-runs a held pull (it served the a message)."""
+
+    def heartbeat(expr: str, version: int) -> RemotingCommand:
+        hb = HeartbeatData(
+            client_id="client-rs",
+            consumer_data_set=[
+                ConsumerData(
+                    group_name="rs",
+                    consume_type="CONSUME_PASSIVELY",
+                    message_model="CLUSTERING",
+                    consume_from_where="CONSUME_FROM_LAST_OFFSET",
+                    subscription_data_set=[
+                        SubscriptionData(topic="RS", sub_string=expr, sub_version=version)
+                    ],
+                )
+            ],
+        )
+        return RemotingCommand.request(RC.HEART_BEAT, body=hb.to_json())
+
+    async with cluster(tmp_path) as c:
+        assert (await c.client.invoke(c.broker, send_cmd("RS", b"0", tags="b"))).code == 0
+        assert (await c.client.invoke(c.broker, heartbeat("*", 1))).code == Resp.SUCCESS
+        held = pull_cmd("RS", 0, 1, group="rs", suspend_ms=150_000)
+        held.ext_fields["sysFlag"] = "2"  # suspend only: the group's subscription applies
+        got: list[RemotingCommand] = []
+
+        async def pull() -> None:
+            got.append(await c.client.invoke(c.broker, held, 200))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(pull)
+            await wait_until(lambda: c.node.hold.waiting("RS", 0) == 1)
+            assert (await c.client.invoke(c.broker, heartbeat("b", 2))).code == Resp.SUCCESS
+            await c.client.invoke(c.broker, send_cmd("RS", b"1", tags="a"))
+        (r,) = got
+        assert r.code != Resp.SUCCESS and bodies_of(r.body) == [], (r.code, r.remark)
+        assert r.ext_fields["nextBeginOffset"] == "2"  # moved past the filtered message

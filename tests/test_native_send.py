@@ -209,7 +209,7 @@ async def test_native_and_python_answer_byte_for_byte_alike(
         assert stamped == [not in_batch] * 3, r
     ok = Resp.SLAVE_NOT_AVAILABLE if kw.get("broker_role") else Resp.SUCCESS
     codes = [decode_frames(f)[0][0][0] for f in got[True]]
-    assert codes == [ok, ok, ok, ok, 13, 17, 16, 1, 13, 13, 13]
+    assert codes == [ok, ok, ok, ok, 13, 17, 16, 29, 13, 13, 13]
 
 
 async def test_a_buffer_of_many_frames_is_one_native_call(tmp_path: Path) -> None:
@@ -359,7 +359,7 @@ async def test_a_send_may_name_any_queue_below_the_read_queue_count(
         (t,), _ = decode_frames(taken)
         assert t[0] == Resp.SUCCESS and t[6]["queueId"] == "3", t  # type: ignore[index]
         (t,), _ = decode_frames(refused)
-        assert t[0] == Resp.SYSTEM_ERROR, t
+        assert t[0] == Resp.INVALID_PARAMETER, t
         assert t[5] == "request queueId[4] is illegal, topic W has 2 write and 4 read queues"
         assert node.store.native.queue_max_offset("W", 3) == 1
         assert node.store.native.queue_max_offset("W", 2) == 0

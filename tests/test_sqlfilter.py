@@ -183,3 +183,18 @@ def _expr(draw: st.DrawFn, depth: int = 0) -> str:
 def test_well_formed_expressions_always_answer_a_boolean(sql: str, props: dict[str, str]) -> None:
     f = compile_sql(sql)
     assert isinstance(f.matches(props), bool)
+
+
+def test_an_empty_property_is_absent_as_java_decodes_it() -> None:
+    """Java's string2messageProperties drops an entry whose value is empty, so a property
+    sent as s="" is NULL to RocketMQ's filter (it was '' here: IS NULL, = '', <> and NOT IN
+    disagreed with RocketMQ 5.5.0, measured by a probe with the real client)."""
+    from rmq_ha.broker.sqlfilter import compile_sql
+    from rmq_ha.protocol.message import decode_properties
+
+    props = decode_properties("s\x01\x02a\x01x\x02\x01orphan\x02")
+    assert props == {"a": "x"}
+    assert compile_sql("s IS NULL").matches(props)
+    assert not compile_sql("s IS NOT NULL").matches(props)
+    assert not compile_sql("s = ''").matches(props)
+    assert not compile_sql("s <> 'abc'").matches(props)

@@ -172,6 +172,27 @@ def broadcast(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) 
         check_received(cluster, names.topic, sent.sent, mine)
 
 
+def server_rebalance(
+    client: str, cluster: Cluster, tmp: Path, names: Names, ser: str, mode: str
+) -> None:
+    """Two push consumers with clientRebalance=false ask the broker for their queues
+    (QUERY_ASSIGNMENT, answered REQUEST_CODE_NOT_SUPPORTED before: they consumed nothing);
+    with mode POP the group is first switched to pop mode (SET_MESSAGE_REQUEST_MODE) and they
+    pop. Together they get every message, intact; in pull mode each queue goes to one."""
+    sent = _run(client, "send-sync", cluster, tmp, names, ser)
+    check_sent(sent, COUNT)
+    got = _run(
+        client, "consume-push-server-rebalance", cluster, tmp, names, ser,
+        extra=["--request-mode", mode],
+    )  # fmt: skip
+    check_received(cluster, names.topic, sent.sent, got.received)
+    if mode == "PULL":
+        owner: dict[int, set[int]] = {}
+        for r in got.received:
+            owner.setdefault(r["queueId"], set()).add(r["consumer"])
+        assert all(len(c) == 1 for c in owner.values()), owner
+
+
 def request_reply(client: str, cluster: Cluster, tmp: Path, names: Names, ser: str) -> None:
     """Request-reply (Java DefaultMQProducer.request with SEND_REPLY_MESSAGE_V2, Go
     Producer.Request with SEND_REPLY_MESSAGE): every request reaches a push consumer carrying

@@ -45,6 +45,8 @@ pub const SUCCESS: i32 = 0;
 pub const SYSTEM_ERROR: i32 = 1;
 pub const MESSAGE_ILLEGAL: i32 = 13;
 pub const NO_PERMISSION: i32 = 16;
+/// A queue id beyond the topic's queues (RocketMQ 5.5.0 answers a send with it: measured).
+pub const INVALID_PARAMETER: i32 = 29;
 
 /// `PermName.PERM_WRITE`.
 pub const PERM_WRITE: i32 = 2;
@@ -386,7 +388,7 @@ fn plan<'a>(
     }
     if queue_id >= tc.write_queue_nums.max(tc.read_queue_nums) {
         return Plan::Reply {
-            code: SYSTEM_ERROR,
+            code: INVALID_PARAMETER,
             remark: format!(
                 "request queueId[{queue_id}] is illegal, topic {} has {} write and {} read queues",
                 h.topic, tc.write_queue_nums, tc.read_queue_nums
@@ -934,7 +936,7 @@ mod tests {
             ),
             (
                 send(SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "T", "4", "", b"x"),
-                SYSTEM_ERROR,
+                INVALID_PARAMETER,
                 "request queueId[4] is illegal, topic T has 4 write and 4 read queues",
             ),
             (
@@ -1054,7 +1056,7 @@ mod tests {
         let (resp, _) = decode_frames(&o.responses).expect("decodes");
         assert_eq!(resp.len(), 1, "only the refusal is answered at once");
         assert_eq!(resp[0].opaque, 3);
-        assert_eq!(o.answered, vec![(SEND_MESSAGE_V2, SYSTEM_ERROR, 1)]);
+        assert_eq!(o.answered, vec![(SEND_MESSAGE_V2, INVALID_PARAMETER, 1)]);
         let d: Vec<(i32, u8, u64, bool)> = o
             .deferred
             .iter()

@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from rmq_ha.broker.assignment import RequestModes
 from rmq_ha.broker.clients import ClientManager
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleConfig, RoleCore
@@ -33,6 +34,7 @@ from rmq_ha.broker.ha.service import HaService
 from rmq_ha.broker.handlers import (
     admin,
     adminops,
+    assignment,
     clients,
     groupstats,
     locks,
@@ -138,6 +140,7 @@ class Broker:
         self.clients = ClientManager()
         self.locks = QueueLocks(cfg.lock_expire_ms)
         self.subgroups = SubscriptionGroupManager(root / SUBGROUPS_FILE)
+        self.request_modes = RequestModes(root / "messageRequestMode.json")
         self.hold = PullHold()
         self.outbound = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
         # The role: the transport first (recovery cuts the epoch file, issue 13), then the core.
@@ -285,6 +288,7 @@ class Broker:
         config_handlers.register(d, p, self.apply_config, self.status)
         adminops.register(d, p, self.subgroups)
         groupstats.register(d, p, self.subgroups)
+        assignment.register(d, p, self.request_modes)
         self.special.register(d)
         self.acting.register(d)
         return d

@@ -48,6 +48,9 @@ def encode_properties(props: dict[str, str]) -> str:
 
 
 def decode_properties(s: str | bytes | None) -> dict[str, str]:
+    """The properties string as a map, as Java's MessageDecoder.string2messageProperties
+    reads it: an entry with an empty name or an empty value is dropped (a property stored as
+    ``s=""`` is absent: NULL to a SQL92 filter, as on RocketMQ)."""
     if not s:
         return {}
     text = s.decode("utf-8", "replace") if isinstance(s, bytes) else s
@@ -56,7 +59,7 @@ def decode_properties(s: str | bytes | None) -> dict[str, str]:
         if not item:
             continue
         k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
-        if sep:
+        if sep and k and v:
             out[k] = v
     return out
 

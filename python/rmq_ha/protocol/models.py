@@ -312,6 +312,52 @@ class MessageQueue(JsonModel):
 
 
 @dataclass(slots=True)
+class QueryAssignmentRequestBody(JsonModel):
+    """QUERY_ASSIGNMENT (400) body: a consumer with clientRebalance=false (or in pop mode)
+    asks the broker for its queues. messageModel: CLUSTERING or BROADCASTING; strategyName:
+    AVG or AVG_BY_CIRCLE."""
+
+    topic: str = ""
+    consumer_group: str = ""
+    client_id: str = ""
+    strategy_name: str = ""
+    message_model: str = "CLUSTERING"
+
+
+@dataclass(slots=True)
+class MessageQueueAssignment(JsonModel):
+    """One queue of a QUERY_ASSIGNMENT answer and how to read it (PULL or POP; queueId -1
+    with POP: any queue of that broker)."""
+
+    message_queue: MessageQueue | None = None
+    mode: str = "PULL"
+    attachments: dict[str, str] | None = None
+
+    def __hash__(self) -> int:
+        mq = self.message_queue
+        return hash((None if mq is None else (mq.topic, mq.broker_name, mq.queue_id), self.mode))
+
+
+@dataclass(slots=True)
+class QueryAssignmentResponseBody(JsonModel):
+    """QUERY_ASSIGNMENT answer: null means "no valid answer, keep what you have" (unknown
+    topic, no consumer list, an unsupported strategy); an empty list means "drop them all"."""
+
+    message_queue_assignments: list[MessageQueueAssignment] | None = None
+
+
+@dataclass(slots=True)
+class SetMessageRequestModeRequestBody(JsonModel):
+    """SET_MESSAGE_REQUEST_MODE (401) body: how a group reads a topic (PULL or POP);
+    popShareQueueNum <= 0 lets every consumer pop every queue."""
+
+    topic: str = ""
+    consumer_group: str = ""
+    mode: str = "PULL"
+    pop_share_queue_num: int = 0
+
+
+@dataclass(slots=True)
 class LockBatchRequestBody(JsonModel):
     """LOCK_BATCH_MQ (41) body. onlyThisBroker: do not forward (strict-mode quorum)."""
 

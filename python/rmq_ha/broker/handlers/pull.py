@@ -190,6 +190,12 @@ async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> Remoti
         timeout_s = 0  # one more look after waking, then answer
         if not arrived:
             return _respond(cmd, status, nxt, qmin, qmax)
+        # The look after waking filters with the group's subscription as it is now, as
+        # RocketMQ re-runs a held pull: a consumer that resubscribed (heartbeat) while its
+        # pull was held must not get a message of its old subscription
+        tag_codes, sql, filter_refusal = _filter(p, h)
+        if filter_refusal is not None:
+            return cmd.response(*filter_refusal)
 
 
 def _records_below(body: bytes, queue_offset: int) -> tuple[bytes, int]:

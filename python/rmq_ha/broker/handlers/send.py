@@ -420,8 +420,10 @@ def _write_queue(
     # those queues), so its sends are not refused
     limit = max(tc.write_queue_nums, tc.read_queue_nums)
     if queue_id >= limit:
+        # INVALID_PARAMETER as RocketMQ 5.5.0 answers (measured); SYSTEM_ERROR is in the
+        # producer's retry list, so a send naming a bad queue was retried for nothing
         return cmd.response(
-            Resp.SYSTEM_ERROR,
+            Resp.INVALID_PARAMETER,
             f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
             f"{tc.write_queue_nums} write and {tc.read_queue_nums} read queues",
         )

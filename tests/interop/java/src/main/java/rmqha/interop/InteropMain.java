@@ -116,6 +116,8 @@ public final class InteropMain {
     int consumeDelayMs = 40;
     String[] tags = {"TagA"};
     String subscription = "*";
+    /** consume-push-server-rebalance: PULL, or POP (set on every master first). */
+    String requestMode = "PULL";
     String sql;
     String accessKey;
     int maxReconsumeTimes = 1;
@@ -268,6 +270,7 @@ public final class InteropMain {
                 case "--fail-index": failIndex = Integer.parseInt(v); break;
                 case "--suspend-ms": suspendMs = Integer.parseInt(v); break;
                 case "--quiet-ms": quietMs = Integer.parseInt(v); break;
+                case "--request-mode": requestMode = v; break;
                 default: throw new IllegalArgumentException("unknown option " + k);
             }
         }
@@ -305,6 +308,7 @@ public final class InteropMain {
             case "consume-push-concurrent": consumePush(false); break;
             case "consume-push-orderly": consumePush(true); break;
             case "consume-push-broadcast": consumeBroadcast(); break;
+            case "consume-push-server-rebalance": consumeServerRebalance(); break;
             case "request-reply": requestReply(); break;
             case "consume-pull": consumePull(); break;
             case "consume-lite-pull": consumeLitePull(); break;
@@ -740,6 +744,22 @@ public final class InteropMain {
         }
     }
 
+    /** A push consumer (2 threads) whose received records carry "consumer": idx, and whose
+     * bodies go to `distinct`. */
+    DefaultMQPushConsumer numberedConsumer(int idx, Set<String> distinct) throws Exception {
+        DefaultMQPushConsumer c = pushConsumer(2);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                Map<String, Object> r = receivedRecord(m);
+                r.put("consumer", idx);
+                received.add(r);
+                distinct.add(bodyId(m.getBody()));
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        return c;
+    }
+
     /** Two push consumers of one group in BROADCASTING mode (offsets kept by the client):
      * each must get every message; received records carry "consumer" (0 or 1). */
     void consumeBroadcast() throws Exception {
@@ -748,18 +768,8 @@ public final class InteropMain {
         for (int i = 0; i < 2; i++) {
             Set<String> distinct = ConcurrentHashMap.newKeySet();
             seen.add(distinct);
-            DefaultMQPushConsumer c = pushConsumer(2);
+            DefaultMQPushConsumer c = numberedConsumer(i, distinct);
             c.setMessageModel(MessageModel.BROADCASTING);
-            final int idx = i;
-            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
-                for (MessageExt m : msgs) {
-                    Map<String, Object> r = receivedRecord(m);
-                    r.put("consumer", idx);
-                    received.add(r);
-                    distinct.add(bodyId(m.getBody()));
-                }
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
             cs.add(c);
         }
         try {
@@ -771,6 +781,51 @@ public final class InteropMain {
                 if (!await(distinct, count, until)) {
                     timeoutError(distinct, count);
                 }
+            }
+        } finally {
+            for (DefaultMQPushConsumer c : cs) {
+                c.shutdown();
+            }
+        }
+    }
+
+    /** Two push consumers of one group with clientRebalance=false: each asks a broker for its
+     * queues (QUERY_ASSIGNMENT) instead of computing them. With --request-mode POP the group
+     * is first switched to pop mode on every master (SET_MESSAGE_REQUEST_MODE, through
+     * DefaultMQAdminExt), so the consumers pop. Together they must get every message;
+     * received records carry "consumer" (0 or 1). */
+    void consumeServerRebalance() throws Exception {
+        if ("POP".equals(requestMode)) {
+            DefaultMQAdminExt admin = new DefaultMQAdminExt(hook);
+            admin.setNamesrvAddr(namesrv);
+            admin.setInstanceName(instance("admin"));
+            admin.start();
+            try {
+                for (BrokerData bd : admin.examineBrokerClusterInfo().getBrokerAddrTable().values()) {
+                    String master = bd.getBrokerAddrs().get(MixAll.MASTER_ID);
+                    if (master != null) {
+                        admin.setMessageRequestMode(master, topic, group,
+                            org.apache.rocketmq.common.message.MessageRequestMode.POP, 0, 5000);
+                    }
+                }
+            } finally {
+                admin.shutdown();
+            }
+        }
+        Set<String> distinct = ConcurrentHashMap.newKeySet();
+        List<DefaultMQPushConsumer> cs = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            DefaultMQPushConsumer c = numberedConsumer(i, distinct);
+            c.setInstanceName(instance("srv" + i));
+            c.setClientRebalance(false);
+            cs.add(c);
+        }
+        try {
+            for (DefaultMQPushConsumer c : cs) {
+                c.start();
+            }
+            if (!await(distinct, count, deadline())) {
+                timeoutError(distinct, count);
             }
         } finally {
             for (DefaultMQPushConsumer c : cs) {
