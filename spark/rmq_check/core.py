@@ -125,6 +125,7 @@ class Frames:
         self._pairs: DataFrame | None = None
         self._drain: dict[str, Any] | None = None
         self._looked: dict[int, int] = {}
+        self._drain_lo: dict[int, int] = {}
 
     def persist(self, df: DataFrame) -> DataFrame:
         df = df.persist(self.cfg.persist)
@@ -727,10 +728,17 @@ class Frames:
             "incomplete": incomplete,
         }
         self._looked = looked
+        self._drain_lo = {int(r["qh"]): int(r["lo"]) for r in rows if r["lo"] is not None}
         return self._drain
 
     def drain_complete(self) -> bool:
         return bool(self.drain()["complete"])
+
+    def drain_lows(self) -> dict[int, int]:
+        """Per queue the drain asked (qh): the min offset it answered, where the drain began
+        reading it (below it, retention may have removed a message)."""
+        self.drain()
+        return dict(self._drain_lo)
 
     def looked(self) -> dict[int, int]:
         """Per drained queue (qh): the index of the invoke of the drain's max query that gave
@@ -805,12 +813,32 @@ def value_flags(fr: Frames) -> dict[str, Column]:
     weak = (c("ok") == 1) & (c("weak") == 1)
     excess = c("n_read") - F.coalesce(F.bit_count(c("gmask")), F.lit(0))
     two_pos = (c("qh_min") != c("qh_max")) | (c("off_min") != c("off_max"))
+    # read by a consumer, then gone: the final drain read the value's queue from its min
+    # offset (at or below the acknowledged offset) to its end and did not find it anywhere
+    # (truncated and overwritten, or cut): lost, though a consumer saw it once
+    lows = sorted(fr.drain_lows().items())
+    if lows:
+        lo = F.element_at(
+            F.create_map(*[F.lit(x).cast("long") for kv in lows for x in kv]), c("ack_qh")
+        )
+        from_lo = F.coalesce(c("ack_off") >= lo, F.lit(False))
+    else:
+        from_lo = F.lit(False)
+    vanished = (
+        nonnull
+        & acked
+        & (c("n_read") > 0)
+        & (c("n_drain") == 0)
+        & from_lo
+        & ~F.coalesce(undecided(fr), F.lit(False))
+    )
     flags = {
         "acked": nonnull & acked,
         "acked_weak": nonnull & weak,
         "attempted": nonnull & attempted,
         "read": nonnull & read_any,
-        "lost": nonnull & acked & ~read_any,
+        "lost": (nonnull & acked & ~read_any) | vanished,
+        "vanished": vanished,
         "lost_weak": nonnull & weak & ~read_any,
         # missed by a group that polls the value's topic (not by groups of other topics)
         "unseen_by_group": nonnull

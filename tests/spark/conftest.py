@@ -139,18 +139,29 @@ class Hist:
         msgs: list[tuple[int, int, int | None]],
         *,
         ends: dict[int, int] | None = None,
+        lows: dict[int, int] | None = None,
         **kw: Any,
     ) -> None:
         """The bench's final drain: min and max offsets of every queue, then the reads (one
         op; msgs are (queue_id, offset, value) of topic T). By default each queue's max is one
-        past the highest offset read there: the drain read every queue to its end."""
+        past the highest offset read there (the drain read every queue to its end) and its
+        min 0."""
         broker = kw.get("broker", "b0")
         reads = [h.Read("T", q, o, v, None, broker) for q, o, v in msgs]
-        self.bounds(p, reads, ends={("T", q): e for q, e in (ends or {}).items()})
+        self.bounds(
+            p,
+            reads,
+            ends={("T", q): e for q, e in (ends or {}).items()},
+            lows={("T", q): e for q, e in (lows or {}).items()},
+        )
         self.poll(p, msgs, group="drain", f="drain", **kw)
 
     def bounds(
-        self, p: int, reads: list[h.Read], ends: dict[tuple[str, int], int] | None = None
+        self,
+        p: int,
+        reads: list[h.Read],
+        ends: dict[tuple[str, int], int] | None = None,
+        lows: dict[tuple[str, int], int] | None = None,
     ) -> None:
         """The drain's `offsets` min / max ops (rmq_jepsen.workload._drain_queue) for every
         queue that acknowledged a send so far and every queue in `reads`; a queue's max is
@@ -166,7 +177,8 @@ class Hist:
                 (r.queue_offset for r in reads if (r.topic, r.queue_id) == (topic, q)), default=-1
             )
             hi = (ends or {}).get((topic, q), top + 1)
-            for detail, off in (("min", 0), ("max", hi)):
+            lo = (lows or {}).get((topic, q), 0)  # a min above 0: retention removed the head
+            for detail, off in (("min", lo), ("max", hi)):
                 val = h.Value(topic=topic, queue_id=q, broker=broker, detail=detail)
                 self.op(p, "invoke", "offsets", val)
                 done = h.Value(topic=topic, queue_id=q, broker=broker, detail=detail, offset=off)

@@ -452,3 +452,31 @@ def test_many_groups_each_reading_once_is_not_a_definite_duplicate(hist, run_che
     d = run_check(hist, exactly_once=True)["analyses"]["duplicated"]
     assert d["valid"] == "unknown" and d["at_two_positions"] == 0, d
     assert d["guarantee"] == "unknown"
+
+
+def test_a_value_read_then_gone_from_a_complete_drain_is_lost(hist, run_check):
+    """Acknowledged, read by the consumer group, and then not in a final drain that read its
+    queue from below its offset to the end (a master truncated and rewrote it, or a slave
+    elected after losing its tail): lost, and a lost write. It was counted neither (the run
+    said exactly-once; only inconsistent-offsets caught the rewritten case, and a cut tail
+    with no rewrite was VALID). Below the drain's min offset (retention) it is not lost, nor
+    on a queue the drain did not finish."""
+    for v in range(1, 5):
+        hist.send(1, v, off=v - 1)
+    hist.send(1, 5, q=1, off=0)
+    hist.poll(10, [(0, 0, 1), (0, 1, 2), (0, 2, 3), (0, 3, 4), (1, 0, 5)])
+    # queue 0: offsets 2 and 3 hold other values now (2 rewritten by 9; 3 cut); offset 0 is
+    # below the drain's min (retention). queue 1: the drain stopped short of its end
+    hist.send(2, 9, off=2)
+    hist.drain(20, [(0, 1, 2), (0, 2, 9)], lows={0: 1}, ends={0: 3, 1: 2})
+    res = run_check(hist)
+    a = res["analyses"]
+    # 3 (overwritten at offset 2) and 4 (offset 3, past the drain's end of 3: cut); not 1
+    # (below the min), 2 (drained) or 5 (its queue was not drained to the end)
+    assert (a["lost"]["count"], a["lost"]["vanished"], a["lost"]["definite"]) == (2, 2, 2), a[
+        "lost"
+    ]
+    assert {e["v"] for e in a["lost"]["examples"]} == {3, 4}
+    assert a["lost-write"]["count"] >= 1
+    assert a["duplicated"]["guarantee"] != "exactly-once"
+    assert res["valid"] is False

@@ -1,4 +1,6 @@
-"""lost: an acknowledged (SEND_OK) send that no one read, the final drain included."""
+"""lost: an acknowledged (SEND_OK) send that no one read, the final drain included; or one
+a consumer read that the final drain, reading its queue from at or below the acknowledged
+offset to the end, did not find ("vanished": truncated and overwritten, or cut)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def run(fr: Frames) -> dict[str, Any]:
         [_example(r) for r in ex["lost"]],
         definite=definite,
         undecided=open_,
+        vanished=c["vanished"],
         undrained_queues=[x["queue"] for x in cov["incomplete"]],
         acknowledged=c["acked"],
         rate=n / c["acked"] if c["acked"] else 0.0,

@@ -1,6 +1,7 @@
-"""lost-write: an acknowledged send whose acked offset is at or below the highest offset any
-reader saw on its queue, never read by anyone ("read past a hole"). A subset of lost that
-needs no final drain: something later in the same queue was already readable."""
+"""lost-write: a lost value (see lost) whose acked offset is at or below the highest offset
+any reader saw on its queue ("read past a hole"). A subset of lost; for a value never read it
+needs no final drain (something later in the same queue was already readable), for one read
+and then gone from the drain (vanished) the drain decides."""
 
 from __future__ import annotations
 
