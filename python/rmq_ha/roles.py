@@ -15,6 +15,7 @@ import difflib
 import functools
 import json
 import logging
+import logging.handlers
 import os
 import signal
 import sys
@@ -102,19 +103,59 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-def _setup_logging(level: str, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def _setup_logging(
+    level: str,
+    fmt: str = "text",
+    log_file: str | None = None,
+    max_mb: int = 128,
+    backups: int = 10,
+) -> None:
+    """Logs to stderr, or with ``log_file`` to that file alone, rotated when it would pass
+    ``max_mb`` MiB, keeping ``backups`` older files (FILE.1 newest ... FILE.N oldest).
+    Raises ConfigError naming the option when the file cannot be opened."""
+    handler: logging.Handler
+    if log_file:
+        path = Path(log_file)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.handlers.RotatingFileHandler(
+                path, maxBytes=max_mb * 1024 * 1024, backupCount=backups, encoding="utf-8"
+            )
+        except OSError as e:
+            raise ConfigError(f"--log-file {log_file}: cannot open it: {e.strerror or e}") from e
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO), handlers=[handler], force=True
+    )
+
+
+def _logging_from(role: str, args: argparse.Namespace) -> bool:
+    """Sets up logging from the role's options; False (after one line on stderr) if the log
+    file cannot be opened."""
+    try:
+        _setup_logging(
+            args.log_level,
+            args.log_format,
+            getattr(args, "log_file", None),
+            getattr(args, "log_max_mb", 128),
+            getattr(args, "log_backups", 10),
+        )
+    except ConfigError as e:
+        print(f"rmq-ha {role}: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def run_namesrv(args: argparse.Namespace) -> int:
     from rmq_ha.nameserver.server import serve
 
-    _setup_logging(args.log_level, args.log_format)
+    if not _logging_from("namesrv", args):
+        return 2
     try:
         cfg = _load(
             config.NamesrvConfig,
@@ -134,7 +175,8 @@ def run_namesrv(args: argparse.Namespace) -> int:
 def run_controller(args: argparse.Namespace) -> int:
     from rmq_ha.controller.role import serve
 
-    _setup_logging(args.log_level, args.log_format)
+    if not _logging_from("controller", args):
+        return 2
     try:
         cfg = _load(config.ControllerConfig, args, {})
     except ConfigError as e:
@@ -146,7 +188,8 @@ def run_controller(args: argparse.Namespace) -> int:
 def run_broker(args: argparse.Namespace) -> int:
     from rmq_ha.broker.broker import serve
 
-    _setup_logging(args.log_level, args.log_format)
+    if not _logging_from("broker", args):
+        return 2
     try:
         cfg = _load(
             config.BrokerConfig,
@@ -170,14 +213,34 @@ def _serve(role: str, serve: Any, cfg: Any, args: argparse.Namespace) -> int:
     try:
         trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
     except BaseException as e:
+        log = logging.getLogger("rmq_ha")
+        to_file = bool(getattr(args, "log_file", None))  # stderr gets the lines anyway
         causes = leaf_errors(e)
         if not causes or not all(isinstance(x, _REFUSALS) for x in causes):
+            if to_file and not isinstance(e, KeyboardInterrupt):
+                log.critical("%s stopped by an unexpected error", role, exc_info=e)
             raise
         for x in causes:
             print(f"rmq-ha {role}: cannot go on: {type(x).__name__}: {x}", file=sys.stderr)
+            if to_file:
+                log.error("%s cannot go on: %s: %s", role, type(x).__name__, x)
         logging.getLogger("rmq_ha").debug("%s stopped", role, exc_info=e)
         return 1
     return 0
+
+
+def _positive_int(option: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            msg = f"{option} must be a whole number, not {text!r}"
+            raise argparse.ArgumentTypeError(msg) from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{option} must be at least 1, not {v}")
+        return v
+
+    return parse
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -198,6 +261,22 @@ def _common(p: argparse.ArgumentParser) -> None:
         choices=("text", "json"),
         default="text",
         help="json: one JSON object per log line",
+    )
+    p.add_argument(
+        "--log-file",
+        help="log to this file instead of stderr, rotated by size (its directory is created)",
+    )
+    p.add_argument(
+        "--log-max-mb",
+        type=_positive_int("--log-max-mb"),
+        default=128,
+        help="rotate the log file when it would pass this many MiB (default 128)",
+    )
+    p.add_argument(
+        "--log-backups",
+        type=_positive_int("--log-backups"),
+        default=10,
+        help="rotated log files kept: FILE.1 (newest) .. FILE.N (default 10)",
     )
 
 
