@@ -126,3 +126,22 @@ def test_mqadmin_says_why_a_controller_did_not_answer() -> None:
     )  # fmt: skip
     assert r.returncode == 1, r
     assert f"127.0.0.1:{port}" in r.stderr and "cannot connect" in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["produce", "-n", "127.0.0.1:1", "-t", "T", "--api-timeout", "0"],
+        ["mqadmin", "clusterList", "-n", "127.0.0.1:1", "--api-timeout", "-1"],
+        ["admin", "store-health", "-b", "127.0.0.1:1", "--api-timeout", "nan"],
+    ],
+)
+def test_a_timeout_of_zero_or_less_is_a_usage_error(argv: list[str]) -> None:
+    """--api-timeout 0 made every request fail at once with a timeout that named no cause."""
+    r = subprocess.run(
+        [sys.executable, "-m", "rmq_ha.cli", *argv],
+        capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2, r
+    assert "argument --api-timeout" in r.stderr and "above 0" in r.stderr, r.stderr

@@ -97,8 +97,8 @@ def test_a_role_started_with_a_log_file_logs_there_and_not_on_stderr(tmp_path: P
     ("args", "message"),
     [
         (["--log-file", "{blocker}/x.log"], "rmq-ha namesrv: --log-file"),
-        (["--log-max-mb", "0"], "--log-max-mb must be at least 1"),
-        (["--log-backups", "many"], "--log-backups must be a whole number"),
+        (["--log-max-mb", "0"], "argument --log-max-mb: 0 is below 1"),
+        (["--log-backups", "many"], "argument --log-backups: 'many' is not a whole number"),
     ],
 )
 def test_bad_log_options_are_refused_at_start(

@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from rmq_ha.cliargs import positive_seconds
 from rmq_ha.errors import RmqHaError
 
 
@@ -50,7 +51,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--serialize", choices=["JSON", "ROCKETMQ"], default="JSON",
                    help="request header serialization")  # fmt: skip
-    p.add_argument("--api-timeout", type=float, default=3.0, help="seconds per admin request")
+    p.add_argument(
+        "--api-timeout", type=positive_seconds, default=3.0, help="seconds per admin request"
+    )
     p.add_argument("--log-level", default="warning")
 
 

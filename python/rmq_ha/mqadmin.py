@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 import trio
 
+from rmq_ha.cliargs import positive_seconds
 from rmq_ha.client import Admin, ClientConfig, MessageQueue
 from rmq_ha.client.errors import BrokerResponseError
 from rmq_ha.client.message import MessageExt
@@ -849,7 +850,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
-    p.add_argument("--api-timeout", type=float, default=3.0, help="seconds per request")
+    p.add_argument("--api-timeout", type=positive_seconds, default=3.0, help="seconds per request")
     p.add_argument("--log-level", default="warning")
     cliopts.add_args(p)
 

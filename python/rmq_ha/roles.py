@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from rmq_ha import config
+from rmq_ha.cliargs import at_least
 from rmq_ha.errors import ConfigError, RmqHaError, leaf_errors
 
 
@@ -229,20 +230,6 @@ def _serve(role: str, serve: Any, cfg: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(option: str) -> Any:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            msg = f"{option} must be a whole number, not {text!r}"
-            raise argparse.ArgumentTypeError(msg) from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{option} must be at least 1, not {v}")
-        return v
-
-    return parse
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ready-file", help="write host:port here once listening")
     p.add_argument(
@@ -268,13 +255,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--log-max-mb",
-        type=_positive_int("--log-max-mb"),
+        type=at_least(1),
         default=128,
         help="rotate the log file when it would pass this many MiB (default 128)",
     )
     p.add_argument(
         "--log-backups",
-        type=_positive_int("--log-backups"),
+        type=at_least(1),
         default=10,
         help="rotated log files kept: FILE.1 (newest) .. FILE.N (default 10)",
     )

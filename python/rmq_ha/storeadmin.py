@@ -28,6 +28,7 @@ from typing import Any
 
 import trio
 
+from rmq_ha.cliargs import positive_seconds
 from rmq_ha.config import BrokerConfig, load
 from rmq_ha.errors import RmqHaError, leaf_errors
 from rmq_ha.security import cliopts
@@ -48,12 +49,12 @@ def add_parsers(asub: Any) -> None:
     h = asub.add_parser("store-health", help="a broker's quarantined records, cuts and counters")
     h.add_argument("-b", "--broker", required=True, help="broker host:port")
     h.add_argument("--json", action="store_true", help="the whole answer as JSON")
-    h.add_argument("--api-timeout", type=float, default=5.0)
+    h.add_argument("--api-timeout", type=positive_seconds, default=5.0)
     cliopts.add_args(h)
     h.set_defaults(func=run_store_health)
     d = asub.add_parser("delete-expired", help="a retention round on a broker now")
     d.add_argument("-b", "--broker", required=True, help="broker host:port")
-    d.add_argument("--api-timeout", type=float, default=30.0)
+    d.add_argument("--api-timeout", type=positive_seconds, default=30.0)
     cliopts.add_args(d)
     d.set_defaults(func=run_delete_expired)
     r = asub.add_parser(
