@@ -145,3 +145,22 @@ def test_a_timeout_of_zero_or_less_is_a_usage_error(argv: list[str]) -> None:
     )  # fmt: skip
     assert r.returncode == 2, r
     assert "argument --api-timeout" in r.stderr and "above 0" in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_consume_says_why_it_has_no_route_and_fails() -> None:
+    """A consumer whose name server never answers printed only "consumed 0 message(s)" and
+    exited 0, as if the topic were empty."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "rmq_ha.cli", "consume", "-n", f"127.0.0.1:{port}", "-t", "T",
+         "-g", "G", "--idle-timeout", "2"],
+        capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert r.returncode == 1, r
+    lines = [ln for ln in r.stderr.splitlines() if "no route of T yet" in ln]
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0], r.stderr

@@ -203,6 +203,7 @@ async def _consume(args: argparse.Namespace) -> int:
         return OrderlyStatus.SUCCESS
 
     listener = orderly if args.orderly else concurrent
+    said = None  # the route problem last printed: each new one once, not every round
     async with PushConsumer(
         args.group,
         _namesrv(args),
@@ -211,14 +212,20 @@ async def _consume(args: argparse.Namespace) -> int:
         expression=args.expression,
         orderly=args.orderly,
         config=cfg,
-    ):
+    ) as consumer:
         while not done.is_set():
             with trio.move_on_after(0.2):
                 await done.wait()
+            problem = consumer.route_problem(args.topic)
+            if problem is not None and problem != said:
+                print(f"rmq-ha consume: no route of {args.topic} yet: {problem}", file=sys.stderr)
+            said = problem
             if args.idle_timeout and time.monotonic() - last > args.idle_timeout:
                 break
     if not args.json:
         print(f"consumed {count} message(s)", file=sys.stderr)
+    if count == 0 and said is not None:
+        return 1  # it never reached the topic: not "nothing to consume"
     return 0 if not args.count or count >= args.count else 1
 
 

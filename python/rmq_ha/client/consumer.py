@@ -435,6 +435,11 @@ class ConsumerCore:
     def rebalance_now(self) -> None:
         self._rebalance_event.set()
 
+    def route_problem(self, topic: str) -> str | None:
+        """Why a subscribed topic has no route yet (no name server answered, the topic does not
+        exist, a refusal); None once it has one."""
+        return self.instance.routes.missing_because(topic)
+
     async def reset_offsets(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (220; resetOffset in RocketMQ's client): the group's
         offsets on `topic` were reset (mqadmin resetOffsetByTime). The queues of the topic this

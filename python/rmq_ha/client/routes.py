@@ -193,6 +193,13 @@ class RouteCache:
     def route(self, topic: str) -> TopicRouteData | None:
         return self._routes.get(topic)
 
+    def missing_because(self, topic: str) -> str | None:
+        """Why `topic` has no route yet (the last lookup's error); None once it has one or
+        before the first lookup failed."""
+        if topic in self._routes:
+            return None
+        return self._last_error.get(topic)
+
     def topics(self) -> list[str]:
         return list(self._routes)
 
