@@ -790,11 +790,51 @@ async def test_a_held_pull_filters_with_the_subscription_it_has_when_it_wakes(
         async def pull() -> None:
             got.append(await c.client.invoke(c.broker, held, 200))
 
+        hold = c.node.hold
         async with trio.open_nursery() as n:
             n.start_soon(pull)
-            await wait_until(lambda: c.node.hold.waiting("RS", 0) == 1)
+            await wait_until(lambda: hold.waiting("RS", 0) == 1)
             assert (await c.client.invoke(c.broker, heartbeat("b", 2))).code == Resp.SUCCESS
             await c.client.invoke(c.broker, send_cmd("RS", b"1", tags="a"))
+            # Woken, it found only the filtered message and holds on past it (not answered).
+            await wait_until(lambda: hold.waiting("RS", 0, above=1) == 1)
+            assert not got
+            await c.client.invoke(c.broker, send_cmd("RS", b"2", tags="b"))
         (r,) = got
-        assert r.code != Resp.SUCCESS and bodies_of(r.body) == [], (r.code, r.remark)
-        assert r.ext_fields["nextBeginOffset"] == "2"  # moved past the filtered message
+        assert r.code == Resp.SUCCESS and bodies_of(r.body) == [b"2"], (r.code, r.remark)
+        assert r.ext_fields["nextBeginOffset"] == "3"
+
+
+async def test_a_held_pull_holds_on_past_arrivals_its_filter_drops(tmp_path: Path) -> None:
+    """RocketMQ wakes a held pull only for a message its filter matches; ours woke on every
+    arrival and answered PULL_RETRY_IMMEDIATELY, so a tag-filtered consumer made one round
+    trip per message of other tags. Now it holds on until its suspend time, then answers
+    PULL_NOT_FOUND with the offset past what it dropped."""
+    async with cluster(tmp_path) as c:
+        assert (await c.client.invoke(c.broker, send_cmd("HF", b"0", tags="want"))).code == 0
+        hold = c.node.hold
+        got: list[RemotingCommand] = []
+
+        async def pull(suspend_ms: int) -> None:
+            at = int(got[-1].ext_fields["nextBeginOffset"]) if got else 1
+            cmd = pull_cmd("HF", 0, at, expr="want", suspend_ms=suspend_ms)
+            got.append(await c.client.invoke(c.broker, cmd, 200))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(pull, 150_000)
+            await wait_until(lambda: hold.waiting("HF", 0) == 1)
+            for i in range(3):
+                await c.client.invoke(c.broker, send_cmd("HF", b"other-%d" % i, tags="other"))
+                await wait_until(lambda i=i: hold.waiting("HF", 0, above=i + 2) == 1)
+            assert not got  # three arrivals, no answer
+            await c.client.invoke(c.broker, send_cmd("HF", b"mine", tags="want"))
+        (r,) = got
+        assert r.code == Resp.SUCCESS and bodies_of(r.body) == [b"mine"]
+        assert r.ext_fields["nextBeginOffset"] == "5"
+        # Only others arrive: the suspend time ends with PULL_NOT_FOUND past them.
+        async with trio.open_nursery() as n:
+            n.start_soon(pull, 1_000)
+            await wait_until(lambda: hold.waiting("HF", 0) == 1)
+            await c.client.invoke(c.broker, send_cmd("HF", b"other-3", tags="other"))
+        r = got[-1]
+        assert r.code == Resp.PULL_NOT_FOUND and r.ext_fields["nextBeginOffset"] == "6"

@@ -49,9 +49,12 @@ class PullHold:
         for topic, queue_id in list(self._waiters):
             self.notify(topic, queue_id, max_offset_of(topic, queue_id))
 
-    def waiting(self, topic: str | None = None, queue_id: int | None = None) -> int:
-        """How many requests are parked (on one queue when `topic` and `queue_id` are given;
-        the delay scanners park on their schedule queues too)."""
+    def waiting(
+        self, topic: str | None = None, queue_id: int | None = None, *, above: int = 0
+    ) -> int:
+        """How many requests are parked (on one queue when `topic` and `queue_id` are given,
+        counting those waiting at offset `above` or past it; the delay scanners park on their
+        schedule queues too)."""
         if topic is not None and queue_id is not None:
-            return len(self._waiters.get((topic, queue_id), ()))
+            return sum(1 for off, _ in self._waiters.get((topic, queue_id), ()) if off >= above)
         return sum(len(v) for v in self._waiters.values())

@@ -9,7 +9,8 @@ Outcomes follow RocketMQ's store statuses and their response codes:
 * an empty queue asked for a non-zero offset -> PULL_OFFSET_MOVED to 0;
 * units exist but none matches the tag filter, or (an SQL92 subscription, with
   enablePropertyFilter) no record read matches the expression on its properties ->
-  PULL_RETRY_IMMEDIATELY past them;
+  PULL_RETRY_IMMEDIATELY past them; a held pull woken by such arrivals holds on from past
+  them until a matching one arrives or its suspend time ends (then PULL_NOT_FOUND there);
 * a damaged (quarantined) record (issue 15): the records before it are served; while it may
   still be repaired from a replica (damagedRecordWaitMs from the first reader) the pull stops
   before it — held until a repair or the end of the wait, then PULL_NOT_FOUND at the same
@@ -133,26 +134,29 @@ async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> Remoti
     timeout_s = (h.suspend_timeout_millis if may_suspend else 0) / 1000
     max_bytes = min(h.max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
     store = p.store.native
+    offset = h.queue_offset  # moves past messages the filter drops while the pull is held
+    hold_until = trio.current_time() + timeout_s
+    woke = False
     while True:
         qmin = store.queue_min_offset(h.topic, h.queue_id)
         qmax = store.queue_max_offset(h.topic, h.queue_id)
         if qmax == 0:
-            if h.queue_offset != 0:
+            if offset != 0:
                 return _respond(cmd, Resp.PULL_OFFSET_MOVED, 0, qmin, qmax)
             status, nxt = Resp.PULL_NOT_FOUND, 0
-        elif h.queue_offset < qmin:
+        elif offset < qmin:
             return _respond(cmd, Resp.PULL_OFFSET_MOVED, qmin, qmin, qmax)
-        elif h.queue_offset > qmax:
+        elif offset > qmax:
             return _respond(cmd, Resp.PULL_OFFSET_MOVED, qmax, qmin, qmax)
-        elif h.queue_offset == qmax:
-            status, nxt = Resp.PULL_NOT_FOUND, h.queue_offset
+        elif offset == qmax:
+            status, nxt = Resp.PULL_NOT_FOUND, offset
         else:
             try:
                 # One native call: the records served, back to back (no object per record).
                 body, n, nxt, qmin, qmax, skipped = store.read_queue_body(
                     h.topic,
                     h.queue_id,
-                    h.queue_offset,
+                    offset,
                     max(1, h.max_msg_nums),
                     max_bytes,
                     tag_codes,
@@ -173,23 +177,31 @@ async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> Remoti
                 p.traffic.got(h.topic, h.consumer_group, n, len(body), h.queue_id, nxt)
                 return _respond(cmd, Resp.SUCCESS, nxt, qmin, qmax, body)
             if wait_until is None:
-                # Filtered out, or only skipped damaged records: move past them.
-                return _respond(cmd, Resp.PULL_RETRY_IMMEDIATELY, nxt, qmin, qmax)
-            # The first record is damaged and may still be repaired: hold the pull until a
-            # repair or the end of the wait (within the suspend timeout), then look again.
-            left_s = min(timeout_s, max(0.0, wait_until / 1000 - trio.current_time()))
-            if left_s <= 0:
-                return _respond(cmd, Resp.PULL_NOT_FOUND, h.queue_offset, qmin, qmax)
-            deadline = trio.current_time() + timeout_s
-            await p.storage.wait_repair(left_s)
-            timeout_s = max(0.0, deadline - trio.current_time())
-            continue
+                left_s = hold_until - trio.current_time()
+                if not (woke and nxt >= qmax and left_s > 0):
+                    # Filtered out, or only skipped damaged records: move past them.
+                    return _respond(cmd, Resp.PULL_RETRY_IMMEDIATELY, nxt, qmin, qmax)
+                # A held pull woken by arrivals its filter drops holds on from past them, as
+                # RocketMQ's hold service wakes a pull only for a message its filter matches
+                # (an answer per arrival costs every tag-filtered group a round trip each).
+                offset, status, timeout_s = nxt, Resp.PULL_NOT_FOUND, left_s
+            else:
+                # The first record is damaged and may still be repaired: hold the pull until a
+                # repair or the end of the wait (within the suspend timeout), then look again.
+                left_s = min(timeout_s, max(0.0, wait_until / 1000 - trio.current_time()))
+                if left_s <= 0:
+                    return _respond(cmd, Resp.PULL_NOT_FOUND, offset, qmin, qmax)
+                deadline = trio.current_time() + timeout_s
+                await p.storage.wait_repair(left_s)
+                timeout_s = max(0.0, deadline - trio.current_time())
+                continue
         if timeout_s <= 0:
             return _respond(cmd, status, nxt, qmin, qmax)
-        arrived = await p.hold.wait(h.topic, h.queue_id, h.queue_offset, timeout_s)
+        arrived = await p.hold.wait(h.topic, h.queue_id, offset, timeout_s)
         timeout_s = 0  # one more look after waking, then answer
         if not arrived:
             return _respond(cmd, status, nxt, qmin, qmax)
+        woke = True
         # The look after waking filters with the group's subscription as it is now, as
         # RocketMQ re-runs a held pull: a consumer that resubscribed (heartbeat) while its
         # pull was held must not get a message of its old subscription
