@@ -108,3 +108,49 @@ async def test_recovery_reconciles_the_epoch_file_and_the_core_refuses_to_lead_u
         out = core.step(ev.MasterInfo(3, "a:1", 3, 3, frozenset({3}), "elect"), 2_000)
         assert act.AppendEpoch(3, native.max_offset) in out
         assert core.serving_master and core.write_refusal() is None
+
+
+def test_fsynced_bytes_found_missing_are_owed_up_to_the_durable_offset() -> None:
+    """A slave acknowledges what it stored before its confirm offset catches up: bytes between
+    the confirm offset and the durable (fsynced) one may be acknowledged writes. Recovery that
+    finds them missing (zeroed, truncated) must make the replica owe them, as a cut below the
+    confirm offset does; the probe's slave was elected without them and the others cut theirs."""
+    entries = [(1, 0), (2, 500)]
+    debt = catch_up_after_recovery(entries, 600, None, None, 836)
+    assert debt is not None and (debt.offset, debt.epoch) == (836, 2)
+    assert "236 fsynced bytes below 836 are missing" in debt.reason
+    # The largest of the known facts wins; nothing missing above the log: no debt.
+    debt = catch_up_after_recovery(entries, 600, 900, None, 836)
+    assert debt is not None and debt.offset == 900
+    assert catch_up_after_recovery(entries, 836, None, None, 836) is None
+
+
+async def test_a_replica_whose_fsynced_tail_was_zeroed_owes_it_at_start(tmp_path: Path) -> None:
+    cfg, _ = from_mapping(
+        BrokerConfig,
+        {
+            "brokerClusterName": "c",
+            "brokerName": "b",
+            "brokerId": "-1",
+            "enableControllerMode": "true",
+            "controllerAddr": "127.0.0.1:1",
+            "storePathRootDir": str(tmp_path),
+        },
+    )
+    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+        first = store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(3)])
+        last = store.native.append_batch([Message("T", 0, b"acked" * 20)])
+    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
+    epochs.append(1, 0)
+    del epochs
+    seg = tmp_path / "commitlog" / f"{0:020d}"
+    with open(seg, "r+b") as f:  # the last, fsynced record zeroed
+        f.seek(first.end_offset)
+        f.write(bytes(last.end_offset - first.end_offset))
+    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+        assert store.native.max_offset == first.end_offset
+        core = RoleCore(role_config(cfg))
+        ha = HaService(cfg, store, lambda: core.ha, lambda e: None, lambda: 3)
+        debt = ha.recover()
+        assert debt is not None and debt.offset == last.end_offset, debt
+        assert catchup.load(tmp_path) == debt

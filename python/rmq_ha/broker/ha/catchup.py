@@ -8,7 +8,11 @@ Two facts survive such a loss and bound what the replica once held:
   reaches `start` (a master appends its epoch at its max offset; a slave records the epoch of
   bytes or heartbeats at its own position);
 * its persisted confirm offset (the checkpoint's, before recovery clamps it): every byte
-  below it was on every SyncStateSet member.
+  below it was on every SyncStateSet member;
+* its checkpoint's durable (fsynced) offset, when recovery finds fsynced bytes missing
+  (zeroed or truncated by damage, not torn by a power loss): a slave acknowledges what it has
+  stored before its confirm offset catches up, so the bytes between the two may be
+  acknowledged writes.
 
 If the recovered log ends below either, the replica lost bytes it once held, some of which may
 be acknowledged writes that only it and its SyncStateSet peers had. It must not become master
@@ -72,12 +76,23 @@ def catch_up_after_recovery(
     max_offset: int,
     confirm_before_clamp: int | None,
     persisted: CatchUp | None,
+    durable_lost_below: int | None = None,
 ) -> CatchUp | None:
     """The debt of a replica whose recovered log ends at `max_offset`, from its epoch entries
     as they were before recovery touched them, the checkpoint's confirm offset if recovery
-    clamped it, and a debt persisted by an earlier start. None when it lost nothing it is
-    known to have held (or has caught up since)."""
+    clamped it, a debt persisted by an earlier start, and the checkpoint's durable offset when
+    recovery found fsynced bytes below it missing. None when it lost nothing it is known to
+    have held (or has caught up since)."""
     found: list[CatchUp] = []
+    if durable_lost_below is not None and durable_lost_below > max_offset:
+        found.append(
+            CatchUp(
+                durable_lost_below,
+                epoch_of_byte(entries, durable_lost_below),
+                f"{durable_lost_below - max_offset} fsynced bytes below {durable_lost_below}"
+                " are missing",
+            )
+        )
     if entries:
         last_epoch, last_start = entries[-1]
         if last_start > max_offset:

@@ -14,7 +14,7 @@ to have held owes a catch-up (`catchup.py`), persisted before the cut.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -127,6 +127,7 @@ class HaService:
             native.max_offset,
             clamped if isinstance(clamped, int) else None,
             catchup.load(root),
+            durable_lost_below(report),
         )
         if debt is not None:
             catchup.save(root, debt)
@@ -228,3 +229,15 @@ class HaService:
             return ReplicationOutcome(False, "no-slave")
         ok = await self.master.wait_acked(end_offset, self.cfg.slave_timeout_ms / 1000)
         return ReplicationOutcome(ok, "" if ok else "timeout")
+
+
+def durable_lost_below(report: Mapping[str, object]) -> int | None:
+    """The checkpoint's durable offset when the store's recovery found fsynced bytes below it
+    missing (`missing_durable`) or cut the log below it; None otherwise."""
+    missing = report.get("missing_durable")
+    if isinstance(missing, tuple | list) and len(missing) == 2 and isinstance(missing[1], int):
+        return missing[1]
+    durable = report.get("durable_offset")
+    if report.get("cut_below_durable") and isinstance(durable, int):
+        return durable
+    return None
