@@ -75,6 +75,46 @@ def test_a_corrupt_log_tail_is_cut_back_to_the_last_valid_entry(
     assert [e.index for e in RaftStorage(tmp_path).load().entries] == list(range(1, want + 3))
 
 
+@pytest.mark.parametrize("where", ["one flipped byte", "a zeroed header", "two damaged records"])
+def test_damage_that_valid_entries_follow_refuses_to_load(tmp_path: Path, where: str) -> None:
+    """A flipped byte in an early entry cut the log there and dropped every later entry,
+    committed ones included; the node then voted, and a candidate without them was elected
+    (the probe lost 30 acknowledged messages). Damage that a valid continuation follows is
+    not a torn tail: load refuses, naming the byte and the entry that follows."""
+    s = RaftStorage(tmp_path)
+    s.apply([AppendLog(entries(1, 4)), AppendLog(entries(4, 9, term=2))])
+    data = bytearray((tmp_path / "log").read_bytes())
+    rec = 8 + 17 + 2  # header, index/term/kind, b"eN"
+    at = 2 * rec  # entry 3
+    if where == "one flipped byte":
+        data[at + 20] ^= 0x01
+    elif where == "a zeroed header":
+        data[at : at + 8] = bytes(8)
+    else:
+        data[at + 20] ^= 0x01
+        data[at + rec + 20] ^= 0x01
+    (tmp_path / "log").write_bytes(bytes(data))
+    with pytest.raises(
+        CorruptFileError, match=rf"byte {at} is damaged .*yet entry \d+ \(term.*reaches entry 8 "
+    ):
+        RaftStorage(tmp_path).load()
+    assert (tmp_path / "log").read_bytes() == bytes(data), "nothing cut"
+
+
+def test_stale_records_past_an_unsynced_truncation_are_still_cut(tmp_path: Path) -> None:
+    """A crash after a truncation and a shorter re-append, before the fsync, can leave the old
+    records' bytes past the new ones: they have lower terms (or indexes), so they are a tail
+    to cut, not lost entries."""
+    s = RaftStorage(tmp_path)
+    s.apply([AppendLog(tuple(Entry(i, 2, b"old-entry-%d" % i) for i in range(1, 9)))])
+    old = (tmp_path / "log").read_bytes()
+    s.apply([TruncateLog(after_index=2), AppendLog((Entry(3, 3, b"new"),))])
+    new = (tmp_path / "log").read_bytes()
+    (tmp_path / "log").write_bytes(new + old[len(new) :])  # the truncation never reached disk
+    st = RaftStorage(tmp_path).load()
+    assert [(e.index, e.term) for e in st.entries] == [(1, 2), (2, 2), (3, 3)]
+
+
 def test_corrupt_hard_state_or_snapshot_is_an_error_not_a_reset(tmp_path: Path) -> None:
     s = RaftStorage(tmp_path)
     s.apply([SaveHardState(HardState(5, "n1")), SaveSnapshot(Snapshot(1, 1, b"x"))])

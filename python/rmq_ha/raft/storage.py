@@ -6,9 +6,13 @@
   truncation cuts the file at a record boundary; compaction rewrites it (temp file, rename).
 
 Every `apply` ends with an fsync of what it touched, so the core's contract holds: a durable
-operation implies every earlier one is durable. On load a torn or corrupt tail of the log (a
-crash mid-append, flipped bits) is cut back to the last valid record and reported; records
-that do not follow on from the previous index are cut too.
+operation implies every earlier one is durable. On load a torn tail of the log (a crash
+mid-append, or stale records left past a truncation the crash did not let reach the disk) is
+cut back to the last valid record and reported. A damaged record that a later valid
+continuation of the log follows (a record with a higher index and a term no lower) is not a
+torn tail: those entries were fsynced, may be committed, and a node that dropped them could
+vote a candidate without them into leadership. Loading then refuses (`CorruptFileError`) and
+the node does not start; docs/ha.md says how to restore its log from a peer.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ log = logging.getLogger(__name__)
 _HEAD = struct.Struct(">II")  # length of the rest, crc32 of the rest
 _BODY = struct.Struct(">QQB")  # index, term, kind
 MAX_ENTRY_BYTES = 64 << 20
+_KINDS = frozenset(int(k) for k in EntryKind)
 
 
 def _encode(e: Entry) -> bytes:
@@ -52,6 +57,57 @@ class LoadReport:
     entries: int = 0
     cut_at_byte: int | None = None
     cut_reason: str | None = None
+
+
+def _valid_record_at(
+    data: bytes, q: int, after_index: int, min_term: int
+) -> tuple[int, int] | None:
+    """(index, term) of an intact record at byte `q` that continues a log ending at
+    `after_index` in a term no lower than `min_term`; None if there is none there."""
+    if len(data) - q < _HEAD.size + _BODY.size:
+        return None
+    length, crc = _HEAD.unpack_from(data, q)
+    if length < _BODY.size or length > MAX_ENTRY_BYTES + _BODY.size:
+        return None
+    end = q + _HEAD.size + length
+    if end > len(data):
+        return None
+    index, term, kind = _BODY.unpack_from(data, q + _HEAD.size)
+    if index <= after_index or term < min_term or kind not in _KINDS:
+        return None  # cheap checks first: a CRC only for plausible headers
+    if zlib.crc32(data[q + _HEAD.size : end]) != crc:
+        return None
+    return index, term
+
+
+def _continuation_after(
+    data: bytes, pos: int, after_index: int, min_term: int
+) -> tuple[int, int, int] | None:
+    """The first intact record past a damaged one at `pos` that continues the log (a higher
+    index, a term no lower: stale records left by an unsynced truncation have lower terms or
+    indexes) as (byte, index, term); None when what follows is a torn tail or stale."""
+    if len(data) - pos >= _HEAD.size:
+        # Most damage is a flipped byte inside one record whose length is intact.
+        length, _ = _HEAD.unpack_from(data, pos)
+        nxt = pos + _HEAD.size + length
+        if _BODY.size <= length <= MAX_ENTRY_BYTES + _BODY.size:
+            got = _valid_record_at(data, nxt, after_index, min_term)
+            if got is not None:
+                return nxt, *got
+    for q in range(pos + 1, len(data) - _HEAD.size - _BODY.size + 1):
+        got = _valid_record_at(data, q, after_index, min_term)
+        if got is not None:
+            return q, *got
+    return None
+
+
+def _last_index_from(data: bytes, q: int) -> int:
+    """The index of the last intact record in the run of consecutive ones starting at `q`."""
+    last = -1
+    while (got := _valid_record_at(data, q, last, 0)) is not None:
+        last = got[0]
+        q += _HEAD.size + _HEAD.unpack_from(data, q)[0]
+    return last
 
 
 class RaftStorage:
@@ -141,6 +197,20 @@ class RaftStorage:
         self._end = pos
         self.report.entries = len(entries)
         if pos < len(data):
+            last = entries[-1] if entries else None
+            later = _continuation_after(data, pos, last.index if last else -1,
+                                        last.term if last else 0)  # fmt: skip
+            if later is not None:
+                held = _last_index_from(data, later[0])
+                raise CorruptFileError(
+                    f"raft log {self.log_path}: the record at byte {pos} is damaged ({reason}),"
+                    f" yet entry {later[1]} (term {later[2]}) follows at byte {later[0]}:"
+                    " fsynced entries would be lost, so this controller does not start. Replace"
+                    " its log and snapshot with those of the leader or of a controller whose log"
+                    f" reaches entry {held} (docs/ha.md, 'A controller's damaged Raft log')",
+                    str(self.log_path),
+                )
+
             self.report.cut_at_byte = pos
             self.report.cut_reason = reason
             log.warning(
