@@ -13,7 +13,12 @@ import pytest
 import trio
 
 from rmq_ha._native import decode_stored_record
-from rmq_ha.broker.special.delay import SCHEDULE_TOPIC, DelayOffsets, parse_delay_levels
+from rmq_ha.broker.special.delay import (
+    SCHEDULE_TOPIC,
+    DelayOffsets,
+    deliver_at,
+    parse_delay_levels,
+)
 from rmq_ha.client import MessageQueue, Producer, PullConsumer, PullStatus
 from rmq_ha.errors import ConfigError
 from rmq_ha.net.client import RemotingClient
@@ -259,3 +264,14 @@ async def test_a_timer_message_due_past_the_max_delay_is_refused(tmp_path: Path)
         from rmq_ha.config import BrokerConfig, replace_keys
 
         replace_keys(BrokerConfig(), {"timerMaxDelaySec": "0"})
+
+
+def test_a_store_time_ahead_of_the_clock_is_delivered_now_not_never() -> None:
+    """After the clock stepped back (or the broker once ran with it ahead), a message's store
+    time is in the future. It was due at now + delay on every look, i.e. never; RocketMQ's
+    correctDeliverTimestamp delivers it at once. Normal messages wait their level."""
+    now = 1_800_000_000_000
+    assert deliver_at(now - 2_000, 5_000, now) == now + 3_000  # waiting its level
+    assert deliver_at(now - 9_000, 5_000, now) == now - 4_000  # overdue: at once
+    assert deliver_at(now + 600_000, 5_000, now) == now  # stored ahead of the clock
+    assert deliver_at(now, 5_000, now) == now + 5_000  # stored just now: the full delay

@@ -126,6 +126,22 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// How far the last store timestamp may run ahead of the wall clock and still be reused: a
+/// clock stepped back by up to this much keeps store times ordered (search by time relies on
+/// it); a larger step (a clock that was wrong, a timestamp remembered from such a run in the
+/// checkpoint) follows the wall clock at once instead of freezing every timestamp until the
+/// clock catches up, which stalled delayed messages and retries for as long (probe: 2 h).
+pub const MAX_CLOCK_HOLD_MS: i64 = 5_000;
+
+/// The store timestamp of the next write, from the wall clock and the last one written.
+pub fn next_store_timestamp(now: i64, last: i64) -> i64 {
+    if last > now && last - now <= MAX_CLOCK_HOLD_MS {
+        last
+    } else {
+        now
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     pub root: PathBuf,
@@ -1356,9 +1372,9 @@ impl Store {
             }
         }
         let mut inner = self.core.inner()?;
-        // Store timestamps never go backwards, even if the wall clock does: search by
-        // timestamp relies on them being ordered.
-        let ts = now_ms().max(inner.last_store_ts);
+        // Store timestamps do not go backwards when the wall clock steps back a little:
+        // search by timestamp relies on them being ordered (next_store_timestamp).
+        let ts = next_store_timestamp(now_ms(), inner.last_store_ts);
         let Inner { log, state, .. } = &mut *inner;
         // Offsets are taken in a scratch list (batches touch few queues) and published only
         // after the write succeeded, so a failed write leaves no gap in any queue.
@@ -1426,7 +1442,7 @@ impl Store {
             )));
         }
         let mut inner = self.core.inner()?;
-        let ts = now_ms().max(inner.last_store_ts);
+        let ts = next_store_timestamp(now_ms(), inner.last_store_ts);
         let Inner { log, state, .. } = &mut *inner;
         let marker = MessageIn {
             topic: TOPIC_DELETED.as_bytes(),
@@ -2944,5 +2960,26 @@ fn wipe_queue_dir(dir: &Path) -> Result<()> {
 impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::{next_store_timestamp, MAX_CLOCK_HOLD_MS};
+
+    #[test]
+    fn a_small_step_back_keeps_store_times_ordered() {
+        assert_eq!(next_store_timestamp(1_000_000, 999_000), 1_000_000);
+        assert_eq!(next_store_timestamp(1_000_000, 1_002_000), 1_002_000);
+        let edge = 1_000_000 + MAX_CLOCK_HOLD_MS;
+        assert_eq!(next_store_timestamp(1_000_000, edge), edge);
+    }
+
+    #[test]
+    fn a_large_step_back_follows_the_wall_clock() {
+        let two_hours = 7_200_000;
+        assert_eq!(next_store_timestamp(1_000_000, 1_000_000 + two_hours), 1_000_000);
+        let past_edge = 1_000_000 + MAX_CLOCK_HOLD_MS + 1;
+        assert_eq!(next_store_timestamp(1_000_000, past_edge), 1_000_000);
     }
 }

@@ -114,6 +114,16 @@ def _parse_offsets(raw: bytes) -> tuple[dict[int, int], DataVersion | None]:
     return table, (DataVersion.from_json(json.dumps(dv).encode()) if dv is not None else None)
 
 
+def deliver_at(store_ts: int, delay_ms: int, now: int) -> int:
+    """When a message of a delay level is due: its store time plus the level's delay, or now
+    when that is further ahead than the delay itself (a store time ahead of the clock, after
+    the clock stepped back: RocketMQ's correctDeliverTimestamp). Capping it at now + delay
+    instead, as before, moved the due time on with every look: the message, and every one
+    behind it on its level, was never delivered while the store time stayed ahead."""
+    due = store_ts + delay_ms
+    return now if due > now + delay_ms else due
+
+
 class DelayOffsets:
     """The per-level progress (delayOffset.json) and its DataVersion."""
 
@@ -358,9 +368,7 @@ class DelayService(SpecialService):
         for rec in recs:
             now = wall_ms()
             store_ts = _int(rec["store_timestamp"])
-            # A clock that went back must not hold a message longer than its level
-            # (RocketMQ's correctDeliverTimestamp).
-            due = min(store_ts + delay_ms, now + delay_ms)
+            due = deliver_at(store_ts, delay_ms, now)
             if due > now:
                 await trio.sleep(min((due - now) / 1000, IDLE_RECHECK_S))
                 return
