@@ -2978,7 +2978,10 @@ mod clock_tests {
     #[test]
     fn a_large_step_back_follows_the_wall_clock() {
         let two_hours = 7_200_000;
-        assert_eq!(next_store_timestamp(1_000_000, 1_000_000 + two_hours), 1_000_000);
+        assert_eq!(
+            next_store_timestamp(1_000_000, 1_000_000 + two_hours),
+            1_000_000
+        );
         let past_edge = 1_000_000 + MAX_CLOCK_HOLD_MS + 1;
         assert_eq!(next_store_timestamp(1_000_000, past_edge), 1_000_000);
     }
