@@ -287,6 +287,12 @@ async def test_groups_connections_progress_and_reset(tmp_path: Path) -> None:
             _, kept = await mq("resetOffsetByTime", "-n", ns, "-g", "cg", "-t", "GT",
                                "-s", "now", "-f", "false")  # fmt: skip
             assert {(r["queueId"], r["offset"]) for r in kept} == {(0, 5), (1, 0)}
+            # skipAccumulatedMessage (timestamp -1): to the end of every queue; it rewound
+            # the group to 0 (mqadmin of RocketMQ 5.5.0 against us, probe).
+            _, skip = await mq("skipAccumulatedMessage", "-n", ns, "-g", "cg", "-t", "GT")
+            assert {(r["queueId"], r["offset"]) for r in skip} == {(0, 8), (1, 0)}
+            _, prog = await mq("consumerProgress", "-n", ns, "-g", "cg", "-t", "GT")
+            assert prog["diffTotal"] == 0
 
         rc, _ = await mq("consumerConnection", "-n", ns, "-g", "cg", ok=False)
         assert rc == 1  # nobody online any more

@@ -529,6 +529,13 @@ async def reset_offset_by_time(a: Admin, args: argparse.Namespace) -> Output:
     return out
 
 
+async def skip_accumulated_message(a: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin's skipAccumulatedMessage: a forced reset to timestamp -1, which each broker
+    takes as the end of every queue."""
+    args.timestamp, args.force = -1, True
+    return await reset_offset_by_time(a, args)
+
+
 async def get_broker_epoch(a: Admin, args: argparse.Namespace) -> Output:
     info = await a.cluster_info()
     names = (
@@ -1021,6 +1028,14 @@ def add_commands(sub: Any) -> None:
         help="ms, now, or yyyy-MM-dd#HH:mm:ss:SSS",
     )
     p.add_argument("-f", "--force", type=_bool, default=True)
+    p = _ns(
+        sub,
+        "skipAccumulatedMessage",
+        skip_accumulated_message,
+        "move a group's offsets to the end of every queue (skip its backlog)",
+    )
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", required=True)
     p = _ns(sub, "getBrokerEpoch", get_broker_epoch, "the epoch entries of each replica")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("-b", "--brokerName", dest="broker_name")

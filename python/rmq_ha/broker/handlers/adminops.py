@@ -146,7 +146,8 @@ def consume_stats(p: Ports, group: str, topic: str | None) -> ConsumeStats:
 
 def reset_offsets(p: Ports, h: ResetOffsetRequestHeader) -> dict[MessageQueue, int]:
     """RocketMQ's Broker2Client.resetOffset rule per queue: the offset of the first message
-    stored at or after `timestamp` (or the given `offset`), unless not forced and the group
+    stored at or after `timestamp` (the queue's end for timestamp -1, as mqadmin's
+    skipAccumulatedMessage asks; or the given `offset`), unless not forced and the group
     is already before it. Commits the result in the broker's offset table."""
     tc = p.topics.get(h.topic)
     assert tc is not None
@@ -159,6 +160,9 @@ def reset_offsets(p: Ports, h: ResetOffsetRequestHeader) -> dict[MessageQueue, i
                 max(h.offset, native.queue_min_offset(h.topic, qid)),
                 native.queue_max_offset(h.topic, qid),
             )
+        elif h.timestamp == -1:
+            # skipAccumulatedMessage: to the end of the queue (it rewound to 0 here)
+            target = native.queue_max_offset(h.topic, qid)
         else:
             target = native.search_offset_by_timestamp(h.topic, qid, h.timestamp)
         current = p.offsets.query(h.group, h.topic, qid)
