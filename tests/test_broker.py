@@ -805,6 +805,28 @@ async def test_a_held_pull_filters_with_the_subscription_it_has_when_it_wakes(
         assert r.ext_fields["nextBeginOffset"] == "3"
 
 
+async def test_a_held_pull_is_checked_again_when_it_wakes(tmp_path: Path) -> None:
+    """A pull held while its group is disabled (updateSubGroup -s false) then woken by a
+    message: refused as RocketMQ re-runs the whole pull; it was served (a message per queue
+    reached a disabled group in the probe)."""
+    async with cluster(tmp_path) as c:
+        assert c.node is not None
+        assert (await c.client.invoke(c.broker, send_cmd("GE", b"0"))).code == Resp.SUCCESS
+        got: list[RemotingCommand] = []
+
+        async def pull() -> None:
+            cmd = pull_cmd("GE", 0, 1, group="ge", suspend_ms=150_000)
+            got.append(await c.client.invoke(c.broker, cmd, 200))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(pull)
+            await wait_until(lambda: c.node.hold.waiting("GE", 0) == 1)
+            c.node.subgroups.update(SubscriptionGroupConfig(group_name="ge", consume_enable=False))
+            await c.client.invoke(c.broker, send_cmd("GE", b"1"))
+        (r,) = got
+        assert r.code == Resp.NO_PERMISSION and not r.body, (r.code, r.remark)
+
+
 async def test_a_held_pull_holds_on_past_arrivals_its_filter_drops(tmp_path: Path) -> None:
     """RocketMQ wakes a held pull only for a message its filter matches; ours woke on every
     arrival and answered PULL_RETRY_IMMEDIATELY, so a tag-filtered consumer made one round

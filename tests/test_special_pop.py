@@ -148,6 +148,33 @@ async def test_pop_long_polls_until_a_message_arrives(tmp_path: Path) -> None:
             assert got == [b"wake"]
 
 
+@pytest.mark.timeout(30)
+async def test_a_parked_pop_is_refused_when_its_group_was_disabled_meanwhile(
+    tmp_path: Path,
+) -> None:
+    from rmq_ha.protocol.admin import SubscriptionGroupConfig
+
+    async with special_cluster(tmp_path, **FAST_REVIVE) as env:
+        await create_topic(env.namesrv, "PollD", queues=1)
+        async with PopConsumer("dcg", env.namesrv, ["PollD"], config=FAST_CONSUMER) as c:
+            errors: list[BrokerResponseError] = []
+
+            async def popper() -> None:
+                try:
+                    await c.pop("PollD", poll_time_s=120.0)
+                except BrokerResponseError as e:
+                    errors.append(e)
+
+            async with trio.open_nursery() as n:
+                n.start_soon(popper)
+                await eventually(lambda: env.broker.hold.waiting("PollD", 0) > 0, 10)
+                env.broker.subgroups.update(
+                    SubscriptionGroupConfig(group_name="dcg", consume_enable=False)
+                )
+                await produce(env, "PollD", ["not for a disabled group"])
+            assert [e.code for e in errors] == [Resp.NO_PERMISSION]
+
+
 @pytest.mark.timeout(40)
 async def test_revive_survives_a_restart(tmp_path: Path) -> None:
     async with special_cluster(tmp_path, **FAST_REVIVE) as env:

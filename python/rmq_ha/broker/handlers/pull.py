@@ -101,30 +101,33 @@ def _sql_matching(body: bytes, sql: SqlFilter) -> tuple[bytes, int]:
     return b"".join(kept), len(kept)
 
 
-async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> RemotingCommand:
-    h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+def _refusal(p: Ports, h: PullMessageRequestHeader, peer: str) -> tuple[int, str] | None:
+    """Why this pull may not read now (broker or topic not readable, no such topic or queue,
+    the group may not consume); checked when it arrives and again when a held pull wakes."""
     if not is_readable(p.cfg.broker_permission):
-        return cmd.response(
-            Resp.NO_PERMISSION, f"the broker[{p.cfg.broker_name}] pulling message is forbidden"
-        )
+        return Resp.NO_PERMISSION, f"the broker[{p.cfg.broker_name}] pulling message is forbidden"
     tc = p.topics.get(h.topic)
     if tc is None:
-        return cmd.response(
-            Resp.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
-        )
+        return Resp.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!"
     if not is_readable(tc.perm):
-        return cmd.response(
-            Resp.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
-        )
+        return Resp.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
     if not 0 <= h.queue_id < tc.read_queue_nums:
-        return cmd.response(
+        return (
             Resp.INVALID_PARAMETER,
             f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
             f"[{tc.read_queue_nums}] consumer:[/{peer}]",
         )
     refusal = p.subgroups.consume_refusal(h.consumer_group)
     if refusal is not None:
-        return cmd.response(Resp.NO_PERMISSION, refusal)
+        return Resp.NO_PERMISSION, refusal
+    return None
+
+
+async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> RemotingCommand:
+    h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+    refused = _refusal(p, h, peer)
+    if refused is not None:
+        return cmd.response(*refused)
     tag_codes, sql, filter_refusal = _filter(p, h)
     if filter_refusal is not None:
         return cmd.response(*filter_refusal)
@@ -202,9 +205,13 @@ async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> Remoti
         if not arrived:
             return _respond(cmd, status, nxt, qmin, qmax)
         woke = True
-        # The look after waking filters with the group's subscription as it is now, as
-        # RocketMQ re-runs a held pull: a consumer that resubscribed (heartbeat) while its
-        # pull was held must not get a message of its old subscription
+        # The look after waking checks the pull again as RocketMQ re-runs a held pull: the
+        # group, topic or broker may have lost read permission (consumeEnable=false), and
+        # the filter is the group's subscription as it is now (a consumer that resubscribed
+        # while its pull was held must not get a message of its old subscription).
+        refused = _refusal(p, h, peer)
+        if refused is not None:
+            return cmd.response(*refused)
         tag_codes, sql, filter_refusal = _filter(p, h)
         if filter_refusal is not None:
             return cmd.response(*filter_refusal)

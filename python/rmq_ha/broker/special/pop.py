@@ -463,9 +463,24 @@ class PopService(SpecialService):
                 await self._wait_any(queues, deadline)
             finally:
                 self._parked -= 1
+            # Woken: read permission may have gone while it was parked (as for a held pull)
+            refusal = self._read_refusal(h)
+            if refusal is not None:
+                return cmd.response(Resp.NO_PERMISSION, refusal)
         if not popped:
             return cmd.response(Resp.POLLING_TIMEOUT, "no new message")
         return self._answer(cmd, h.consumer_group, popped, pop_time, h.invisible_time, revive_qid)
+
+    def _read_refusal(self, h: PopMessageRequestHeader) -> str | None:
+        """Why the group may not read the topic here now (broker or topic not readable, the
+        group disabled); None when it may."""
+        ports = self.ports
+        if not is_readable(ports.cfg.broker_permission):
+            return f"the broker[{ports.cfg.broker_name}] popping message is forbidden"
+        tc = ports.topics.get(h.topic)
+        if tc is not None and not is_readable(tc.perm):
+            return f"the topic[{h.topic}] popping message is forbidden"
+        return ports.subgroups.consume_refusal(h.consumer_group)
 
     async def _pop_queues(
         self,
