@@ -430,6 +430,17 @@ fn plan<'a>(
             remark: "the batch is empty".to_owned(),
         };
     }
+    if is_batch && body.len() > cfg.max_message_size {
+        // RocketMQ refuses a batch larger than maxMessageSize as a whole (send.py says the same)
+        return Plan::Reply {
+            code: MESSAGE_ILLEGAL,
+            remark: format!(
+                "the batch of {} bytes is over the max message size, MAX: {}",
+                body.len(),
+                cfg.max_message_size
+            ),
+        };
+    }
     for (_, b, p) in &entries {
         if b.len() > cfg.max_message_size {
             return Plan::Reply {
@@ -928,7 +939,30 @@ mod tests {
 
     #[test]
     fn refusals_carry_the_python_handlers_codes_and_remarks() {
-        let cases: [(Vec<u8>, i32, &str); 4] = [
+        // Two bodies each under the limit (64) whose batch is over it: RocketMQ refuses it.
+        let big = encode_batch(&[
+            BatchEntry {
+                flag: 0,
+                body: &[1; 40],
+                properties: b"",
+            },
+            BatchEntry {
+                flag: 0,
+                body: &[2; 40],
+                properties: b"",
+            },
+        ])
+        .expect("batch");
+        let too_big = format!(
+            "the batch of {} bytes is over the max message size, MAX: 64",
+            big.len()
+        );
+        let cases: [(Vec<u8>, i32, &str); 5] = [
+            (
+                send(SEND_BATCH_MESSAGE, SERIALIZE_JSON, 1, "T", "0", "", &big),
+                MESSAGE_ILLEGAL,
+                &too_big,
+            ),
             (
                 send(SEND_MESSAGE_V2, SERIALIZE_JSON, 1, "RO", "0", "", b"x"),
                 NO_PERMISSION,

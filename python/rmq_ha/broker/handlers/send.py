@@ -482,6 +482,11 @@ async def send_message(
         return cmd.response(Resp.MESSAGE_ILLEGAL, f"the batch body does not decode: {e}")
     if not entries:
         return cmd.response(Resp.MESSAGE_ILLEGAL, "the batch is empty")
+    if is_batch and len(body) > p.cfg.max_message_size:
+        # RocketMQ refuses a batch larger than maxMessageSize as a whole, not only each body
+        return cmd.response(
+            Resp.MESSAGE_ILLEGAL, batch_too_large(len(body), p.cfg.max_message_size)
+        )
     sizes = [len(b) for _, b, _ in entries]
     for _, b, prop in entries:
         if len(b) > p.cfg.max_message_size:
@@ -733,3 +738,9 @@ async def consumer_send_msg_back(
         p.traffic.dead_letter(props.get(PROPERTY_RETRY_TOPIC, orig_topic), h.group)
     # The retry's answer carries no message id; RocketMQ answers plain SUCCESS.
     return cmd.response(resp.code, resp.remark)
+
+
+def batch_too_large(size: int, limit: int) -> str:
+    """The refusal of a batch whose encoded body is over maxMessageSize (the native path says
+    the same)."""
+    return f"the batch of {size} bytes is over the max message size, MAX: {limit}"
