@@ -315,7 +315,9 @@ def _offset_at(ns: str, group: str, offset: int) -> Any:
 # --- broker config and status ----------------------------------------------------------------
 
 
-async def test_broker_status_config_cluster_list_and_epochs(tmp_path: Path) -> None:
+async def test_broker_status_config_cluster_list_and_epochs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async with client_cluster(tmp_path) as env:
         ns = env.namesrv
         _, brokers = await mq("clusterList", "-n", ns)
@@ -379,6 +381,20 @@ async def test_broker_status_config_cluster_list_and_epochs(tmp_path: Path) -> N
         assert epochs[0]["epochs"][0]["epoch"] == 1
         _, by_cluster_epochs = await mq("getBrokerEpoch", "-n", ns, "-c", "DefaultCluster")
         assert by_cluster_epochs == epochs
+
+        # Updates outlive a restart (persisted in the store; they were lost, though the docs
+        # said brokerPermission=4 keeps writes off for good): the restarted broker starts
+        # with them and says which keys override its config file.
+        await env.stop_broker()
+        restarted = BrokerConfig(
+            listen_port=0, namesrv_addr="", store_path_root_dir=str(env.store_root),
+            commitlog_segment_bytes=1 << 20,
+        )  # fmt: skip
+        caplog.clear()
+        async with open_broker(restarted) as node:
+            assert (node.cfg.broker_permission, node.cfg.max_message_size) == (4, 100)
+        (line,) = [r.getMessage() for r in caplog.records if "overrides the config" in r.message]
+        assert "brokerPermission=4 (file: 6)" in line and "maxMessageSize=100" in line
 
 
 async def test_the_cli_entry_point_runs_mqadmin(tmp_path: Path) -> None:

@@ -644,6 +644,7 @@ async def open_broker(cfg: BrokerConfig) -> AsyncIterator[Broker]:
     record (and so the offset message ids clients derive from it) is the real one, even with
     port 0."""
     cfg.store_root.mkdir(parents=True, exist_ok=True)
+    cfg = config_handlers.with_runtime_overrides(cfg)  # updateBrokerConfig outlives a restart
     server = RemotingServer(
         Dispatcher("broker"),
         cfg.broker_ip,

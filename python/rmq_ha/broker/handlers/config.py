@@ -6,19 +6,29 @@ keys). An update may change only the keys in `RUNTIME_KEYS`, each read by the br
 moment it is used; any other key, an unknown key or a bad value refuses the whole update,
 naming the key and the reason, and changes nothing. An accepted update replaces the broker's
 config record (validated as at load) through `apply`, which the wiring implements.
+
+An accepted update is persisted first (`<storePathRootDir>/config/runtimeConfig.json`, the
+keys ever updated with their last values; RocketMQ rewrites its config file instead), and
+`with_runtime_overrides` applies it again at the next start over the config file, with one
+WARNING naming each key that overrides the file: an operator who drained a broker with
+brokerPermission=4 and restarted it got writes back.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from rmq_ha import config as config_mod
 from rmq_ha.broker.ports import Ports
-from rmq_ha.config import BrokerConfig
+from rmq_ha.config import BrokerConfig, parse_properties
 from rmq_ha.config_admin import config_text, decode_update
+from rmq_ha.durable import read_with_backup, write_with_backup
+from rmq_ha.errors import ConfigError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import GetBrokerConfigResponseHeader
@@ -35,6 +45,53 @@ RUNTIME_KEYS: Final[Mapping[str, str]] = {
     "autoCreateTopicEnable": "read by every send to an unknown topic",
     "defaultTopicQueueNums": "read when a send auto-creates a topic",
 }
+
+log = logging.getLogger(__name__)
+
+OVERRIDES_FILE: Final = "runtimeConfig.json"
+
+
+def overrides_path(cfg: BrokerConfig) -> Path:
+    return cfg.store_root / "config" / OVERRIDES_FILE
+
+
+def _parse_overrides(raw: bytes) -> dict[str, str]:
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in doc.items()
+    ):
+        raise ValueError("not an object of strings")
+    return doc
+
+
+def load_overrides(cfg: BrokerConfig) -> dict[str, str]:
+    """The runtime updates persisted in the store (empty when there are none)."""
+    got = read_with_backup(overrides_path(cfg), _parse_overrides, "runtime config")
+    return got or {}
+
+
+def with_runtime_overrides(cfg: BrokerConfig) -> BrokerConfig:
+    """`cfg` with the persisted runtime updates applied (each key that changes the loaded
+    value logged at WARNING). A persisted key or value the rules no longer allow is refused
+    naming the file: ConfigError."""
+    values = load_overrides(cfg)
+    if not values:
+        return cfg
+    try:
+        new = check_update(cfg, values)
+    except ConfigError as e:
+        raise ConfigError(f"{overrides_path(cfg)}: {e}", getattr(e, "key", None)) from None
+    before = dict(config_mod.rocketmq_items(cfg))
+    after = dict(config_mod.rocketmq_items(new))
+    changed = [k for k in sorted(after) if before.get(k) != after[k]]
+    if changed:
+        log.warning(
+            "runtime config from updateBrokerConfig (%s) overrides the config file: %s",
+            overrides_path(cfg),
+            ", ".join(f"{k}={after[k]} (file: {before.get(k)})" for k in changed),
+        )
+    return new
+
 
 #: Replaces the broker's config (the wiring: Ports.cfg, the name-server shell, topics).
 Apply = Callable[[BrokerConfig], Awaitable[None]]
@@ -96,6 +153,16 @@ def register(d: Dispatcher, p: Ports, apply: Apply, status: Status) -> None:
         new = decode_update(p.cfg, cmd.body, RUNTIME_KEYS)
         if isinstance(new, tuple):
             return cmd.response(new[0], new[1])
+        # Persisted before it takes effect: a write that fails changes nothing.
+        values = {**load_overrides(p.cfg), **parse_properties((cmd.body or b"").decode())}
+        path = overrides_path(p.cfg)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_with_backup(path, json.dumps(values, sort_keys=True, indent=1).encode())
+        except OSError as e:
+            return cmd.response(
+                Resp.SYSTEM_ERROR, f"cannot persist the update to {path}: {e.strerror or e}"
+            )
         await apply(new)
         version[0] = version[0].next_version(int(time.time() * 1000))
         return cmd.response(Resp.SUCCESS)
