@@ -349,6 +349,12 @@ async def test_broker_status_config_cluster_list_and_epochs(
             await p.send("CfgT", "x" * 50)
             with pytest.raises(SendError, match="MESSAGE_ILLEGAL"):
                 await p.send("CfgT", "x" * 200)
+        # RocketMQ's clusterList columns (they printed null): the first record's store time,
+        # the disk's used share, empty request queues.
+        _, status = await mq("brokerStatus", "-n", ns, "-b", env.broker)
+        assert 0 < int(status["earliestMessageTimeStamp"]) <= time.time() * 1000
+        assert 0 < float(status["commitLogDiskRatio"]) < 1
+        assert status["sendThreadPoolQueueSize"] == status["pageCacheLockTimeMills"] == "0"
 
         err = io.StringIO()
         for key, value, why in (

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from rmq_ha import config as config_mod
+from rmq_ha._native import decode_stored_record
 from rmq_ha.broker.ports import Ports
 from rmq_ha.config import BrokerConfig, parse_properties
 from rmq_ha.config_admin import config_text, decode_update
 from rmq_ha.durable import read_with_backup, write_with_backup
-from rmq_ha.errors import ConfigError
+from rmq_ha.errors import ConfigError, RmqHaError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
 from rmq_ha.protocol.admin import GetBrokerConfigResponseHeader
@@ -36,6 +37,7 @@ from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
 from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.models import DataVersion, KVTable
+from rmq_ha.store_retention import disk_usage
 
 #: RocketMQ key -> why it is safe to change while the broker runs (docs/operations.md).
 RUNTIME_KEYS: Final[Mapping[str, str]] = {
@@ -130,6 +132,16 @@ def runtime_info(p: Ports, status: dict[str, Any], boot_ms: int) -> dict[str, st
         "putTps": p.traffic.tps_text(p.traffic.put_rate),
         "getTransferredTps": p.traffic.tps_text(p.traffic.got_rate),
         "brokerPermission": p.cfg.broker_permission,
+        # mqadmin clusterList's columns. No thread pools here (a task per request on one
+        # event loop): nothing waits in a send or pull pool queue, so 0 is the true value;
+        # the page cache is never locked.
+        "sendThreadPoolQueueSize": 0,
+        "sendThreadPoolQueueHeadWaitTimeMills": 0,
+        "pullThreadPoolQueueSize": 0,
+        "pullThreadPoolQueueHeadWaitTimeMills": 0,
+        "pageCacheLockTimeMills": 0,
+        "earliestMessageTimeStamp": _earliest_store_time(native),
+        "commitLogDiskRatio": _disk_ratio(p.cfg.store_root),
         # rmq_ha: replication state (GET_BROKER_EPOCH_CACHE has the rest).
         "role": status.get("role"),
         "masterEpoch": status.get("masterEpoch"),
@@ -139,6 +151,26 @@ def runtime_info(p: Ports, status: dict[str, Any], boot_ms: int) -> dict[str, st
         "fenced": "false" if status.get("fence") is None else str(status.get("fence")),
     }
     return {k: str(v) for k, v in table.items()}
+
+
+def _earliest_store_time(native: Any) -> int:
+    """The store time of the commitlog's first record (0 when empty or unreadable)."""
+    if native.max_offset <= native.min_offset:
+        return 0
+    try:
+        rec = decode_stored_record(native.read_record(native.min_offset).tobytes())
+    except (RmqHaError, ValueError, OSError):
+        return 0
+    ts = rec.get("store_timestamp")
+    return ts if isinstance(ts, int) else 0
+
+
+def _disk_ratio(root: Path) -> float:
+    """The used share of the store's filesystem (RocketMQ's commitLogDiskRatio)."""
+    try:
+        return round(disk_usage(root).used_ratio, 4)
+    except OSError:
+        return 0.0
 
 
 def register(d: Dispatcher, p: Ports, apply: Apply, status: Status) -> None:
