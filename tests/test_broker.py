@@ -413,6 +413,28 @@ async def test_a_consumers_heartbeat_creates_its_groups_config(tmp_path: Path, a
             assert table["hbg"].retry_max_times == 16 and table["hbg"].consume_enable
         else:
             assert "hbg" not in table
+        if auto:
+            # Written by housekeeping (off the event loop) or at shutdown, not by the
+            # heartbeat: the default flush interval has not passed yet.
+            files = c.store_root / "config"
+            assert "hbg" not in (files / "subscriptionGroup.json").read_text()
+            assert "%RETRY%hbg" not in (files / "topics.json").read_text()
+    if auto:
+        assert "hbg" in (files / "subscriptionGroup.json").read_text()
+        assert "%RETRY%hbg" in (files / "topics.json").read_text()
+
+
+async def test_config_tables_are_written_off_the_event_loop_by_housekeeping(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path, consumer_offset_flush_interval_ms=50) as c:
+        assert c.node is not None
+        c.node.subgroups.ensure("later", persist_now=False)
+        c.node.offsets.commit("later", "T", 0, 7)
+        path = c.store_root / "config" / "subscriptionGroup.json"
+        await wait_until(lambda: path.exists() and "later" in path.read_text())
+        offsets = c.store_root / "config" / "consumerOffset.json"
+        await wait_until(lambda: offsets.exists() and '"T@later"' in offsets.read_text())
 
 
 async def test_a_send_to_a_retry_topic_past_its_limit_is_a_dead_letter(tmp_path: Path) -> None:

@@ -230,3 +230,26 @@ def test_a_damaged_config_file_is_read_from_its_backup(
     p.unlink()
     bak.unlink()
     assert state(p) in ([], None, {})
+
+
+def test_a_config_file_only_moves_forward_and_a_failed_write_is_dirty_again(
+    tmp_path: Path,
+) -> None:
+    from rmq_ha.durable import ConfigFileWriter
+
+    w = ConfigFileWriter(tmp_path / "cfg" / "t.json")
+    old = w.job(lambda: b"old", lambda: None)
+    new = w.job(lambda: b"new", lambda: None)
+    new()
+    old()  # finished after the newer snapshot: does nothing
+    assert (tmp_path / "cfg" / "t.json").read_bytes() == b"new"
+    dirty: list[bool] = []
+    (tmp_path / "cfg" / "t.json.tmp").mkdir()  # the temp file cannot be created
+
+    def newest() -> bytes:
+        return b"newest"
+
+    failing = w.job(newest, lambda: dirty.append(True))
+    with pytest.raises(OSError):
+        failing()
+    assert dirty == [True] and (tmp_path / "cfg" / "t.json").read_bytes() == b"new"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -116,6 +117,43 @@ def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | 
     if all(x.endswith(" is missing") for x in problems):
         return None
     raise CorruptFileError(f"{what} cannot be read: {'; '.join(problems)}", str(path))
+
+
+class ConfigFileWriter:
+    """One broker config file written from snapshots, on the event loop or off it (a worker
+    thread: building the JSON of thousands of groups or offsets and its fsyncs took 50-150 ms,
+    a stall of every request, probe). A snapshot is taken where the table lives; its job may
+    run later and elsewhere; writes never overlap, and a job whose snapshot is older than the
+    one already written does nothing, so the file only moves forward."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._taken = 0  # snapshots handed out
+        self._written = 0  # the newest snapshot on disk
+
+    def job(
+        self, encode: Callable[[], bytes], on_failure: Callable[[], None]
+    ) -> Callable[[], None]:
+        """The write of one snapshot: `encode` builds its bytes from data the caller copied;
+        `on_failure` runs when the write fails (the table is dirty again) before it raises."""
+        self._taken += 1
+        gen = self._taken
+
+        def run() -> None:
+            try:
+                data = encode()
+                with self._lock:
+                    if gen <= self._written:
+                        return  # a newer snapshot is already there
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    write_with_backup(self.path, data)
+                    self._written = gen
+            except BaseException:
+                on_failure()
+                raise
+
+        return run
 
 
 #: What `persist_or_log` last failed to write, so a failing write is logged once, not every

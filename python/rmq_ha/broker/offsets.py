@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from rmq_ha.durable import read_with_backup, write_with_backup
+from rmq_ha.durable import ConfigFileWriter, read_with_backup
 from rmq_ha.protocol.models import DataVersion
 
 
@@ -35,6 +36,7 @@ class ConsumerOffsetManager:
         #: Commits were made here since the table was last adopted from the master.
         self._local = False
         self._dirty = False
+        self._writer = ConfigFileWriter(path)
         self._load()
 
     def _load(self) -> None:
@@ -183,27 +185,44 @@ class ConsumerOffsetManager:
     def to_json(self, *, for_file: bool = False) -> bytes:
         """RocketMQ's ConsumerOffsetSerializeWrapper; the file adds `localCommits` when this
         table holds commits of its own since it last adopted the master's."""
-        doc: dict[str, object] = {
-            "offsetTable": {
-                k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())
-            },
-            "dataVersion": {
-                "timestamp": self.data_version.timestamp,
-                "counter": self.data_version.counter,
-                "stateVersion": self.data_version.state_version,
-            },
-        }
-        if for_file and self._local:
-            doc["localCommits"] = True
-        return json.dumps(doc, sort_keys=False).encode()
+        return _encode(self.table, self.data_version, for_file and self._local)
+
+    def persist_job(self, force: bool = False) -> Callable[[], None] | None:
+        """The write of the table as it is now (None when nothing changed), to run here or in
+        a worker thread: the copy is taken now, the JSON is built by the job."""
+        if not (self._dirty or force):
+            return None
+        table = {k: dict(v) for k, v in self.table.items()}
+        version, local = self.data_version, self._local
+        self._dirty = False
+
+        def dirty_again() -> None:
+            self._dirty = True
+
+        return self._writer.job(lambda: _encode(table, version, local), dirty_again)
 
     def persist(self, force: bool = False) -> bool:
-        if not (self._dirty or force):
+        job = self.persist_job(force)
+        if job is None:
             return False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_with_backup(self.path, self.to_json(for_file=True))
-        self._dirty = False
+        job()
         return True
+
+
+def _encode(table: dict[str, dict[int, int]], version: DataVersion, local: bool) -> bytes:
+    doc: dict[str, object] = {
+        "offsetTable": {
+            k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(table.items())
+        },
+        "dataVersion": {
+            "timestamp": version.timestamp,
+            "counter": version.counter,
+            "stateVersion": version.state_version,
+        },
+    }
+    if local:
+        doc["localCommits"] = True
+    return json.dumps(doc, sort_keys=False).encode()
 
 
 def _now_ms() -> int:

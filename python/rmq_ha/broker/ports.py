@@ -80,7 +80,7 @@ class TopicsPort(Protocol):
         self, topic: str, default_topic: str | None, queue_nums: int
     ) -> TopicConfig | None: ...
 
-    def system(self, topic: str, queue_nums: int = 1) -> TopicConfig:
+    def system(self, topic: str, queue_nums: int = 1, *, persist_now: bool = True) -> TopicConfig:
         """A read-write system topic (retry, DLQ, ...), created and announced if new."""
         ...
 
@@ -167,7 +167,7 @@ class SubscriptionGroups(Protocol):
         """The group's retryMaxTimes (16 without a config)."""
         ...
 
-    def ensure(self, group: str) -> bool:
+    def ensure(self, group: str, *, persist_now: bool = True) -> bool:
         """Creates a default config for a group without one; True when it did."""
         ...
 

@@ -15,10 +15,11 @@ not enforced (docs/operations.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms
-from rmq_ha.durable import read_with_backup, write_with_backup
+from rmq_ha.durable import ConfigFileWriter, read_with_backup
 from rmq_ha.protocol.admin import SubscriptionGroupConfig, SubscriptionGroupWrapper
 from rmq_ha.protocol.models import DataVersion
 
@@ -34,6 +35,10 @@ class SubscriptionGroupManager:
         self.path = path
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion.initial(wall_ms())
+        self._writer = ConfigFileWriter(path)
+        #: Changed since the last write (a heartbeat's auto-created group: written by the
+        #: broker's housekeeping off the event loop, not by the heartbeat).
+        self.dirty = False
         self._load()
 
     def _load(self) -> None:
@@ -46,9 +51,24 @@ class SubscriptionGroupManager:
     def wrapper(self) -> SubscriptionGroupWrapper:
         return SubscriptionGroupWrapper(dict(self.table), self.data_version)
 
+    def persist_job(self) -> Callable[[], None] | None:
+        """The write of the table as it is now (None when unchanged since the last one), to
+        run here or in a worker thread."""
+        if not self.dirty:
+            return None
+        wrapper = self.wrapper()
+        self.dirty = False
+
+        def dirty_again() -> None:
+            self.dirty = True
+
+        return self._writer.job(wrapper.to_json, dirty_again)
+
     def persist(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_with_backup(self.path, self.wrapper().to_json())
+        self.dirty = True
+        job = self.persist_job()
+        assert job is not None
+        job()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self.table.get(group)
@@ -60,13 +80,15 @@ class SubscriptionGroupManager:
             return f"subscription group no permission, {group}"
         return None
 
-    def ensure(self, group: str) -> bool:
+    def ensure(self, group: str, *, persist_now: bool = True) -> bool:
         """A default config for a group that has none (RocketMQ's findSubscriptionGroupConfig
         with autoCreateSubscriptionGroup=true, at a consumer's heartbeat): admin tools list
-        the group and show its settings. True when it was created."""
+        the group and show its settings. True when it was created. Without `persist_now`
+        the file is written later (`persist_job`): a lost default is made again at the next
+        heartbeat."""
         if group in self.table:
             return False
-        self.update(SubscriptionGroupConfig(group_name=group))
+        self.update(SubscriptionGroupConfig(group_name=group), persist_now=persist_now)
         return True
 
     def retry_max_times(self, group: str) -> int:
@@ -75,10 +97,13 @@ class SubscriptionGroupManager:
         cfg = self.table.get(group)
         return cfg.retry_max_times if cfg is not None else DEFAULT_RETRY_MAX_TIMES
 
-    def update(self, cfg: SubscriptionGroupConfig) -> None:
+    def update(self, cfg: SubscriptionGroupConfig, *, persist_now: bool = True) -> None:
         self.table[cfg.group_name] = cfg
         self.data_version = self.data_version.next_version(wall_ms())
-        self.persist()
+        if persist_now:
+            self.persist()
+        else:
+            self.dirty = True
 
     def delete(self, group: str) -> bool:
         """True when the group had a config."""

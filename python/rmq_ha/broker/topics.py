@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms as now_ms
-from rmq_ha.durable import read_with_backup, write_with_backup
+from rmq_ha.durable import ConfigFileWriter, read_with_backup
 from rmq_ha.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from rmq_ha.protocol.perm import PERM_INHERIT, PERM_READ, PERM_WRITE
 
@@ -118,6 +118,10 @@ class TopicConfigManager:
         self.wait_announced: Callable[[float], Awaitable[None]] = _at_once
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion.initial(now_ms())
+        self._writer = ConfigFileWriter(path)
+        #: Changed since the last write (a heartbeat's retry topic: written by the broker's
+        #: housekeeping off the event loop, not by the heartbeat).
+        self.dirty = False
         self._load()
         rw = PERM_READ | PERM_WRITE
         system = {
@@ -170,21 +174,38 @@ class TopicConfigManager:
         self.table.update(w.topic_config_table)
         self.data_version = w.data_version
 
-    def persist(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def persist_job(self) -> Callable[[], None] | None:
+        """The write of the table as it is now (None when unchanged since the last one), to
+        run here or in a worker thread."""
+        if not self.dirty:
+            return None
         wrapper = TopicConfigSerializeWrapper(
-            topic_config_table=self.table, data_version=self.data_version
+            topic_config_table=dict(self.table), data_version=self.data_version
         )
-        write_with_backup(self.path, wrapper.to_json())
+        self.dirty = False
+
+        def dirty_again() -> None:
+            self.dirty = True
+
+        return self._writer.job(wrapper.to_json, dirty_again)
+
+    def persist(self) -> None:
+        self.dirty = True
+        job = self.persist_job()
+        assert job is not None
+        job()
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def update(self, tc: TopicConfig) -> None:
+    def update(self, tc: TopicConfig, *, persist_now: bool = True) -> None:
         assert tc.topic_name
         self.table[tc.topic_name] = tc
         self.data_version = self.data_version.next_version(now_ms())
-        self.persist()
+        if persist_now:
+            self.persist()
+        else:
+            self.dirty = True
 
     def delete(self, topic: str) -> bool:
         """DELETE_TOPIC_IN_BROKER: the topic's config goes (True when it had one)."""
@@ -207,14 +228,16 @@ class TopicConfigManager:
         self.update(tc)
         return tc
 
-    def create_system(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+    def create_system(
+        self, topic: str, queue_nums: int, perm: int, *, persist_now: bool = True
+    ) -> TopicConfig:
         """Retry/DLQ topics, created on demand."""
         tc = self.table.get(topic)
         if tc is None:
             tc = TopicConfig(
                 topic_name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums, perm=perm
             )
-            self.update(tc)
+            self.update(tc, persist_now=persist_now)
         return tc
 
     # ---- what the handlers use (ports.TopicsPort) -------------------------------------------
@@ -239,9 +262,9 @@ class TopicConfigManager:
             tc = self.system(topic)
         return tc
 
-    def system(self, topic: str, queue_nums: int = 1) -> TopicConfig:
+    def system(self, topic: str, queue_nums: int = 1, *, persist_now: bool = True) -> TopicConfig:
         existed = self.get(topic) is not None
-        tc = self.create_system(topic, queue_nums, PERM_READ | PERM_WRITE)
+        tc = self.create_system(topic, queue_nums, PERM_READ | PERM_WRITE, persist_now=persist_now)
         if not existed:
             self.changed()
         return tc
