@@ -658,6 +658,8 @@ impl Store {
         d.set_item("cq_units_repaired", st.cq_units_repaired)?;
         d.set_item("cq_tag_codes_repaired", st.cq_tag_codes_repaired)?;
         d.set_item("retention_segments", st.retention_segments)?;
+        d.set_item("cq_queues_retired", st.cq_queues_retired)?;
+        d.set_item("cq_retire_failures", st.cq_retire_failures)?;
         d.set_item("retention_bytes", st.retention_bytes)?;
         d.set_item("min_offset", self.inner.min_offset())?;
         d.set_item("max_offset", self.inner.max_offset())?;

@@ -18,7 +18,9 @@
 //! log. Version 1 (no `covered`) is still read.
 //!
 //! An entry with queue id -1 is not a queue: it is a deleted topic's floor (`max_offset` is the
-//! commitlog offset of its deletion marker; see "Deleted topics" in [`crate::store`]).
+//! commitlog offset of its deletion marker; see "Deleted topics" in [`crate::store`]). An entry
+//! with queue id `q <= -2` is queue `-2 - q` retired: a deleted topic's emptied queue whose
+//! files were deleted, `max_offset` the offset it goes on from if the topic comes back.
 
 use std::path::{Path, PathBuf};
 

@@ -27,7 +27,10 @@
 //! unit of the topic below it is hidden as retention hides expired ones (min offset raised,
 //! whole files deleted), and queue offsets go on from where they were, never handed out twice.
 //! A topic created again under the same name starts empty. Floors are kept in the consume-queue
-//! manifest (entries with queue id -1) and applied again on every open and rebuild.
+//! manifest (entries with queue id -1) and applied again on every open and rebuild. Once a
+//! deleted topic's queue holds nothing, the next checkpoint retires it: the queue is closed and
+//! its files deleted after the manifest keeps its max offset (entries with queue id <= -2), so
+//! topic churn holds no file descriptors or files for ever.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -60,6 +63,9 @@ pub const TOPIC_DELETED: &str = "rmq_sys_TOPIC_DELETED";
 
 /// The queue id of a pending unit that carries a deleted topic's floor, not a queue's unit.
 const FLOOR_QID: i32 = -1;
+/// Manifest entries with a queue id at or below this one are retired queues: queue
+/// `RETIRED_QID_BASE - queue_id`, whose files were deleted, with the offset it goes on from.
+const RETIRED_QID_BASE: i32 = -2;
 
 /// How often the consume-queue manifest's counts are refreshed when only they changed.
 const MANIFEST_REFRESH: Duration = Duration::from_secs(10);
@@ -304,6 +310,10 @@ pub struct StoreStats {
     /// Commitlog segments deleted by retention, and their bytes.
     pub retention_segments: u64,
     pub retention_bytes: u64,
+    /// Deleted topics' emptied consume queues closed and their files deleted; and deletions
+    /// that failed (the files stay; the queue is closed all the same).
+    pub cq_queues_retired: u64,
+    pub cq_retire_failures: u64,
 }
 
 /// What a retention call deleted.
@@ -322,6 +332,10 @@ struct Inner {
     quarantine: Quarantine,
     /// Deleted topics: every unit of the topic below this commitlog offset is gone.
     floors: HashMap<String, u64>,
+    /// A deleted topic's emptied queues, closed and their files deleted (an open queue per
+    /// deleted topic held file descriptors and files for ever: topic churn ran a broker out
+    /// of descriptors), with the offset each goes on from if the topic comes back.
+    retired: HashMap<(String, i32), u64>,
     /// Per queue, positions whose units' tag codes were checked since open ([`TagChecked`]),
     /// and tag codes found right in a unit checked against its record ([`KnownTags`]).
     tag_checked: HashMap<(String, i32), TagChecked>,
@@ -677,6 +691,39 @@ impl Core {
         r
     }
 
+    /// Closes the queues of deleted topics that hold nothing (every unit below the topic's
+    /// floor) and keeps only the offset each goes on from; a retired queue that came back (its
+    /// topic created again and written) is live again. Returns the directories to delete
+    /// once the manifest listing them as retired is durable.
+    fn retire_dead_queues(inner: &mut Inner) -> Vec<PathBuf> {
+        let Inner {
+            cqs,
+            floors,
+            retired,
+            tag_checked,
+            tag_known,
+            ..
+        } = inner;
+        retired.retain(|k, _| !cqs.contains_key(k));
+        let dead: Vec<(String, i32)> = cqs
+            .iter()
+            .filter(|((t, _), q)| {
+                floors.contains_key(t.as_str()) && q.min_offset() == q.max_offset()
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut dirs = Vec::with_capacity(dead.len());
+        for key in dead {
+            if let Some(q) = cqs.remove(&key) {
+                dirs.push(q.dir().to_path_buf());
+                tag_checked.remove(&key);
+                tag_known.remove(&key);
+                retired.insert(key, q.max_offset());
+            } // the queue's files are closed here
+        }
+        dirs
+    }
+
     fn write_checkpoint(&self, exact_manifest: bool) -> Result<Checkpoint> {
         if let Some(e) = lock(&self.ckpt_broken).clone() {
             return Err(StoreError::Io {
@@ -685,11 +732,19 @@ impl Core {
             });
         }
         let _one_at_a_time = lock(&self.ckpt_lock);
-        let (files, dirs, dispatched, confirm, ts, manifest, log_min) = {
+        let ((files, retired_dirs), dirs, dispatched, confirm, ts, manifest, log_min) = {
             let mut inner = self.inner()?;
             let mut files = Vec::new();
             let mut dirs = Vec::new();
-            let mut manifest = Vec::with_capacity(inner.cqs.len());
+            let retired_dirs = Self::retire_dead_queues(&mut inner);
+            let mut manifest = Vec::with_capacity(inner.cqs.len() + inner.retired.len());
+            for ((topic, qid), &max) in &inner.retired {
+                manifest.push(ManifestEntry {
+                    topic: topic.clone(),
+                    queue_id: RETIRED_QID_BASE - *qid,
+                    max_offset: max,
+                });
+            }
             for ((topic, qid), q) in inner.cqs.iter_mut() {
                 let (f, d) = q.take_dirty()?;
                 files.extend(f);
@@ -711,7 +766,7 @@ impl Core {
             }
             manifest.sort_by(|a, b| (&a.topic, a.queue_id).cmp(&(&b.topic, b.queue_id)));
             (
-                files,
+                (files, retired_dirs),
                 dirs,
                 self.dispatched.load(Ordering::Acquire),
                 self.effective_confirm(),
@@ -762,6 +817,18 @@ impl Core {
                 cq_manifest::store(&self.cfg.root, &cq_manifest::encode(&manifest, dispatched))?;
                 *written = (manifest, Some(Instant::now()));
             }
+        }
+        // Retired queues' files go only once the manifest that lists them as retired is
+        // durable (it was rewritten above: the set of entries changed). A crash before this
+        // leaves an empty queue directory, opened as a live queue and retired again.
+        if !retired_dirs.is_empty() {
+            let failed = retired_dirs
+                .iter()
+                .filter(|d| remove_queue_dir(d).is_err())
+                .count() as u64;
+            let mut inner = self.inner()?;
+            inner.stats.cq_queues_retired += retired_dirs.len() as u64;
+            inner.stats.cq_retire_failures += failed;
         }
         let flushed = self.shared.flushed_offset();
         let c = Checkpoint {
@@ -955,6 +1022,7 @@ impl Store {
         // queue at all while the log has dispatched records means they were all lost.
         let mut floors: HashMap<(String, i32), u64> = HashMap::new();
         let mut topic_floors: HashMap<String, u64> = HashMap::new();
+        let mut retired: HashMap<(String, i32), u64> = HashMap::new();
         let mut cq_manifest_problem = None;
         let mut rebuild_all = false;
         let mut manifest_covered = None;
@@ -964,6 +1032,10 @@ impl Store {
                 for e in m.entries {
                     if e.queue_id == FLOOR_QID {
                         topic_floors.insert(e.topic, e.max_offset);
+                        continue;
+                    }
+                    if e.queue_id <= RETIRED_QID_BASE {
+                        retired.insert((e.topic, RETIRED_QID_BASE - e.queue_id), e.max_offset);
                         continue;
                     }
                     let key = (e.topic.clone(), e.queue_id);
@@ -1244,8 +1316,33 @@ impl Store {
         for (topic, &floor) in &topic_floors {
             Core::apply_floor(&mut cqs, topic, floor)?;
         }
+        // A retired queue's directory still there (a crash between the manifest and the
+        // deletion) holds nothing past the floor: its deletion is finished now. One that
+        // holds units (the topic written again) is a live queue.
+        let stale: Vec<(String, i32)> = retired
+            .keys()
+            .filter(|k| {
+                cqs.get(*k)
+                    .is_some_and(|q| q.min_offset() == q.max_offset())
+            })
+            .cloned()
+            .collect();
+        for key in stale {
+            if let Some(q) = cqs.remove(&key) {
+                let (d, max) = (q.dir().to_path_buf(), q.max_offset());
+                drop(q);
+                let _ = remove_queue_dir(&d); // left there, it is retired again at next open
+                if let Some(r) = retired.get_mut(&key) {
+                    *r = (*r).max(max);
+                }
+            }
+        }
+        retired.retain(|k, _| !cqs.contains_key(k));
         for ((topic, qid), q) in &cqs {
             state.raise_next(topic, *qid, q.max_offset() as i64);
+        }
+        for ((topic, qid), &max) in &retired {
+            state.raise_next(topic, *qid, max as i64);
         }
         Core::note_queue_offsets(&log, &quarantine, &mut state, dispatch_start, end)?;
         for ((topic, qid), floor) in empty_rebuilt {
@@ -1274,6 +1371,7 @@ impl Store {
                 state,
                 quarantine,
                 floors: topic_floors,
+                retired,
                 tag_checked: HashMap::new(),
                 tag_known: HashMap::new(),
                 stats,
@@ -1860,11 +1958,23 @@ impl Store {
         }
     }
 
+    /// A queue's min offset; a retired queue (a deleted topic's, emptied and closed) is empty
+    /// at the offset it goes on from, as it was before its files went.
     pub fn queue_min_offset(&self, topic: &str, queue_id: i32) -> Result<u64> {
-        self.with_cq(topic, queue_id, |q, _| Ok(q.min_offset()), 0)
+        let retired = self.retired_at(topic, queue_id)?;
+        self.with_cq(topic, queue_id, |q, _| Ok(q.min_offset()), retired)
     }
     pub fn queue_max_offset(&self, topic: &str, queue_id: i32) -> Result<u64> {
-        self.with_cq(topic, queue_id, |q, _| Ok(q.max_offset()), 0)
+        let retired = self.retired_at(topic, queue_id)?;
+        self.with_cq(topic, queue_id, |q, _| Ok(q.max_offset()), retired)
+    }
+    fn retired_at(&self, topic: &str, queue_id: i32) -> Result<u64> {
+        let inner = self.core.inner()?;
+        Ok(inner
+            .retired
+            .get(&(topic.to_string(), queue_id))
+            .copied()
+            .unwrap_or(0))
     }
     pub fn queue_unit(&self, topic: &str, queue_id: i32, index: u64) -> Result<CqUnit> {
         let inner = self.core.inner()?;
@@ -1963,12 +2073,16 @@ impl Store {
                 cqs,
                 state,
                 quarantine,
+                retired,
                 ..
             } = &mut *inner;
             state.truncate(offset);
             state.clear_next();
             for ((topic, qid), q) in cqs.iter() {
                 state.raise_next(topic, *qid, q.max_offset() as i64);
+            }
+            for ((topic, qid), &max) in retired.iter() {
+                state.raise_next(topic, *qid, max as i64);
             }
             Core::note_queue_offsets(log, quarantine, state, dispatched, offset)?;
             self.core.dispatch(&mut inner)?;
@@ -2943,6 +3057,23 @@ fn unit_mismatch(
 }
 
 /// Deletes the consume-queue files (20-digit names) of a queue directory.
+/// Deletes a retired queue's directory (and its topic's, once empty), durably.
+fn remove_queue_dir(dir: &Path) -> Result<()> {
+    wipe_queue_dir(dir)?;
+    std::fs::remove_dir(dir).at(dir)?;
+    if let Some(topic_dir) = dir.parent() {
+        // another queue of the topic may still be there: then the topic directory stays
+        if std::fs::remove_dir(topic_dir).is_ok() {
+            if let Some(root) = topic_dir.parent() {
+                crate::fsutil::sync_dir(root)?;
+            }
+        } else {
+            crate::fsutil::sync_dir(topic_dir)?;
+        }
+    }
+    Ok(())
+}
+
 fn wipe_queue_dir(dir: &Path) -> Result<()> {
     for e in std::fs::read_dir(dir).at(dir)? {
         let e = e.at(dir)?;

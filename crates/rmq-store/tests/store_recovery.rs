@@ -483,9 +483,10 @@ fn a_deleted_topic_stays_deleted_and_a_new_one_starts_empty() {
     assert_eq!(got.records.len(), 1);
     // one queue directory gone, manifest kept: rebuilt, still deleted below the floor
     drop(a);
-    fs::remove_dir_all(root.join("consumequeue").join("T").join("0")).expect("rm q0");
+    fs::remove_dir_all(root.join("consumequeue").join("T").join("1")).expect("rm q1");
     let (a, _) = Store::open(cfg(root)).expect("reopen after one queue lost");
     assert_eq!(queue_range(&a, "T", 0), (10, 10));
+    assert_eq!(queue_range(&a, "T", 1), (10, 11));
     assert!(a.delete_topic("rmq_sys_TOPIC_DELETED").is_err());
     assert!(a.delete_topic("bad topic").is_err());
     // deleted a second time: the floor moves up to the new marker, and stays there
@@ -496,6 +497,59 @@ fn a_deleted_topic_stays_deleted_and_a_new_one_starts_empty() {
     let (a, _) = Store::open(cfg(root)).expect("reopen after the second deletion");
     assert_eq!(queue_range(&a, "T", 1), (12, 12));
     assert_eq!(a.queues().expect("queues"), vec![("U".to_string(), 0)]);
+}
+
+/// A deleted topic's emptied queues are retired at the next checkpoint: closed (no file
+/// descriptor held) and their files deleted, once the manifest that keeps the offset each
+/// goes on from is durable. The topic written again goes on from there, across reopens and
+/// truncations; a directory left by a crash before the deletion is opened as a live queue.
+#[test]
+fn a_deleted_topics_empty_queues_are_retired_and_their_offsets_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (a, _) = Store::open(cfg(root)).expect("open");
+    fill(&a, 30, |i| 100 + i); // T, queues 0..2, 10 each
+    a.append_batch(&[msg(b"U", 0, b"keep")]).expect("append U");
+    a.delete_topic("T").expect("delete");
+    a.checkpoint().expect("checkpoint");
+    assert!(
+        !root.join("consumequeue").join("T").exists(),
+        "T's files are gone"
+    );
+    assert!(root.join("consumequeue").join("U").join("0").exists());
+    assert_eq!(a.stats().expect("stats").0.cq_queues_retired, 3);
+    for qid in 0..3 {
+        assert_eq!(queue_range(&a, "T", qid), (10, 10), "retired queue {qid}");
+    }
+    assert_eq!(a.queues().expect("queues"), vec![("U".to_string(), 0)]);
+    // the topic again: its queue comes back at the offset it had
+    let placed = a.append_batch(&[msg(b"T", 1, b"again")]).expect("append");
+    let start = placed[0].physical_offset;
+    assert_eq!(queue_range(&a, "T", 1), (10, 11));
+    let got = a.read_queue("T", 1, 10, 32, 1 << 20, None).expect("read");
+    assert_eq!(got.records.len(), 1);
+    a.checkpoint().expect("checkpoint");
+    assert!(root.join("consumequeue").join("T").join("1").exists());
+    drop(a);
+    let (a, _) = Store::open(cfg(root)).expect("reopen");
+    assert_eq!(queue_range(&a, "T", 0), (10, 10));
+    assert_eq!(queue_range(&a, "T", 1), (10, 11));
+    // truncated back before the new message: the queue is empty again, offsets kept
+    a.truncate_to(start).expect("truncate");
+    a.append_batch(&[msg(b"T", 2, b"later")]).expect("append");
+    assert_eq!(queue_range(&a, "T", 2), (10, 11));
+    drop(a);
+    // a crash between the manifest and the deletion: the directory is there again, empty
+    let (a, _) = Store::open(cfg(root)).expect("reopen");
+    a.delete_topic("T").expect("delete again");
+    a.checkpoint().expect("checkpoint");
+    drop(a);
+    fs::create_dir_all(root.join("consumequeue").join("T").join("0")).expect("mkdir");
+    let (a, report) = Store::open(cfg(root)).expect("reopen with a stale directory");
+    assert!(report.cq_rebuilt.is_empty(), "{:?}", report.cq_rebuilt);
+    assert_eq!(queue_range(&a, "T", 0), (10, 10));
+    a.append_batch(&[msg(b"T", 0, b"back")]).expect("append");
+    assert_eq!(queue_range(&a, "T", 0), (10, 11));
 }
 
 /// A store directory is opened by one store at a time (`<root>/lock`); closing releases it.
