@@ -121,3 +121,40 @@ async def test_flow_controlled_replication_still_delivers_every_byte(tmp_path: P
         await _caught_up(c)
     finally:
         c.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_ha_status_answers_rocketmqs_ha_runtime_info(tmp_path: Path) -> None:
+    """GET_BROKER_HA_STATUS (mqadmin haStatus) answered "request type 907 not supported"
+    (probe with RocketMQ 5.5.0's mqadmin): the master lists its slave's connection, the slave
+    its master, in HARuntimeInfo's field names."""
+    import json
+
+    from rmq_ha.net.client import RemotingClient
+    from rmq_ha.protocol.codes import RequestCode as RC
+    from rmq_ha.protocol.command import RemotingCommand
+
+    async def ha_status(addr: str) -> dict[str, object]:
+        async with RemotingClient() as rc:
+            r = await rc.invoke(addr, RemotingCommand.request(RC.GET_BROKER_HA_STATUS), 5.0)
+        assert r.code == Resp.SUCCESS, r.remark
+        return dict(json.loads(r.body or b"{}"))
+
+    c = HaCluster(tmp_path, replicas=2, controller_mode=False)
+    try:
+        await c.start()
+        await _caught_up(c)
+        with trio.fail_after(60):
+            while (m := await ha_status(c.broker_addr(0)))["inSyncSlaveNums"] != 1:
+                await trio.sleep(0.1)
+        assert m["master"] is True
+        (conn,) = m["haConnectionInfo"]  # type: ignore[misc]
+        assert conn["slaveAckOffset"] == m["masterCommitLogMaxOffset"] and conn["diff"] == 0
+        assert conn["inSync"] is True and str(conn["addr"]).startswith("127.0.0.1:")
+        s = await ha_status(c.broker_addr(1))
+        assert s["master"] is False and s["haConnectionInfo"] == []
+        client = s["haClientRuntimeInfo"]
+        assert client["maxOffset"] == m["masterCommitLogMaxOffset"]  # type: ignore[index]
+        assert str(client["masterAddr"]).startswith("127.0.0.1:")  # type: ignore[index]
+    finally:
+        c.stop()

@@ -283,7 +283,10 @@ class Broker:
         locks.register(d, p)
         store_handlers.register(d, p)
         admin.register(
-            d, self.status, self.controller.on_notice if self.controller is not None else None
+            d,
+            self.status,
+            self.controller.on_notice if self.controller is not None else None,
+            self.ha_runtime_info,
         )
         config_handlers.register(d, p, self.apply_config, self.status)
         adminops.register(d, p, self.subgroups)
@@ -410,6 +413,42 @@ class Broker:
                     n.start_soon(one, addr)
         # the registration round the change started (shared with sends that auto-create)
         await self.topics.announced(ANNOUNCE_TIMEOUT_S)
+
+    def ha_runtime_info(self) -> dict[str, Any]:
+        """GET_BROKER_HA_STATUS's body (RocketMQ's HARuntimeInfo, mqadmin haStatus): on a
+        master its slaves' connections, on a slave its master. Transfer speeds and the
+        slave's read/write times are not tracked here and are left out (mqadmin prints 0)."""
+        native = self.store.native
+        master = self.core.is_master
+        out: dict[str, Any] = {
+            "master": master,
+            "masterCommitLogMaxOffset": native.max_offset if master else 0,
+            "inSyncSlaveNums": 0,
+            "haConnectionInfo": [],
+        }
+        if master:
+            ha = self.core.ha
+            members = ha.effective_set()
+            conns = []
+            for rid, r in sorted(ha.replicas.items()):
+                ack = max(r.ack, 0)
+                conns.append(
+                    {
+                        "addr": self.ha.master.peers.get(rid, f"broker id {rid}"),
+                        "slaveAckOffset": ack,
+                        "diff": max(0, native.max_offset - ack),
+                        "inSync": rid in members,
+                        "transferFromWhere": self.ha.master.needs.get(rid, ack),
+                    }
+                )
+            out["haConnectionInfo"] = conns
+            out["inSyncSlaveNums"] = sum(1 for c in conns if c["inSync"])
+        else:
+            out["haClientRuntimeInfo"] = {
+                "masterAddr": self.ha.slave.status.master or "",
+                "maxOffset": native.max_offset,
+            }
+        return out
 
     def status(self) -> dict[str, Any]:
         """GET_BROKER_EPOCH_CACHE's body: RocketMQ's EpochEntryCache, then our fields."""

@@ -133,6 +133,8 @@ class HaMaster:
         self.tls_mode = "disabled"
         self._scopes: dict[int, trio.CancelScope] = {}
         self.connections: dict[int, trio.abc.Stream] = {}
+        #: broker id -> the connected slave's address (haStatus shows it)
+        self.peers: dict[int, str] = {}
         #: Per connected slave, the lowest commitlog offset it still needs (where the master
         #: started it, then its last ack): retention keeps it (issue 15).
         self.needs: dict[int, int] = {}
@@ -353,6 +355,7 @@ class HaMaster:
                             old_loop.stop()
                         await old.aclose()
                     self.connections[bid] = stream
+                    self.peers[bid] = peer
                     self.needs[bid] = start
                     self.on_event(ev.SlaveConnected(bid, learner))
                     # The handshake's ack counts like any other: a slave that agreed on the
@@ -386,6 +389,7 @@ class HaMaster:
             self._scopes.pop(key, None)
             if broker_id is not None and self.connections.get(broker_id) is stream:
                 del self.connections[broker_id]
+                self.peers.pop(broker_id, None)
                 self.needs.pop(broker_id, None)
                 self.on_event(ev.SlaveDisconnected(broker_id))
 
