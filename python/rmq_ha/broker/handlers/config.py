@@ -139,6 +139,8 @@ def runtime_info(p: Ports, status: dict[str, Any], boot_ms: int) -> dict[str, st
         "sendThreadPoolQueueHeadWaitTimeMills": 0,
         "pullThreadPoolQueueSize": 0,
         "pullThreadPoolQueueHeadWaitTimeMills": 0,
+        "ackThreadPoolQueueSize": 0,
+        "ackThreadPoolQueueHeadWaitTimeMills": 0,
         "pageCacheLockTimeMills": 0,
         "earliestMessageTimeStamp": _earliest_store_time(native),
         "commitLogDiskRatio": _disk_ratio(p.cfg.store_root),
