@@ -174,6 +174,13 @@ async def test_topic_commands(tmp_path: Path) -> None:
         async def retired() -> bool:
             return not (env.store_root / "consumequeue" / "AdmT").exists()
 
+        from rmq_ha.net.client import RemotingClient
+
+        async with RemotingClient() as rc:  # mqadmin cleanExpiredCQ: retired at once
+            r = await rc.invoke(
+                env.broker, RemotingCommand.request(RC.CLEAN_EXPIRED_CONSUMEQUEUE), 10.0
+            )
+        assert r.code == Resp.SUCCESS
         await until(retired)
         assert node.store.native.status()["cq_queues_retired"] >= 1
         assert node.store.native.queue_max_offset("AdmT", 1) == 4

@@ -9,11 +9,16 @@
 * DELETE_EXPIRED_COMMITLOG (329, RocketMQ's `deleteExpiredCommitLog`): a retention round now,
   whatever the hour (the usual rules: expired files, never past what replication or dispatch
   needs).
+* CLEAN_EXPIRED_CONSUMEQUEUE (306, RocketMQ's `cleanExpiredCQ`): deleted topics' emptied
+  consume queues are retired now (closed, files deleted; the store does it at every
+  checkpoint anyway, docs/operations.md) by a checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+
+import trio
 
 from rmq_ha.broker.ports import Ports
 from rmq_ha.errors import StoreError
@@ -40,7 +45,15 @@ def register(d: Dispatcher, p: Ports) -> None:
         await p.storage.manual_round()
         return cmd.response(Resp.SUCCESS, None)
 
+    async def clean_expired_cq(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            await trio.to_thread.run_sync(p.store.native.checkpoint)
+        except StoreError as e:
+            return cmd.response(Resp.SYSTEM_ERROR, f"checkpoint failed: {e}")
+        return cmd.response(Resp.SUCCESS, None)
+
     d.register(RC.RMQHA_STORE_HEALTH, store_health)
+    d.register(RC.CLEAN_EXPIRED_CONSUMEQUEUE, clean_expired_cq)
     d.register(RC.RMQHA_READ_COMMITLOG, read_commitlog)
     d.register(RC.DELETE_EXPIRED_COMMITLOG, delete_expired)
 
