@@ -581,7 +581,10 @@ def test_a_master_hands_back_a_slave_it_has_not_pulled() -> None:
     assert _names(core.step(e.MemberGroup({0: "10.0.0.0:10911", 1: "s:1"}), 1_000)) == []
     # A long name-server silence: it may have been dropped and slave 1 may have acted.
     out = core.step(e.MemberGroup({0: "10.0.0.0:10911", 1: "s:1"}), 10_000)
-    assert _names(out) == ["PushHaInfo"] and core.state.pulled == set()
+    # ... and its delay progress may be newer: the special services wait for the hand-back
+    assert _names(out) == ["PushHaInfo", "StopSpecial"] and core.state.pulled == set()
+    core.step(e.HaInfoPushed(1, True), 10_010)
+    assert _names(core.step(e.ReverseSynced(1, True), 10_020)) == ["StartSpecial"]
 
 
 def test_an_acting_slave_stops_when_it_hears_no_name_server() -> None:
@@ -789,6 +792,50 @@ def test_a_request_after_a_long_pause_finds_the_master_fenced() -> None:
     assert not core.data_plane_fenced
     out = core.step(e.DataPlaneRequest(), 20_000)
     assert core.data_plane_fenced and "StopSpecial" in _names(out)
+
+
+def test_a_master_back_from_isolation_runs_no_special_service_until_its_slaves_are_back() -> None:
+    """A probe's SIGSTOP/SIGCONT of a master: unfenced, it restarted the delay scanner on its
+    stale progress before it pulled the acting slave's, and delivered again all 12 delayed
+    messages the slave had delivered. The services wait for the hand-back now (at most
+    RECLAIM_WAIT_MS)."""
+    from rmq_ha.broker.core.role import RECLAIM_WAIT_MS
+
+    core = _classic(
+        0,
+        acting_master=True,
+        fence_when_isolated=True,
+        isolation_timeout_ms=10_000,
+        total_replicas=2,
+    )
+    members = {0: "10.0.0.0:10911", 1: "s:1"}
+    core.step(e.MemberGroup(members), 0)
+    core.step(e.ReverseSynced(1, True), 10)  # the hand-back of its start
+    assert core.state.special
+    assert "StopSpecial" in _names(core.step(e.DataPlaneRequest(), 20_000))
+    core.step(e.MemberGroup(members), 20_100)  # contact is back, listed again
+    out = core.step(e.Tick(), 20_150)
+    assert not core.data_plane_fenced and "StartSpecial" not in _names(out)
+    out = core.step(e.MemberGroup(members), 20_200)
+    assert "PushHaInfo" in _names(out)  # the slave is handed back first
+    assert not core.state.special
+    out = core.step(e.ReverseSynced(1, True), 20_300)
+    assert "StartSpecial" in _names(out) and core.state.special
+    # A slave whose metadata never comes back: the services start after the wait, loudly.
+    core.step(e.DataPlaneRequest(), 40_000)
+    core.step(e.MemberGroup(members), 40_100)
+    core.step(e.Tick(), 40_150)
+    core.step(e.MemberGroup(members), 40_200)
+    assert not core.state.special
+    core.step(e.ReverseSynced(1, False), 40_300)
+    assert not core.state.special
+    for t in range(41_000, 40_150 + RECLAIM_WAIT_MS, 2_000):  # name servers answer on
+        core.step(e.MemberGroup(members), t)
+        core.step(e.ReverseSynced(1, False), t + 10)
+        assert not core.state.special
+    out = core.step(e.Tick(), 40_150 + RECLAIM_WAIT_MS)
+    assert "StartSpecial" in _names(out)
+    assert any("may be delivered again" in x.text for x in out if isinstance(x, a.Log))
 
 
 def test_strict_lock_quorum_is_a_majority_of_the_replicas() -> None:

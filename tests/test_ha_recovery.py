@@ -154,3 +154,57 @@ async def test_a_replica_whose_fsynced_tail_was_zeroed_owes_it_at_start(tmp_path
         debt = ha.recover()
         assert debt is not None and debt.offset == last.end_offset, debt
         assert catchup.load(tmp_path) == debt
+
+
+def test_a_replica_whose_checkpoint_is_lost_owes_an_unknown_catch_up() -> None:
+    """Without its checkpoint a replica cannot tell a zeroed tail from the end of its log (the
+    probe's slave lost 101 acknowledged messages that way and was elected). It owes what its
+    master will show it; a replica that never held an epoch owes nothing."""
+    debt = catch_up_after_recovery([(1, 0), (2, 500)], 600, None, None, None, True)
+    assert debt is not None and debt.offset == catchup.UNKNOWN_OFFSET and debt.epoch == 2
+    assert "checkpoint is missing or damaged" in debt.reason
+    assert catch_up_after_recovery([], 600, None, None, None, True) is None
+
+
+def test_following_a_master_turns_an_unknown_debt_into_what_that_master_held() -> None:
+    cfg, _ = from_mapping(
+        BrokerConfig,
+        {"brokerClusterName": "c", "brokerName": "b", "brokerId": "-1",
+         "enableControllerMode": "true", "controllerAddr": "127.0.0.1:1"},
+    )  # fmt: skip
+    unknown = CatchUp(catchup.UNKNOWN_OFFSET, 2, "checkpoint lost")
+    core = RoleCore(role_config(cfg), unknown)
+    core.step(ev.Started("a:1", 400, 0, 2, 0), 0)
+    # a master of an older epoch than the debt's proves nothing
+    core.step(ev.SlaveFollowing(900, 1), 10)
+    assert core.state.catch_up == unknown
+    core.step(ev.SlaveFollowing(900, 3), 20)
+    assert core.state.catch_up is not None and core.state.catch_up.offset == 900
+    out = core.step(ev.LogGrew(900, 0), 30)
+    assert act.ClearCatchUp() in out and core.state.catch_up is None
+    # a known debt is not lowered by what a master holds
+    known = CatchUp(5_000, 2, "epoch 2 started at 5000")
+    core = RoleCore(role_config(cfg), known)
+    core.step(ev.Started("a:1", 400, 0, 2, 0), 0)
+    core.step(ev.SlaveFollowing(900, 3), 10)
+    assert core.state.catch_up == known
+
+
+async def test_a_deleted_checkpoint_at_start_is_an_unknown_debt(tmp_path: Path) -> None:
+    cfg, _ = from_mapping(
+        BrokerConfig,
+        {"brokerClusterName": "c", "brokerName": "b", "brokerId": "-1",
+         "enableControllerMode": "true", "controllerAddr": "127.0.0.1:1",
+         "storePathRootDir": str(tmp_path)},
+    )  # fmt: skip
+    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+        store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(3)])
+    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
+    epochs.append(1, 0)
+    del epochs
+    (tmp_path / "checkpoint").unlink()
+    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+        core = RoleCore(role_config(cfg))
+        ha = HaService(cfg, store, lambda: core.ha, lambda e: None, lambda: 3)
+        debt = ha.recover()
+        assert debt is not None and debt.offset == catchup.UNKNOWN_OFFSET

@@ -180,6 +180,8 @@ class Broker:
             storage=self.storage,
             subgroups=self.subgroups,
         )
+        if cfg.fence_when_isolated:
+            self.ports.before_internal_write = lambda: self._feed(ev.DataPlaneRequest())
         # Delayed/transaction/pop services and their request processors (special/).
         self.special = SpecialServices(self.ports)
         self.role = RoleShell(

@@ -200,3 +200,8 @@ class Ports:
     subgroups: SubscriptionGroups
     #: Messages and bytes in and out (rocketmq_messages_in_total ...; broker/metrics.py).
     traffic: Traffic = field(default_factory=Traffic)
+    #: Called before a special service writes to this broker's store (a delayed message coming
+    #: due, a transaction op): the role decides isolation now, as it does for a client's
+    #: request, not at its next tick (a scanner waking right after SIGCONT wrote one delayed
+    #: message before the fence). The wiring sets it.
+    before_internal_write: Callable[[], None] = field(default=lambda: None)

@@ -228,7 +228,12 @@ class MasterPushedHa:
 
 @dataclass(frozen=True)
 class SlaveFollowing:
-    """This slave's HA client reached TRANSFER with its master (pre-online waits for it)."""
+    """This slave's HA client reached TRANSFER with its master (pre-online waits for it), after
+    a handshake at which the master's log ended at `master_max` in epoch `master_epoch` (-1:
+    not known)."""
+
+    master_max: int = -1
+    master_epoch: int = -1
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,14 @@ Modes (reference 2.10-2.12, 4.x; docs/ha.md, docs/acting-master.md):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from enum import Enum
 
 from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
-from rmq_ha.broker.ha.catchup import CatchUp
+from rmq_ha.broker.ha.catchup import UNKNOWN_OFFSET, CatchUp
 from rmq_ha.broker.ha.core import HaCore
 
 MASTER_ID = 0
@@ -42,6 +43,10 @@ PROPOSAL_STALE_MS = 10_000
 #: Pre-online: how long a master waits for a slave's HA connection before pulling its
 #: metadata anyway, and how long before a failed round is tried again.
 PRE_ONLINE_HA_WAIT_MS = 10_000
+#: A master that may have been replaced by an acting slave (back from isolation, or after a
+#: long silence of the name servers) runs no special service until it pulled every live
+#: slave's metadata back, at most this long (then it starts them with a WARNING).
+RECLAIM_WAIT_MS = 30_000
 PRE_ONLINE_RETRY_MS = 1_000
 #: A slave that handed back to a returning master (906 during the master's pre-online) does
 #: not act again for this long while the name servers still lack the master: the master is
@@ -166,6 +171,11 @@ class RoleState:
     pulled: set[int] = field(default_factory=set)
     #: The slave being handed back now (None: none).
     hand_back: int | None = None
+    #: Set when `pulled` was reset because a slave may have acted meanwhile: until every live
+    #: slave is pulled back (or this local time), the special services stay stopped. Run on
+    #: the master's stale delay progress they delivered again every delayed message the
+    #: acting slave had delivered (a probe: 12 of 12 after a SIGSTOP/SIGCONT of the master).
+    reclaim_until_ms: int | None = None
     #: Classic slave with acting master: the master whose 906 it last took. It copies that
     #: master's offsets and delay progress only then (the master pulls ours right after its
     #: 906): a restarted master that went online before it knew this slave had lost what it
@@ -334,7 +344,7 @@ class RoleCore:
             case e.MasterPushedHa():
                 self._master_pushed_ha(event, now_ms, out)
             case e.SlaveFollowing():
-                self._slave_following(out)
+                self._slave_following(event, out)
             case e.ReverseSynced():
                 self._reverse_synced(event, now_ms, out)
         self._reconcile_special(out)
@@ -383,6 +393,17 @@ class RoleCore:
 
     def _tick(self, now_ms: int, out: list[a.Action]) -> None:
         s, cfg = self.state, self.cfg
+        if s.reclaim_until_ms is not None and now_ms >= s.reclaim_until_ms:
+            s.reclaim_until_ms = None
+            late = sorted(i for i in s.members if i != MASTER_ID and i not in s.pulled)
+            out.append(
+                a.Log(
+                    WARNING,
+                    f"special services start without the metadata of slaves {late} (not pulled "
+                    f"back in {RECLAIM_WAIT_MS // 1000} s): delayed messages they delivered "
+                    "while acting may be delivered again",
+                )
+            )
         if cfg.controller_mode and s.masterless and s.self_id is not None:
             if self._last_elect_ms is None or now_ms - self._last_elect_ms >= cfg.elect_retry_ms:
                 self._last_elect_ms = now_ms
@@ -845,6 +866,7 @@ class RoleCore:
                 return
             s.isolated_fence = False
             s.pulled = set()  # a slave may have acted meanwhile: hand every slave back
+            self._reclaim(now_ms)
             out.append(a.Log(WARNING, "master unfenced: contact is back"))
 
     def _isolation_first(self, now_ms: int, out: list[a.Action]) -> None:
@@ -872,6 +894,12 @@ class RoleCore:
                 a.Log(WARNING, f"no name server heard for {silent} ms: handing slaves back again")
             )
             s.pulled = set()
+            self._reclaim(now_ms)
+
+    def _reclaim(self, now_ms: int) -> None:
+        """Every slave is handed back again: the special services wait for it."""
+        if self.cfg.acting_master:
+            self.state.reclaim_until_ms = now_ms + RECLAIM_WAIT_MS
 
     def _hand_back_next(self, out: list[a.Action]) -> None:
         """An online master pulls back the metadata of a live slave it has not pulled since it
@@ -887,6 +915,9 @@ class RoleCore:
         ):
             return
         late = sorted(i for i in s.members if i != MASTER_ID and i not in s.pulled)
+        if not late and s.reclaim_until_ms is not None:
+            s.reclaim_until_ms = None
+            out.append(a.Log(INFO, "every live slave handed back: special services may run"))
         if late:
             s.hand_back = late[0]
             out.append(a.Log(INFO, f"handing slave {late[0]} back (its metadata not pulled yet)"))
@@ -1014,8 +1045,33 @@ class RoleCore:
         s.pulled.add(ev.broker_id)
         self._pre_online_next_slave(p, out)
 
-    def _slave_following(self, out: list[a.Action]) -> None:
+    def _slave_following(self, ev: e.SlaveFollowing, out: list[a.Action]) -> None:
         self.state.transferring = True
+        debt = self.state.catch_up
+        if (
+            debt is not None
+            and debt.offset == UNKNOWN_OFFSET
+            and ev.master_max >= 0
+            and ev.master_epoch >= debt.epoch
+        ):
+            # How far this replica's log reached is unknown (its checkpoint was lost), but its
+            # master, of its last epoch or a later one, holds whatever of it may matter: once
+            # the log holds everything that master had at the handshake, it owes nothing.
+            self.state.catch_up = dataclasses.replace(
+                debt,
+                offset=ev.master_max,
+                epoch=ev.master_epoch,
+                reason=f"{debt.reason}; the master had {ev.master_max} at the handshake",
+            )
+            out.append(
+                a.Log(
+                    WARNING,
+                    f"must catch up to {ev.master_max} (epoch {ev.master_epoch}), what the "
+                    "master held at the handshake, before it may be elected",
+                )
+            )
+            if self.state.log_max >= ev.master_max:
+                self._caught_up(out)
         p = self.state.pre_online
         if p is not None and p.phase == "follow":
             self._online(MASTER_ID, p.master_addr, out)
@@ -1041,7 +1097,13 @@ class RoleCore:
         dead master, runs them; nobody while pre-online."""
         s = self.state
         want = s.pre_online is None and (
-            (s.role is Role.MASTER and s.fence is None and not s.isolated_fence) or s.acting
+            (
+                s.role is Role.MASTER
+                and s.fence is None
+                and not s.isolated_fence
+                and s.reclaim_until_ms is None
+            )
+            or s.acting
         )
         if want != s.special:
             s.special = want

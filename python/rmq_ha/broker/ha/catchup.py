@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "haCatchUp"
 
+#: The offset of a debt whose size is unknown: the checkpoint that said how far the log
+#: reached is missing or damaged (a damaged debt file is treated alike). No replica covers it;
+#: following a master replaces it with what that master held (RoleCore._slave_following).
+UNKNOWN_OFFSET = 2**63 - 1
+
 
 @dataclass(frozen=True)
 class CatchUp:
@@ -77,13 +82,24 @@ def catch_up_after_recovery(
     confirm_before_clamp: int | None,
     persisted: CatchUp | None,
     durable_lost_below: int | None = None,
+    reach_unknown: bool = False,
 ) -> CatchUp | None:
     """The debt of a replica whose recovered log ends at `max_offset`, from its epoch entries
     as they were before recovery touched them, the checkpoint's confirm offset if recovery
     clamped it, a debt persisted by an earlier start, and the checkpoint's durable offset when
-    recovery found fsynced bytes below it missing. None when it lost nothing it is known to
-    have held (or has caught up since)."""
+    recovery found fsynced bytes below it missing; `reach_unknown` when the checkpoint that
+    says how far the log reached is missing or damaged on a replica that held epochs. None when
+    it lost nothing it is known to have held (or has caught up since)."""
     found: list[CatchUp] = []
+    if reach_unknown and entries:
+        found.append(
+            CatchUp(
+                UNKNOWN_OFFSET,
+                entries[-1][0],
+                "the store's checkpoint is missing or damaged: how far the log reached before is"
+                " unknown",
+            )
+        )
     if durable_lost_below is not None and durable_lost_below > max_offset:
         found.append(
             CatchUp(
@@ -130,7 +146,7 @@ def load(root: Path) -> CatchUp | None:
         # A damaged debt file must not make a replica electable: keep it unelectable until
         # an operator looks (the log line says which file).
         log.error("%s is unreadable (%s): treating this replica as needing catch-up", path, e)
-        return CatchUp(2**63 - 1, 2**31 - 1, f"unreadable {FILE_NAME}: {e}")
+        return CatchUp(UNKNOWN_OFFSET, 2**31 - 1, f"unreadable {FILE_NAME}: {e}")
 
 
 def save(root: Path, debt: CatchUp) -> None:

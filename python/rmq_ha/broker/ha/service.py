@@ -128,6 +128,9 @@ class HaService:
             clamped if isinstance(clamped, int) else None,
             catchup.load(root),
             durable_lost_below(report),
+            # a log whose durable point is unknown (the checkpoint missing or damaged) may
+            # end below what it held: zeroed tails look like the end of the log
+            native.max_offset > 0 and report.get("checkpoint") != "loaded",
         )
         if debt is not None:
             catchup.save(root, debt)

@@ -161,14 +161,14 @@ class HaSlave:
                 first, rest = await _first_record(stream, dec)
             if first[0] != "handshake":
                 raise ValueError(f"master sent {first[0]} before its handshake")
-            _, master_max, _last_epoch, entries = first
+            _, master_max, master_epoch, entries = first
             self._truncate(int(master_max), list(entries))  # type: ignore[call-overload]
             self.status.refused = None
             native = self.store.native
             reported = native.max_offset
             await stream.send_all(encode_slave_ack(reported))
             self.status.state = "TRANSFER"
-            self.on_event(ev.SlaveFollowing())
+            self.on_event(ev.SlaveFollowing(_int_or(master_max, -1), _int_or(master_epoch, -1)))
             self._apply_all(rest)
             if self.tls is None and isinstance(native, Store) and native_slave_loop_enabled():
                 await self._transfer_native(tcp, dec, reported)
@@ -338,3 +338,7 @@ def first_error(e: BaseException) -> BaseException:
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     return e
+
+
+def _int_or(value: object, default: int) -> int:
+    return value if isinstance(value, int) else default

@@ -158,6 +158,7 @@ class LocalEscape:
         qoffs: list[int] = []
         code: int = Resp.SUCCESS
         now = wall_ms()
+        self._ports.before_internal_write()  # fenced now if isolated, before anything is stored
         # One append per run of messages to the same queue, so the answer's queue offset
         # (the first) gives every message's offset.
         for group in _runs(msgs):
