@@ -99,14 +99,16 @@ def drain(hist: Any, msgs: list[tuple[int, int, int | None]], **kw: Any) -> None
     read(hist, 90, msgs, group="drain", f="drain", **kw)
 
 
-def pop(hist: Any, p: int, values: list[int | None], *, topic: str = "P") -> None:
-    hist.op(p, "invoke", "pop", h.Value(topic=topic, group="gp", invisible_ms=3000))
+def pop(
+    hist: Any, p: int, values: list[int | None], *, topic: str = "P", group: str = "gp"
+) -> None:
+    hist.op(p, "invoke", "pop", h.Value(topic=topic, group=group, invisible_ms=3000))
     reads = [h.Read(topic, 0, i, v, None, "b0") for i, v in enumerate(values)]
-    hist.op(p, "ok", "pop", h.Value(topic=topic, group="gp", messages=reads, invisible_ms=3000))
+    hist.op(p, "ok", "pop", h.Value(topic=topic, group=group, messages=reads, invisible_ms=3000))
 
 
-def ack(hist: Any, p: int, v: int, outcome: str = "ok", f: str = "ack") -> None:
-    val = h.Value(topic="P", group="gp", value=v, broker="b0", queue_id=0, queue_offset=0)
+def ack(hist: Any, p: int, v: int, outcome: str = "ok", f: str = "ack", group: str = "gp") -> None:
+    val = h.Value(topic="P", group=group, value=v, broker="b0", queue_id=0, queue_offset=0)
     if f == "change-invisible":
         val.invisible_ms = 1000
     hist.op(p, "invoke", f, val)
@@ -118,6 +120,14 @@ def ack(hist: Any, p: int, v: int, outcome: str = "ok", f: str = "ack") -> None:
         error=None if outcome == "ok" else "boom",
         definite=True if outcome == "fail" else None,
     )
+
+
+def other_topic_undrained(hist: Any) -> None:
+    """A send to topic OTHER, acknowledged after the final drain asked its queues for their
+    bounds (so it never asked OTHER's) and read by a poll: the drain is incomplete, on a
+    queue of no other topic."""
+    send(hist, 7, 500, topic="OTHER", off=0)
+    read(hist, 17, [(0, 0, 500)], group="go", topic="OTHER")
 
 
 # ---- delay ------------------------------------------------------------------------------------
@@ -447,6 +457,60 @@ def test_pop_message_never_acked(hist, run_check):
     del hist.ops[-2:]
     r = run_check(hist, only=["pop"])["analyses"]["pop"]
     assert (r["valid"], r["lost"]["count"]) == ("unknown", 2)
+
+
+def test_a_definite_pop_loss_fails_though_another_topic_is_undrained(hist, run_check):
+    """As lost decides, value by value: a value acknowledged on a queue the drain read to
+    its end and never acked by a pop consumer is a definite pop loss, whatever the drain
+    left undone on another topic's queue (it made pop unknown)."""
+    valid_pops(hist)
+    send(hist, 1, 6, topic="P", off=4)  # never popped, never acked
+    drain(hist, [(0, i, v) for i, v in enumerate((1, 2, 3, 4, 6))], topic="P")
+    other_topic_undrained(hist)
+    res = run_check(hist)
+    r = res["analyses"]["pop"]
+    assert (r["valid"], r["lost"]["count"], r["lost"]["undecided"]) == (False, 1, 0)
+    assert [e["v"] for e in r["lost"]["examples"]] == [6]
+    assert (res["analyses"]["lost"]["valid"], res["valid"]) == ("unknown", False)
+    assert res["safety_failed"] == ["pop"]
+
+
+def test_pop_losses_are_decided_per_queue(hist, run_check):
+    """A pop loss on the queue the drain did not read to its end is undecided, one on the
+    queue it drained is definite: the row fails."""
+    valid_pops(hist)
+    hist.op(1, "invoke", "send", h.Value(topic="P", value=6))
+    done = h.Value(topic="P", value=6, broker="b0", queue_id=1, queue_offset=0, status="SEND_OK")
+    hist.op(1, "ok", "send", done)  # never popped; its queue 1 is not drained
+    send(hist, 1, 7, topic="P", off=4)  # never popped; queue 0 is drained
+    reads = [(0, i, v) for i, v in enumerate((1, 2, 3, 4, 7))]
+    hist.bounds(90, [h.Read("P", q, o, v, None, "b0") for q, o, v in reads], ends={("P", 1): 1})
+    read(hist, 90, reads, group="drain", f="drain", topic="P")
+    res = run_check(hist, only=["pop", "lost"])
+    r, lost = res["analyses"]["pop"], res["analyses"]["lost"]
+    assert (lost["count"], lost["undecided"], lost["valid"]) == (1, 1, "unknown")
+    assert (r["lost"]["count"], r["lost"]["undecided"], r["valid"]) == (2, 1, False)
+
+
+def test_pop_first_pop_by_a_second_group_is_no_redelivery(hist, run_check):
+    """Each pop consumer group consumes every message: one group's first pop of a value
+    another group popped and acked is neither a redelivery nor one after an ack."""
+    for v in (1, 2, 3, 4):
+        send(hist, 1, v, topic="P", off=v - 1)
+    for p, group in ((20, "gp"), (30, "gq")):
+        pop(hist, p, [1, 2, 3, 4], group=group)
+        for v in (1, 2, 3, 4):
+            ack(hist, p, v, group=group)
+    drain(hist, [(0, i, v) for i, v in enumerate((1, 2, 3, 4))], topic="P")
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    rd = r["redelivery"]
+    assert (r["valid"], r["popped"], r["acked_by_consumer"]) == (True, 4, 4)
+    assert (rd["values"], rd["excess_pops"], rd["after_ack"], rd["examples"]) == (0, 0, 0, [])
+    # a group popping a value again after its own ack still counts
+    pop(hist, 31, [2], group="gq")
+    ack(hist, 31, 2, group="gq")
+    rd = run_check(hist, only=["pop"])["analyses"]["pop"]["redelivery"]
+    assert (rd["values"], rd["excess_pops"], rd["after_ack"]) == (1, 1, 1)
 
 
 def test_pop_of_a_value_never_sent_or_failed_is_unexpected(hist, run_check):
