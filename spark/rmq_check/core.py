@@ -57,6 +57,21 @@ def qhash(topic: Column, broker: Column, queue_id: Column) -> Column:
     return F.xxhash64(topic, F.coalesce(broker, F.lit("")), queue_id)
 
 
+LONG_MAX, LONG_MIN = (1 << 63) - 1, -(1 << 63)
+
+
+def due_ns(time_ns: Column, delay_ms: Column) -> Column:
+    """When a delayed send is due on the history's clock: its invoke's ``time_ns`` +
+    ``delay_ms``, in 64-bit integer arithmetic (a double holds 53 bits: beyond 2^53 ns it
+    would round the boundary of early). Past the range of a long it saturates: due after
+    2^63 - 1 ns is never due, before -2^63 always. Null without ``delay_ms``."""
+    exact = F.try_add(time_ns, F.try_multiply(delay_ms, F.lit(1_000_000).cast("long")))
+    edge = F.when(delay_ms < 0, F.lit(LONG_MIN).cast("long")).otherwise(
+        F.lit(LONG_MAX).cast("long")
+    )
+    return F.when(delay_ms.isNotNull(), F.coalesce(exact, edge))
+
+
 def key_hash(topic: Column, key: Column) -> Column:
     """A message key, per topic (one key on two topics is two orders); null without a key."""
     return F.when(key.isNotNull(), F.xxhash64(F.coalesce(topic, F.lit("")), key))
@@ -188,7 +203,12 @@ class Frames:
                 "groups": groups,
                 "subscriptions": [list(x) for x in subs],
                 "special": {
-                    "delayed_sends": sum(int(r["delayed"]) for r in rows if r["f"] == "send"),
+                    # sends, not ops: a send is delayed when its invoke carries delay_ms
+                    "delayed_sends": sum(
+                        int(r["delayed"])
+                        for r in rows
+                        if r["f"] == "send" and r["type"] == "invoke"
+                    ),
                     "txn_sends": sum(int(r["txn"]) for r in rows if r["f"] == "send"),
                     "keyed_sends": sum(int(r["keyed"]) for r in rows if r["f"] == "send"),
                     "rollbacks": sum(
@@ -287,17 +307,9 @@ class Frames:
             ).alias("qh"),
             F.when(has_pos, F.col("value.queue_offset")).alias("off"),
             self.subscriber_mask(F.col("value.topic")).alias("smask"),
-            # when a delayed send is due on the history's clock (an overflow: never)
-            F.when(
-                (t == "invoke") & F.col("value.delay_ms").isNotNull(),
-                F.coalesce(
-                    F.try_add(
-                        F.col("time_ns"),
-                        F.try_multiply(F.col("value.delay_ms"), F.lit(1_000_000).cast("long")),
-                    ),
-                    F.lit((1 << 63) - 1).cast("long"),
-                ),
-            ).alias("due"),
+            # when a delayed send is due on the history's clock: its invoke's delay_ms
+            # decides (a completion need not repeat it; one alone makes no delayed send)
+            F.when(t == "invoke", due_ns(F.col("time_ns"), F.col("value.delay_ms"))).alias("due"),
         )
 
     # values -----------------------------------------------------------------------------

@@ -53,7 +53,9 @@ def send(
     )
 
 
-def delayed(hist: Any, p: int, v: int, delay_ms: int, at: tuple[float, float], **kw: Any) -> None:
+def delayed(
+    hist: Any, p: int, v: int, delay_ms: int, at: tuple[float, float] | None, **kw: Any
+) -> None:
     how = {"delay_ms": delay_ms, "detail": "timer"}
     send(hist, p, v, topic="D", at=at, invoke=how, done=how, **kw)
 
@@ -251,6 +253,74 @@ def test_a_delayed_loss_is_undecided_while_a_queue_of_its_topic_is_undrained(his
     assert (lost["count"], lost["valid"]) == (1, "unknown")
     assert res["valid"] == "unknown"
     assert "b1/D/0" in res["unknown_because"][0]
+
+
+def test_a_definite_delayed_loss_fails_though_another_topic_is_undrained(hist, run_check):
+    """As lost decides, value by value: a delayed send acknowledged on a queue the drain read
+    to its end, due long before it, and never read is a definite loss, whatever the drain
+    left undone on another topic's queue (it made delay unknown)."""
+    valid_delays(hist)
+    delayed(hist, 2, 5, 1000, (500, 510))  # due at 1500, never read
+    drain(hist, [(0, 0, 1), (0, 1, 3), (0, 2, 2)], at=9_000)
+    other_topic_undrained(hist)
+    res = run_check(hist)
+    d, lost = res["analyses"]["delay"], res["analyses"]["lost"]
+    assert (lost["valid"], lost["definite"], lost["drained"]) == (False, 1, False)
+    assert (d["lost"]["count"], d["lost"]["undecided"], d["valid"]) == (1, 0, False)
+    assert set(res["safety_failed"]) == {"delay", "lost"}
+
+
+def test_delay_latest_breaks_ties_by_value(hist, run_check):
+    """Equally late values are listed smallest first: the examples are the same whatever
+    the history's format or its partitioning."""
+    for i, v in enumerate((107, 103, 110, 101, 105, 109, 102, 108, 104, 106)):
+        delayed(hist, 1, v, 1000, (100 * i, 100 * i + 5))
+        read(hist, 10, [(0, i, v)], group="gd", at=100 * i + 1_050)  # 50 ms late, each
+    drain(hist, [(0, i, v) for i, v in enumerate((107, 103, 110, 101, 105))], at=9_000)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert [e["v"] for e in r["latest"]] == [101, 102, 103]
+    assert {e["lateness_ms"] for e in r["latest"]} == {50.0}
+
+
+def test_a_delay_only_on_the_completion_makes_no_delayed_send(hist, run_check):
+    """A send is delayed when its invoke carries delay_ms (docs/checker.md), as core's due
+    time has it: a completion naming a delay the invoke did not ask for is a plain send,
+    and reading it at once is not early."""
+    send(hist, 1, 1, topic="D", at=(0, 5), done={"delay_ms": 10_000, "detail": "timer"})
+    read(hist, 10, [(0, 0, 1)], group="gd", at=50)
+    drain(hist, [(0, 0, 1)], at=200)
+    res = run_check(hist)
+    d = res["analyses"]["delay"]
+    assert (d["valid"], d.get("applies")) == ("unknown", False)
+    assert res["stats"]["special"]["delayed_sends"] == 0
+    assert res["valid"] is True
+
+
+def test_stats_count_delayed_sends_not_ops(hist, run_check):
+    valid_delays(hist)  # three sends, delay_ms on invoke and completion
+    send(hist, 2, 4, topic="D", at=(400, 410), invoke={"delay_ms": 1000, "detail": "timer"})
+    res = run_check(hist, only=["delay"])
+    assert res["stats"]["special"]["delayed_sends"] == 4
+    assert res["analyses"]["delay"]["delayed_sends"] == 4
+
+
+def test_delay_due_time_is_exact_on_a_clock_beyond_2_to_the_53(hist, run_check):
+    """due = invoke time_ns + delay_ms in 64-bit integers: a read exactly at due - tolerance
+    is not early (in doubles, time_ns near 2^62 rounds to 1024 ns and it was)."""
+
+    def at_ns(t: int) -> None:
+        hist.t = t - 1_000_000  # the next op lands at t
+
+    base = (1 << 62) + 513
+    at_ns(base)
+    delayed(hist, 1, 1, 1000, None)  # invoke at base, due at base + 1 s
+    at_ns(base + 749_000_000)
+    read(hist, 10, [(0, 0, 1)], group="gd")  # completes at base + 750 ms: due - 250 ms
+    drain(hist, [(0, 0, 1)])
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert hist.ops[3].time_ns == base + 750_000_000
+    assert (r["valid"], r["early"]["count"]) == (True, 0)
+    assert r["latest"][0]["lateness_ms"] == -250.0
 
 
 def test_delay_unknown_without_delayed_sends(hist, run_check):

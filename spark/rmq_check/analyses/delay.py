@@ -17,16 +17,22 @@ correct broker may deliver it.
   p50 / p99 / max in ms over the values a consumer group received; values only the final
   drain read are counted apart (the drain runs after recovery, so its time says nothing).
   The send's own latency is inside it (the broker's clock starts at the store).
+
+A send is delayed when its invoke carries ``delay_ms``; the invoke's value is the one that
+counts (a completion need not repeat it, and one naming a delay the invoke did not ask for
+makes no delayed send). ``due`` is 64-bit integer arithmetic (``core.due_ns``, as lost's
+"not due when the drain began"): exact whatever the clock.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if, quantiles, timed_reads
-from rmq_check.core import Frames, acked_ok, example_rows, undecided_of
+from rmq_check.core import Frames, acked_ok, due_ns, example_rows, undecided_of
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -34,8 +40,9 @@ def run(fr: Frames) -> dict[str, Any]:
     if not fr.stats()["special"]["delayed_sends"]:
         return result(UNKNOWN, 0, [], applies=False, reason="no delayed sends")
     send = (c("f") == "send") & (c("process") >= 0)
-    # every op of a delayed send: a completion need not repeat the invoke's delay_ms
-    delayed = fr.ops.where(send & c("value.delay_ms").isNotNull()).select(
+    invoke = c("type") == "invoke"
+    # a send is delayed when its invoke carries delay_ms (its completion need not repeat it)
+    delayed = fr.ops.where(send & invoke & c("value.delay_ms").isNotNull()).select(
         c("value.value").alias("v")
     )
     s = (
@@ -53,10 +60,12 @@ def run(fr: Frames) -> dict[str, Any]:
         .join(delayed.distinct(), "v", "left_semi")
     )
     sends = s.groupBy("v").agg(
-        F.min(F.when(c("type") == "invoke", c("time_ns"))).alias("inv_t"),
-        F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),
-        F.max("delay_ms").alias("delay_ms"),
-        F.max(F.when(c("type") == "invoke", c("how"))).alias("how"),
+        F.min(F.when(invoke, c("time_ns"))).alias("inv_t"),
+        F.min(F.when(invoke, c("index"))).alias("inv_idx"),
+        # the invoke's delay and due time (core.due_ns: exact, in 64-bit integers)
+        F.max(F.when(invoke, c("delay_ms"))).alias("delay_ms"),
+        F.max(F.when(invoke, due_ns(c("time_ns"), c("delay_ms")))).alias("due_t"),
+        F.max(F.when(invoke, c("how"))).alias("how"),
         F.max(F.when(acked_ok(c("type"), c("status")), 1).otherwise(0)).alias("acked"),
         F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
         # the acknowledgment names its queue (else no drain can vouch for a loss)
@@ -76,8 +85,12 @@ def run(fr: Frames) -> dict[str, Any]:
         F.count(F.lit(1)).alias("reads"),
     )
     tol_ns = int(fr.cfg.delay_tolerance_ms * 1_000_000)
-    # in double: any delay_ms the schema allows, without a 64-bit overflow
-    due = c("inv_t").cast("double") + c("delay_ms").cast("double") * F.lit(1e6)
+
+    def ms_after_due(t: str) -> Column:
+        # the difference exactly (decimal: no 64-bit overflow), then in ms as a double
+        d = c(t).cast("decimal(20,0)") - c("due_t").cast("decimal(20,0)")
+        return d.cast("double") / F.lit(1e6)
+
     x = fr.persist(
         sends.join(per_v, "v", "left").select(
             "v",
@@ -89,17 +102,21 @@ def run(fr: Frames) -> dict[str, Any]:
             "named",
             "undecided",
             "reads",
-            due.alias("due_t"),
+            "due_t",
             "first_read_t",
             "first_poll_t",
-            ((c("first_read_t") - due) / F.lit(1e6)).alias("first_read_vs_due_ms"),
-            ((c("first_poll_t") - due) / F.lit(1e6)).alias("lateness_ms"),
+            ms_after_due("first_read_t").alias("first_read_vs_due_ms"),
+            ms_after_due("first_poll_t").alias("lateness_ms"),
         )
     )
-    early = c("first_read_t") < c("due_t") - F.lit(tol_ns)
+    # read before due - tolerance, in 64-bit integers (no rounding; a due time within the
+    # tolerance of the least long has nothing before it)
+    early = F.coalesce(
+        c("first_read_t") < F.try_subtract(c("due_t"), F.lit(tol_ns).cast("long")), F.lit(False)
+    )
     lost = (c("acked") == 1) & c("first_read_t").isNull()
     start = fr.drain_start_ns()
-    not_due = c("due_t") > F.lit(float(start)) if start is not None else F.lit(False)
+    not_due = c("due_t") > F.lit(start).cast("long") if start is not None else F.lit(False)
     row = x.agg(
         count_if(early).alias("early"),
         count_if(lost).alias("lost"),
@@ -127,7 +144,11 @@ def run(fr: Frames) -> dict[str, Any]:
     late = quantiles(x.where(c("lateness_ms").isNotNull()), "lateness_ms")
     latest = (
         example_rows(
-            x.where(c("lateness_ms").isNotNull()).select(*cols).orderBy(c("lateness_ms").desc()),
+            # the latest first; among equally late ones the smallest value (a total order:
+            # the same history gives the same list, whatever its format or partitioning)
+            x.where(c("lateness_ms").isNotNull())
+            .select(*cols)
+            .orderBy(c("lateness_ms").desc(), c("v").asc()),
             3,
         )
         if late["count"]
@@ -136,8 +157,9 @@ def run(fr: Frames) -> dict[str, Any]:
     if n_early:
         valid: bool | str = False
     elif n_lost:
-        # a loss is definite only for a message due before the drain began
-        valid = False if drained and n_lost > n_open else UNKNOWN
+        # as lost decides, value by value (core.undecided, plus a message not yet due when
+        # the drain began): one definite loss fails it, whatever other queue is undrained
+        valid = False if n_lost > n_open else UNKNOWN
     else:
         valid = True
     return result(
