@@ -439,6 +439,54 @@ def test_transaction_read_once_by_a_poll_without_a_group_is_not_redelivered(hist
     assert r["duplicated"]["count"] == 0
 
 
+def test_a_definite_transaction_loss_fails_though_another_topic_is_undrained(hist, run_check):
+    """As lost decides, value by value: a committed transaction acknowledged on a queue the
+    drain read to its end and never read is a definite loss (it made transaction unknown)."""
+    valid_txns(hist)
+    txn(hist, 6, 11, "commit", "commit", "ok")  # committed, never read
+    drain(hist, TXN_READ, topic="X")
+    other_topic_undrained(hist)
+    res = run_check(hist)
+    r, lost = res["analyses"]["transaction"], res["analyses"]["lost"]
+    assert (lost["valid"], lost["definite"], lost["drained"]) == (False, 1, False)
+    assert (r["lost"]["count"], r["lost"]["undecided"], r["valid"]) == (1, 0, False)
+    assert set(res["safety_failed"]) == {"transaction", "lost"}
+
+
+def test_transaction_ok_without_a_fate_is_committed(hist, run_check):
+    """The schema lets an ok completion leave out txn: ok completes only a committing
+    transaction, so it is committed (not an inconsistent record failing the run)."""
+    valid_txns(hist)
+    hist.op(6, "invoke", "send", h.Value(topic="X", value=11, txn="commit"), at_ms=1_100)
+    done = h.Value(topic="X", value=11, broker="b0", queue_id=0, status="SEND_OK")
+    hist.op(6, "ok", "send", done, at_ms=1_110)
+    read(hist, 10, [(0, 4, 11)], group="gx", topic="X")
+    drain(hist, [*TXN_READ, (0, 4, 11)], topic="X")
+    res = run_check(hist)
+    r = res["analyses"]["transaction"]
+    assert (r["valid"], r["inconsistent_records"], r["committed"]) == (True, 0, 4)
+    assert res["valid"] is True
+
+
+def test_transaction_at_two_positions_without_a_broker(hist, run_check):
+    """A queue's missing broker counts as "" (docs/checker.md): a committed transaction
+    stored twice in a queue named without a broker is at two positions."""
+    for v in (1, 2):
+        hist.op(1, "invoke", "send", h.Value(topic="X", value=v, txn="commit"))
+        done = h.Value(topic="X", value=v, queue_id=0, status="SEND_OK", txn="commit")
+        hist.op(1, "ok", "send", done)
+    reads = [h.Read("X", 0, o, v, None, None) for o, v in ((0, 1), (1, 1), (2, 2))]
+    hist.op(10, "invoke", "poll", h.Value(topic="X", group="gx"))
+    hist.op(10, "ok", "poll", h.Value(topic="X", group="gx", messages=reads))
+    hist.bounds(90, reads)
+    hist.op(90, "invoke", "drain", h.Value(topic="X", group="drain"))
+    hist.op(90, "ok", "drain", h.Value(topic="X", group="drain", messages=reads))
+    res = run_check(hist, only=["transaction", "duplicated"])
+    d = res["analyses"]["transaction"]["duplicated"]
+    assert (d["count"], d["redelivered"], d["at_two_positions"]) == (1, 1, 1)
+    assert res["analyses"]["duplicated"]["at_two_positions"] == 1
+
+
 def test_transaction_lost_without_a_drain_is_unknown(hist, run_check):
     txn(hist, 1, 1, "commit", "commit", "ok")
     r = run_check(hist, only=["transaction"])["analyses"]["transaction"]

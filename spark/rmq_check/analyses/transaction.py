@@ -7,7 +7,10 @@ by the check) complete ``ok``; ``rollback`` or ``unknown-rollback`` complete ``f
 
 Each transaction ends in one class:
 
-* *committed*: completed ``ok`` with a committing fate. Must be delivered.
+* *committed*: completed ``ok`` with a committing fate, or ``ok`` with no fate (the
+  producer completes a transaction ``ok`` only when it commits; the bench always records the
+  fate, but the schema does not require it, so such a record is taken as committed, not as
+  a malformed one). Must be delivered.
 * *rolled back*: completed ``fail`` with a rolling-back fate. Must never be delivered.
 * *failed*: completed ``fail`` without a fate (the half was certainly not stored).
 * *indeterminate*: ``info`` or no completion: the half may be stored, and the check then
@@ -27,7 +30,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if, timed_reads
-from rmq_check.core import Frames, acked_ok, example_rows, undecided_of
+from rmq_check.core import Frames, acked_ok, example_rows, qhash, undecided_of
 
 from rmq_ha.history import TXN_COMMITTED
 
@@ -65,7 +68,8 @@ def run(fr: Frames) -> dict[str, Any]:
     )
     rolls_back = c("fate").isNotNull() & ~c("fate").isin(*committing)
     klass = (
-        F.when((c("ok") == 1) & c("fate").isin(*committing), "committed")
+        # ok completes only a committing transaction: without a fate it committed too
+        F.when((c("ok") == 1) & (c("fate").isNull() | c("fate").isin(*committing)), "committed")
         .when((c("fail") == 1) & rolls_back, "rolled-back")
         .when((c("fail") == 1) & c("fate").isNull(), "failed")
         .when((c("ok") == 1), "inconsistent")  # ok with a rolling-back fate: a bench bug
@@ -81,7 +85,8 @@ def run(fr: Frames) -> dict[str, Any]:
         count_if(c("drain")).alias("drain_reads"),
         # a poll without a group is one group (as core.gid counts it), not none
         F.countDistinct(F.when(~c("drain"), F.coalesce(c("group"), F.lit("")))).alias("groups"),
-        F.countDistinct("topic", "broker", "queue_id", "off").alias("positions"),
+        # a position is (queue, offset); a queue's missing broker counts as "" (core.qhash)
+        F.countDistinct(qhash(c("topic"), c("broker"), c("queue_id")), c("off")).alias("positions"),
     )
     x = fr.persist(
         t.join(per_v, "v", "left")
@@ -134,7 +139,9 @@ def run(fr: Frames) -> dict[str, Any]:
     if n["unexpected"] or n["inconsistent"]:
         valid: bool | str = False
     elif n["lost"]:
-        valid = False if drained and n["lost"] > n["lost_open"] else UNKNOWN
+        # as lost decides, value by value (core.undecided): one definite loss fails it,
+        # whatever other queue is undrained
+        valid = False if n["lost"] > n["lost_open"] else UNKNOWN
     else:
         valid = True
     return result(
