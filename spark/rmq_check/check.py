@@ -286,7 +286,7 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
             "process",
             "type",
             "f",
-            F.explode(F.when(is_send, sent).otherwise(read)).alias("e"),
+            F.posexplode(F.when(is_send, sent).otherwise(read)).alias("p", "e"),
         )
         .where(c("e.v").isin(vals))
         .select(
@@ -296,14 +296,16 @@ def _trace_examples(fr: Frames, analyses: dict[str, Any]) -> None:
             "type",
             "f",
             *[F.col("e." + k).alias(k) for k in TRACE_FIELDS],
+            "p",
         )
-        .orderBy("v", "index")
+        # a total order: one read op can hold a value twice (its place in the op decides)
+        .orderBy("v", "index", "p")
         .limit(TRACE_LIMIT * len(vals) * 4)
         .collect()
     )
     trace: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
-        d = {k: v for k, v in r.asDict().items() if v is not None and k != "v"}
+        d = {k: v for k, v in r.asDict().items() if v is not None and k not in ("v", "p")}
         lst = trace.setdefault(int(r["v"]), [])
         if len(lst) < TRACE_LIMIT:
             lst.append(d)

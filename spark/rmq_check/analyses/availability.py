@@ -251,7 +251,7 @@ def run(fr: Frames) -> dict[str, Any]:
         for r in comp.where(c("comp_t").isNotNull())
         .groupBy("f", "outcome", F.floor((c("comp_t") - t0) / rate_ns).cast("long").alias("s"))
         .agg(F.count(F.lit(1)).alias("n"))
-        .orderBy("s")
+        .orderBy("s", "f", "outcome")
         .collect()
     ]
     n_ok = sum(x["n"] for x in overall.values())

@@ -233,7 +233,9 @@ def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
     cands = odd.where(gap)
     n_c = cands.count()
     cols = ["process", "gid", "qh", "prev_off", "off", "prev_idx", "idx", "v"]
-    nm_ex = example_rows(nonmono.select(*cols).orderBy("idx"), fr.cfg.examples) if n_nm else []
+    # by delivery position (the op's index, then the place in it): one poll can hold
+    # several, and the index alone leaves their order (and the examples) to chance
+    nm_ex = example_rows(nonmono.orderBy("dpos").select(*cols), fr.cfg.examples) if n_nm else []
     skip_ex: list[dict[str, Any]] = []
     n_skip = 0
     if n_c:
@@ -250,7 +252,7 @@ def poll_order(fr: Frames) -> tuple[dict[str, Any], dict[str, Any]]:
         skips = cands.join(hit, "dpos", "left_semi")
         n_skip = skips.count()
         skip_ex = (
-            example_rows(skips.select(*cols).orderBy("idx"), fr.cfg.examples) if n_skip else []
+            example_rows(skips.orderBy("dpos").select(*cols), fr.cfg.examples) if n_skip else []
         )
     for e in nm_ex + skip_ex:
         e["group"] = _group_name(fr, int(e.pop("gid")))
