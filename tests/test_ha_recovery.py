@@ -17,6 +17,21 @@ from rmq_ha.config import BrokerConfig, from_mapping
 from rmq_ha.store import open_store
 
 
+def _controller_mode(root: Path | None) -> BrokerConfig:
+    """A controller-mode broker's config (its store in `root`, when given)."""
+    values = {
+        "brokerClusterName": "c",
+        "brokerName": "b",
+        "brokerId": "-1",
+        "enableControllerMode": "true",
+        "controllerAddr": "127.0.0.1:1",
+    }
+    if root is not None:
+        values["storePathRootDir"] = str(root)
+    cfg, _ = from_mapping(BrokerConfig, values)
+    return cfg
+
+
 def test_epoch_of_byte_is_the_epoch_owning_the_byte_below() -> None:
     entries = [(1, 0), (3, 100), (5, 400)]
     assert epoch_of_byte(entries, 400) == 3  # byte 399 is epoch 3's
@@ -65,17 +80,7 @@ async def test_recovery_reconciles_the_epoch_file_and_the_core_refuses_to_lead_u
     longer reaches: the HA service cuts the entry at start and persists the debt; the role
     core refuses to lead (no epoch appended, still fenced, asks for an election), then leads
     once replication brought the log to the debt's offset."""
-    cfg, _ = from_mapping(
-        BrokerConfig,
-        {
-            "brokerClusterName": "c",
-            "brokerName": "b",
-            "brokerId": "-1",
-            "enableControllerMode": "true",
-            "controllerAddr": "127.0.0.1:1",
-            "storePathRootDir": str(tmp_path),
-        },
-    )
+    cfg = _controller_mode(tmp_path)
     async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
         placed = store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(4)])
         end = placed.end_offset
@@ -126,17 +131,7 @@ def test_fsynced_bytes_found_missing_are_owed_up_to_the_durable_offset() -> None
 
 
 async def test_a_replica_whose_fsynced_tail_was_zeroed_owes_it_at_start(tmp_path: Path) -> None:
-    cfg, _ = from_mapping(
-        BrokerConfig,
-        {
-            "brokerClusterName": "c",
-            "brokerName": "b",
-            "brokerId": "-1",
-            "enableControllerMode": "true",
-            "controllerAddr": "127.0.0.1:1",
-            "storePathRootDir": str(tmp_path),
-        },
-    )
+    cfg = _controller_mode(tmp_path)
     async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
         first = store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(3)])
         last = store.native.append_batch([Message("T", 0, b"acked" * 20)])
@@ -167,11 +162,7 @@ def test_a_replica_whose_checkpoint_is_lost_owes_an_unknown_catch_up() -> None:
 
 
 def test_following_a_master_turns_an_unknown_debt_into_what_that_master_held() -> None:
-    cfg, _ = from_mapping(
-        BrokerConfig,
-        {"brokerClusterName": "c", "brokerName": "b", "brokerId": "-1",
-         "enableControllerMode": "true", "controllerAddr": "127.0.0.1:1"},
-    )  # fmt: skip
+    cfg = _controller_mode(None)
     unknown = CatchUp(catchup.UNKNOWN_OFFSET, 2, "checkpoint lost")
     core = RoleCore(role_config(cfg), unknown)
     core.step(ev.Started("a:1", 400, 0, 2, 0), 0)
@@ -191,12 +182,7 @@ def test_following_a_master_turns_an_unknown_debt_into_what_that_master_held() -
 
 
 async def test_a_deleted_checkpoint_at_start_is_an_unknown_debt(tmp_path: Path) -> None:
-    cfg, _ = from_mapping(
-        BrokerConfig,
-        {"brokerClusterName": "c", "brokerName": "b", "brokerId": "-1",
-         "enableControllerMode": "true", "controllerAddr": "127.0.0.1:1",
-         "storePathRootDir": str(tmp_path)},
-    )  # fmt: skip
+    cfg = _controller_mode(tmp_path)
     async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
         store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(3)])
     epochs = EpochFile(tmp_path / "epochFileCheckpoint")

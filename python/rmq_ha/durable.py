@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from rmq_ha.errors import CorruptFileError
 
@@ -154,6 +154,20 @@ class ConfigFileWriter:
                 raise
 
         return run
+
+    def dirty_job(self, table: Dirty, encode: Callable[[], bytes]) -> Callable[[], None]:
+        """`job` for a table with a `dirty` flag: clears it now, sets it again if the write
+        fails."""
+        table.dirty = False
+
+        def dirty_again() -> None:
+            table.dirty = True
+
+        return self.job(encode, dirty_again)
+
+
+class Dirty(Protocol):
+    dirty: bool
 
 
 #: What `persist_or_log` last failed to write, so a failing write is logged once, not every

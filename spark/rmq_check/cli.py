@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rmq_ha.cliargs import at_least
 
 EXIT_SAFETY = 1
 EXIT_ERROR = 2
@@ -29,7 +30,7 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     p.add_argument("run_dir", help="run directory (or history file)")
     _spark_args(p)
     p.add_argument("--out", help="output directory (default: the run directory)")
-    p.add_argument("--examples", type=_count(0), default=8, help="examples kept per anomaly")
+    p.add_argument("--examples", type=at_least(0), default=8, help="examples kept per anomaly")
     p.add_argument("--bin-ms", type=int, default=10, help="availability resolution (ms)")
     p.add_argument(
         "--order",
@@ -58,22 +59,6 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     b.add_argument("--keep", help="keep the generated history in this directory")
     b.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     b.set_defaults(func=run_bench)
-
-
-def _count(least: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``least`` (a clear usage error otherwise,
-    not a Spark exception from deep inside the check)."""
-
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if n < least:
-            raise argparse.ArgumentTypeError(f"{n} is below {least}")
-        return n
-
-    return parse
 
 
 def _spark_args(p: argparse.ArgumentParser) -> None:

@@ -56,13 +56,7 @@ class SubscriptionGroupManager:
         run here or in a worker thread."""
         if not self.dirty:
             return None
-        wrapper = self.wrapper()
-        self.dirty = False
-
-        def dirty_again() -> None:
-            self.dirty = True
-
-        return self._writer.job(wrapper.to_json, dirty_again)
+        return self._writer.dirty_job(self, self.wrapper().to_json)
 
     def persist(self) -> None:
         self.dirty = True

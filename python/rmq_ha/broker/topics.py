@@ -182,12 +182,7 @@ class TopicConfigManager:
         wrapper = TopicConfigSerializeWrapper(
             topic_config_table=dict(self.table), data_version=self.data_version
         )
-        self.dirty = False
-
-        def dirty_again() -> None:
-            self.dirty = True
-
-        return self._writer.job(wrapper.to_json, dirty_again)
+        return self._writer.dirty_job(self, wrapper.to_json)
 
     def persist(self) -> None:
         self.dirty = True
