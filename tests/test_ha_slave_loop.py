@@ -7,6 +7,7 @@ replicates through the native loops of both sides."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,3 +332,44 @@ async def test_a_group_replicates_through_the_native_loops(
         assert counts() == want
     finally:
         c.stop()
+
+
+async def test_the_role_core_hears_of_bytes_the_native_thread_applied_before_it_was_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native loop applies buffered bytes as soon as it starts. `_transfer_native` read
+    what it had told the role core after starting it, so under load that already included
+    those bytes and no LogGrew came for them (CI: a torn replica that had caught up stayed
+    owing its catch-up). Forced here: the loop starts with the whole transfer buffered and
+    its constructor returns only once its thread has applied it."""
+    monkeypatch.delenv(slave_mod.NATIVE_SLAVE_ENV, raising=False)
+    _, log = master_log(tmp_path)
+    handshake = encode_master_handshake(len(log), 1, [(1, 0)])
+    data = transfer(0, 1, 0, 0, log) + transfer(len(log), 1, 0, len(log))
+    real = slave_mod.HaSlaveLoop
+
+    def started_late(
+        native: Store, epochs: object, fd: int, buffered: bytes, *rest: object
+    ) -> object:
+        loop = real(native, epochs, fd, bytes(buffered) + data, *rest)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 20
+        while native.max_offset < len(log) or native.confirm_offset < len(log):
+            assert time.monotonic() < deadline, "the native thread applied nothing"
+            time.sleep(0.01)
+        return loop
+
+    monkeypatch.setattr(slave_mod, "HaSlaveLoop", started_late)
+    done = trio.Event()
+
+    async def script(s: trio.SocketStream, acks: trio.MemoryReceiveChannel[int]) -> None:
+        await s.send_all(handshake)
+        await done.wait()
+
+    slave, _, _, seen = make_slave(tmp_path)
+
+    async def told() -> None:
+        while ev.LogGrew(len(log), len(log)) not in seen:
+            await trio.sleep(0.01)
+
+    await against(Master(script), slave, told)
+    done.set()

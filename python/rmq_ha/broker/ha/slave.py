@@ -204,6 +204,10 @@ class HaSlave:
         the confirm offset and acks, with `_apply`'s rules; this task only hears of progress,
         one wake-up for any number of batches, and tells the role core and parked pulls."""
         native = self.store.native
+        # What the role core was told, read before the thread starts: read after, it could
+        # already include bytes the thread appended (buffered ones, under load), and the
+        # core never heard of them (a torn replica stayed owing a catch-up it had paid).
+        told = (native.max_offset, native.confirm_offset)
         loop = HaSlaveLoop(
             native,
             self.epochs,
@@ -214,7 +218,6 @@ class HaSlave:
             max(1, int(self.heartbeat_s * 1000)),
             max(1, int(self.housekeeping_s * 1000)),
         )
-        told = (native.max_offset, native.confirm_offset)
         try:
             while True:
                 await trio.lowlevel.wait_readable(loop.wake_fd)
