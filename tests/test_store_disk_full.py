@@ -170,3 +170,139 @@ def test_store_health_text_names_a_deferred_checkpoint_and_the_incidents() -> No
     assert "checkpoint not written (disk full): I/O error on cqmanifest.tmp" in text
     assert "incidents on record: 1" in text and "2026-11-27T21:33:16Z" in text
     assert "checkpoint not written" not in render_health({"status": {}, "broker": {}, "open": {}})
+
+
+CHILD_CQ = r"""
+import errno, gc, json, os, sys, time
+from rmq_ha._native import Store
+from rmq_ha.errors import StoreIOError
+
+mnt = sys.argv[1]
+out = {}
+BODY = b"q" * 100
+
+def open_store(name, **kw):
+    return Store(os.path.join(mnt, name), segment_size=1 << 20, cq_units_per_file=1000,
+                 flush_interval_ms=5, checkpoint_interval_ms=3_600_000, **kw)
+
+def count(s):
+    n, off = 0, 0
+    while True:
+        bufs, nxt, lo, hi = s.get_messages("T", 0, off, max_count=256)
+        n += len(bufs)
+        if nxt >= hi or not bufs:
+            return n
+        off = nxt
+
+def errtext(f):
+    try:
+        f()
+        return None
+    except StoreIOError as e:
+        return f"errno {e.errno}: {e}"
+
+# A: a replica's store; its consume queues follow the confirm offset, none dispatched yet
+a = open_store("a", confirm_follows_max=False)
+a.append_bodies("T", 0, [BODY] * 300)
+a.flush()
+# B: units 0..99 written to the queue file (its first page); 100..249 only in memory, and
+# they reach the file's second page, which was never written
+b = open_store("b")
+b.append_bodies("T", 0, [BODY] * 100)
+b.checkpoint()
+b.append_bodies("T", 0, [BODY] * 150)
+b.flush()
+ballast = os.path.join(mnt, "ballast")
+with open(ballast, "wb", buffering=0) as f:
+    for chunk in (4096, 1):
+        try:
+            while True:
+                f.write(b"x" * chunk)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+# the confirm offset moves on a full disk: the records are in the log, the queue files
+# cannot take their units
+out["confirm_error"] = errtext(lambda: a.set_confirm_offset(a.max_offset))
+out["a_read"] = count(a)
+out["a_dispatch_error"] = a.status().get("dispatch_error")
+# B is closed on the full disk (its checkpoint cannot be written) and opened again: the open
+# must redispatch units 100..249 and has no space for them
+b.close()
+del b
+gc.collect()
+try:
+    b = open_store("b")
+    out["reopen_error"] = None
+except StoreIOError as e:
+    out["reopen_error"] = f"errno {e.errno}: {e}"
+    print(json.dumps(out), flush=True)
+    sys.exit(0)
+out["b_read"] = count(b)
+out["b_deferred"] = b.open_report["checkpoint_deferred"]
+out["b_dispatch_error"] = b.status().get("dispatch_error")
+os.unlink(ballast)
+deadline = time.monotonic() + 30
+def held():
+    return a.status().get("dispatch_error") or b.status().get("dispatch_error")
+while held() and time.monotonic() < deadline:
+    time.sleep(0.01)
+out["a_dispatch_error_after"] = a.status().get("dispatch_error")
+out["b_dispatch_error_after"] = b.status().get("dispatch_error")
+out["a_dispatched"] = a.status()["dispatched_offset"] == a.max_offset
+b.checkpoint()
+b.close()
+del b
+gc.collect()
+b = open_store("b")
+out["b_deferred_again"] = b.open_report["checkpoint_deferred"]
+out["b_read_again"] = count(b)
+b.close()
+a.close()
+print(json.dumps(out), flush=True)
+"""
+
+
+def _run_on_tmpfs(child: str, size: str) -> tuple[int, str, str]:
+    cmd = _unshare()
+    with tempfile.TemporaryDirectory(prefix="rmq-diskfull-") as d:
+        mnt = Path(d) / "mnt"
+        mnt.mkdir()
+        script = Path(d) / "child.py"
+        script.write_text(child)
+        sh = f'mount -t tmpfs -o size={size} tmpfs "$1" && exec "$2" "$3" "$1"'
+        proc = subprocess.Popen(
+            [*cmd, "sh", "-c", sh, "sh", str(mnt), sys.executable, str(script)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            stdout, stderr = proc.communicate(timeout=100)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return proc.returncode, stdout, stderr
+
+
+@pytest.mark.timeout(120)
+def test_consume_queue_units_that_cannot_be_written_wait_for_space() -> None:
+    """Records in the log whose consume-queue units cannot be written (the disk filled while
+    they were only in memory) neither fail the confirm that dispatches them nor the next open:
+    the units are served from memory and written once space is free. Before, a confirm offset
+    moved on a full disk raised ENOSPC, and a store closed with such units could not open."""
+    rc, stdout, stderr = _run_on_tmpfs(CHILD_CQ, "4m")
+    assert rc == 0, f"rc {rc}:\\n{stdout}\\n{stderr}"
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["confirm_error"] is None
+    assert out["reopen_error"] is None
+    assert out["a_read"] == 300
+    assert out["a_dispatch_error"] and "No space left" in out["a_dispatch_error"]
+    assert out["b_read"] == 250
+    assert out["b_deferred"]
+    assert out["b_dispatch_error"] and "No space left" in out["b_dispatch_error"]
+    # space freed: the flush thread finishes both dispatches on its own
+    assert out["a_dispatch_error_after"] is None and out["a_dispatched"]
+    assert out["b_dispatch_error_after"] is None
+    assert out["b_deferred_again"] is None
+    assert out["b_read_again"] == 250

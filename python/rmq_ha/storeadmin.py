@@ -128,6 +128,11 @@ def render_health(h: dict[str, Any]) -> str:
         )
     if st.get("checkpoint_error"):
         lines.append(f"checkpoint not written (disk full): {st.get('checkpoint_error')}")
+    if st.get("dispatch_error"):
+        lines.append(
+            "consume-queue dispatch held back (disk full; the messages are in the commitlog,"
+            f" retried every flush round): {st.get('dispatch_error')}"
+        )
     if op.get("missing_durable"):
         lines.append(f"durable bytes missing at the last open: {op.get('missing_durable')}")
     for t in op.get("cq_rebuilt") or []:

@@ -668,6 +668,7 @@ impl Store {
         d.set_item("dispatched_offset", self.inner.dispatched_offset())?;
         d.set_item("flush_error", self.inner.flush_error())?;
         d.set_item("checkpoint_error", self.inner.checkpoint_error())?;
+        d.set_item("dispatch_error", self.inner.dispatch_error())?;
         Ok(d)
     }
 

@@ -365,6 +365,10 @@ struct Core {
     /// succeeds). Unlike `flush_error` this is not sticky and fails no durability wait: the
     /// commitlog is still flushed, and the previous checkpoint stays in force.
     ckpt_error: Mutex<Option<String>>,
+    /// The last dispatch could not write a consume-queue file for lack of disk space (cleared
+    /// by the next dispatch that completes). The records are in the commitlog; the dispatch
+    /// point stays where it was and the flush thread retries every round.
+    dispatch_error: Mutex<Option<String>>,
     /// Set when a consume-queue sync failed: no checkpoint may be written after that.
     ckpt_broken: Mutex<Option<String>>,
     /// Serialises checkpoint writers (the flush thread, `checkpoint()`, truncation, close).
@@ -499,8 +503,24 @@ impl Core {
             })?;
         }
         state.take_until(target, &mut units);
-        Self::append_units(&self.cfg, cqs, quarantine, floors, units)?;
+        // Units taken from the pending queue and not written are found again by the scan of
+        // [from, pending_from) next time, and units already in a queue are skipped then.
+        match Self::append_units(&self.cfg, cqs, quarantine, floors, units) {
+            Ok(()) => {}
+            Err(e) if e.is_no_space() => {
+                // The records are in the commitlog whatever happens to their units: an append
+                // or a confirm must not fail for it (an append answered as failed whose record
+                // is kept would be delivered later). What did get into a queue is readable
+                // (from memory); the rest waits for space.
+                *lock(&self.dispatch_error) = Some(e.to_string());
+                return Ok(from);
+            }
+            Err(e) => return Err(e),
+        }
         self.dispatched.store(target, Ordering::Release);
+        if lock(&self.dispatch_error).take().is_some() {
+            self.notify(); // waiting readers see the units that were held back
+        }
         Ok(target)
     }
 
@@ -904,6 +924,16 @@ fn flush_loop(weak: Weak<Core>) {
         }
         if stop {
             return;
+        }
+        if lock(&core.dispatch_error).is_some() {
+            // a dispatch stopped for lack of space: retried until it completes
+            if let Ok(mut inner) = core.inner() {
+                if let Err(e) = core.dispatch(&mut inner) {
+                    if !matches!(e, StoreError::Closed) {
+                        *lock(&core.dispatch_error) = Some(e.to_string());
+                    }
+                }
+            }
         }
         if last_ckpt.elapsed() >= ckpt_every {
             last_ckpt = Instant::now();
@@ -1390,6 +1420,7 @@ impl Store {
             notify_w,
             flush_error: Mutex::new(None),
             ckpt_error: Mutex::new(None),
+            dispatch_error: Mutex::new(None),
             ckpt_broken: Mutex::new(None),
             announced_min: AtomicU64::new(0),
             ckpt_lock: Mutex::new(()),
@@ -2139,6 +2170,12 @@ impl Store {
     /// advances, for event loops (trio's `wait_readable`). Owned by the store.
     pub fn flush_notify_fd(&self) -> RawFd {
         self.core.notify_r.as_raw_fd()
+    }
+
+    /// Why consume-queue units are held back for lack of disk space, until a dispatch
+    /// completes (the flush thread retries every round).
+    pub fn dispatch_error(&self) -> Option<String> {
+        lock(&self.core.dispatch_error).clone()
     }
 
     /// Why the last checkpoint could not be written for lack of disk space, until one is.
