@@ -14,6 +14,18 @@ from typing import Any
 DEMO_TIME_S = 60.0
 
 
+def replication_text(summary: dict[str, Any]) -> str | None:
+    """`replication: full` / `replication: NOT full (group: why; ...)` of a controller-mode
+    run's summary; None when the run had no controllers (or predates the field)."""
+    r = summary.get("replication")
+    if not isinstance(r, dict):
+        return None
+    if r.get("full"):
+        return "replication: full (every SyncStateSet)"
+    why = "; ".join(f"{g}: {w}" for g, w in sorted((r.get("not_full") or {}).items()))
+    return f"replication: NOT full {r.get('waited_s')} s after the drain ({why})"
+
+
 def add_parsers(sub: Any, bench_sub: Any) -> None:
     from rmq_jepsen.db import DBS, ROCKETMQ_TOPOLOGIES
     from rmq_jepsen.hosts import DEFAULT_PREFIX, DEFAULT_SUBNET
@@ -248,6 +260,8 @@ def _print_outcome(out: Any, as_json: bool) -> None:
         f"ops: {s.get('ops')}  faults injected: {len(s.get('faults', []))}  "
         f"healed: {(s.get('healed') or {}).get('healed')}"
     )
+    if (rep := replication_text(s)) is not None:
+        print(rep)
     for note in out.notes:
         print(f"note: {note}")
     if out.verdict == "unchecked":
@@ -390,7 +404,8 @@ def _campaign_list(args: argparse.Namespace) -> int:
     for r in runs:
         print(
             f"{r['test']}/{r['run']}  ops {r['ops']}  faults {r['faults']}  "
-            f"healed {r['healed']}  verdict {r['verdict']}"
+            f"healed {r['healed']}  replication full {r.get('replication_full')}  "
+            f"verdict {r['verdict']}"
         )
     return 0
 
@@ -421,6 +436,8 @@ def _campaign_show(args: argparse.Namespace) -> int:
     for k in ("run_id", "provider", "seed", "ops", "verdict", "check_rc"):
         print(f"{k}: {s.get(k)}")
     print(f"healed: {(s.get('healed') or {}).get('healed')}")
+    if (rep := replication_text(s)) is not None:
+        print(rep)
     print(f"timings: {s.get('timings')}")
     print(f"drain: {s.get('drain')}")
     for f in s.get("faults", []):

@@ -50,7 +50,7 @@ from rmq_jepsen.progress import Progress
 from rmq_jepsen.recorder import Recorder, export_parquet
 from rmq_jepsen.scrape import Scraper, in_background, scraping
 from rmq_jepsen.state import StateDir, write_json_atomic
-from rmq_jepsen.syncstate import SyncStateSampler
+from rmq_jepsen.syncstate import SyncStateSampler, wait_full
 from rmq_jepsen.workload import WorkloadOptions, Workloads, delay_levels_ms, parse_workloads
 
 log = logging.getLogger("rmq_jepsen.runner")
@@ -517,6 +517,11 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
             timings["drain_s"] = time.monotonic() - t
         summary["metrics_scrapes"] = scraper.summary()
         if sampler is not None:
+            # Faults undone is not recovery: every group's SyncStateSet full again is.
+            progress.set_phase("replication")
+            summary["replication"] = await wait_full(sampler, db.groups(), opts.recovery_s)
+            if not summary["replication"]["full"]:
+                say(f"REPLICATION NOT FULL: {summary['replication']['not_full']}")
             summary["syncstate_samples"] = sampler.summary()
         summary["client_errors"] = wl.stats.errors[:20]
         summary["healed"] = await nemesis.verify_healed()
@@ -624,6 +629,7 @@ def list_runs(store: Path) -> list[dict[str, Any]]:
                 "ops": s.get("ops"),
                 "faults": len(s.get("faults", [])),
                 "healed": (s.get("healed") or {}).get("healed"),
+                "replication_full": (s.get("replication") or {}).get("full"),
                 "verdict": s.get("verdict"),
             }
         )

@@ -118,3 +118,39 @@ class SyncStateSampler:
 
     def summary(self) -> dict[str, Any]:
         return {"samples": self.samples, "failed": self.failed, "interval_s": self.interval_s}
+
+
+def not_full(groups: Mapping[str, Mapping[str, Any]], expect: Iterable[str]) -> dict[str, str]:
+    """Why each expected group is not full (`is_full`), by group; {} when all are."""
+    out: dict[str, str] = {}
+    for g in expect:
+        info = groups.get(g)
+        if not info:
+            out[g] = "the controller does not know the group"
+        elif not info.get("master"):
+            out[g] = "no master"
+        elif info.get("out_of_sync"):
+            out[g] = f"replicas {info.get('out_of_sync')} out of sync"
+        elif not info.get("in_sync"):
+            out[g] = "empty SyncStateSet"
+    return out
+
+
+async def wait_full(
+    sampler: SyncStateSampler, expect: Iterable[str], timeout_s: float
+) -> dict[str, Any]:
+    """After a run (faults healed, drain done): asks the controllers until every expected
+    group's SyncStateSet is full, or `timeout_s` passes. A replica still out of sync then is a
+    cluster that did not recover from its faults, whatever `healed` (the faults undone) says.
+    Returns {"full": bool, "waited_s": s, "not_full": {group: why}, "last": sample}."""
+    want = list(expect)
+    t0 = trio.current_time()
+    while True:
+        line = await sampler.one()
+        why = not_full(line.get("groups") or {}, want) if "groups" in line else {}
+        if "groups" not in line:
+            why = {g: f"no controller answered: {line.get('error')}" for g in want}
+        waited = round(trio.current_time() - t0, 3)
+        if not why or waited >= timeout_s:
+            return {"full": not why, "waited_s": waited, "not_full": why, "last": line}
+        await trio.sleep(sampler.interval_s)

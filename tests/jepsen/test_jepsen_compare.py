@@ -9,6 +9,7 @@ import types
 
 import pytest
 import trio
+import trio.testing
 from rmq_jepsen import syncstate
 from rmq_jepsen.compare import (
     SendOp,
@@ -226,3 +227,44 @@ def test_the_chart_draws_every_series_on_one_pair_of_axes_with_the_fault_bands()
     # a step line holds the previous value until the next point: 2 points -> 3 vertices
     lines = [p for p in svg.split("<polyline")[2:]]
     assert all(line.split('points="')[1].split('"')[0].count(",") == 3 for line in lines)
+
+
+def test_a_run_ends_by_waiting_for_every_sync_state_set_to_be_full_again(tmp_path):
+    """Faults undone (`healed`) is not recovery: the runner asks the controllers after the
+    drain until every group's SyncStateSet is full, and says which group is not and why when
+    the wait runs out (a replica left out of sync after a clock jump ended `healed: true`)."""
+    from rmq_jepsen.cli import replication_text
+
+    def run(answers, expect, timeout_s):
+        it = iter(answers)
+
+        async def replicas():
+            a = next(it)
+            return a[-1] if isinstance(a, list) else a
+
+        sampler = SyncStateSampler(replicas, tmp_path / "s.jsonl", lambda: 0, interval_s=0.5)
+
+        async def main():
+            return await syncstate.wait_full(sampler, expect, timeout_s)
+
+        return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    # out of sync, then nobody answers, then full: done at the third look
+    got = run([{"g": _info("a:0", [0], [1])}, {}, {"g": _info("a:0", [0, 1], [])}], ["g"], 10)
+    assert got["full"] and got["not_full"] == {} and got["waited_s"] == 1.0
+    assert replication_text({"replication": got}) == "replication: full (every SyncStateSet)"
+    # never full: the wait ends at the timeout and names each group's reason
+    stuck = {"g": _info("a:0", [0], [2]), "h": _info("", [1], [])}
+    got = run([stuck] * 100, ["g", "h", "missing"], 3)
+    assert not got["full"] and got["waited_s"] == 3.0
+    assert got["not_full"] == {
+        "g": "replicas [2] out of sync",
+        "h": "no master",
+        "missing": "the controller does not know the group",
+    }
+    text = replication_text({"replication": got})
+    assert text is not None and text.startswith("replication: NOT full 3.0 s after the drain")
+    assert "g: replicas [2] out of sync" in text and "h: no master" in text
+    got = run([{}] * 100, ["g"], 1)
+    assert not got["full"] and got["not_full"]["g"].startswith("no controller answered")
+    assert replication_text({}) is None  # no controllers in the run
