@@ -18,6 +18,7 @@ from rmq_ha.broker.special.delay import DelayOffsets
 from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.errors import CorruptFileError
+from rmq_ha.protocol import json_compat
 from rmq_ha.protocol.admin import SubscriptionGroupConfig
 from rmq_ha.protocol.models import TopicConfig
 
@@ -175,8 +176,28 @@ CONFIG_FILES = {
 }
 
 
+TABLE_KEYS = {
+    "topics": b"topicConfigTable",
+    "offsets": b"offsetTable",
+    "groups": b"subscriptionGroupTable",
+    "delay": b"offsetTable",
+}
+
+
+def _unsealed(raw: bytes) -> bytes:
+    """The file as RocketMQ (or a hand edit) would have it: without rmqHaCrc32."""
+    out = re.sub(rb'^\{"rmqHaCrc32":\d+,?', b"{", raw)
+    assert out != raw
+    return out
+
+
+DAMAGES = ["empty", "garbage", "cut", "missing", "too-deep", "overflow"]
+# damage that still parses: caught by the checksum, or (unsealed) by the table's key
+DAMAGES += ["digit", "key-sealed", "key-unsealed", "seal-key", "seal-digit"]
+
+
 @pytest.mark.parametrize("kind", sorted(CONFIG_FILES))
-@pytest.mark.parametrize("damage", ["empty", "garbage", "cut", "missing", "too-deep", "overflow"])
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_a_damaged_config_file_is_read_from_its_backup(
     tmp_path: Path, kind: str, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -207,6 +228,20 @@ def test_a_damaged_config_file_is_read_from_its_backup(
             bad = re.sub(rb":\s*\d+(?=\s*[,}\]])", b":1e999", good)
             assert bad != good
             p.write_bytes(bad)
+        case "digit":  # the value written second, one digit off: still valid JSON
+            at = good.rindex(b"2")
+            p.write_bytes(good[:at] + b"3" + good[at + 1 :])
+        case "key-sealed" | "key-unsealed":  # the table's key misspelled: an empty table
+            key = TABLE_KEYS[kind]
+            bad = good.replace(key, key[:-1] + b"d")
+            p.write_bytes(bad if damage == "key-sealed" else _unsealed(bad))
+        case "seal-key":
+            p.write_bytes(good.replace(b"rmqHaCrc32", b"rmqHaCrc33", 1))
+        case "seal-digit":
+            m = re.match(rb'\{"rmqHaCrc32":(\d)', good)
+            assert m is not None
+            d = b"1" if m.group(1) != b"1" else b"2"
+            p.write_bytes(good[: m.start(1)] + d + good[m.end(1) :])
     damaged = p.read_bytes() if p.exists() else None
     with caplog.at_level(logging.WARNING, logger="rmq_ha.durable"):
         assert state(p) == first
@@ -230,6 +265,25 @@ def test_a_damaged_config_file_is_read_from_its_backup(
     p.unlink()
     bak.unlink()
     assert state(p) in ([], None, {})
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIG_FILES))
+def test_config_files_are_sealed_json_and_unsealed_files_are_still_read(
+    tmp_path: Path, kind: str
+) -> None:
+    """A config file is JSON whose first key is the CRC32 of the rest (any JSON reader still
+    reads it); a file without it (RocketMQ's own, an older rmq_ha's, a hand edit that deleted
+    the key) is read as it is."""
+    write, state = CONFIG_FILES[kind]
+    p = tmp_path / "config" / f"{kind}.json"
+    write(p, 1)
+    write(p, 2)
+    raw = p.read_bytes()
+    assert raw.startswith(b'{"rmqHaCrc32":')
+    json_compat.loads(raw)  # still JSON
+    want = state(p)
+    p.write_bytes(_unsealed(raw))
+    assert state(p) == want
 
 
 def test_a_config_file_only_moves_forward_and_a_failed_write_is_dirty_again(

@@ -4,7 +4,13 @@ hard state and snapshots): temp file, fsync, rename, fsync of the directory.
 The broker's config files (topics, consumer offsets, subscription groups, delay progress) also
 keep the previous version as ``NAME.bak`` (RocketMQ's ``MixAll.string2File``) and are read
 with a fall-back to it (RocketMQ's ``ConfigManager.loadBak``): a file emptied, cut or garbled
-outside the broker costs the last change at most, never every topic or every offset."""
+outside the broker costs the last change at most, never every topic or every offset.
+
+A config file is also *sealed*: its first key, ``rmqHaCrc32``, is the CRC32 of the JSON the
+broker wrote (the file without that key). Damage that still parses — a flipped bit in a digit,
+a table's key misspelled so it reads as an empty table — fails the check, and the backup is
+read as for any damaged file. A file without the key (written by RocketMQ, by an rmq_ha
+before 2026-11-28, or by hand: delete the key to edit a file by hand) is read unchecked."""
 
 from __future__ import annotations
 
@@ -12,9 +18,10 @@ import contextlib
 import logging
 import os
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from rmq_ha.errors import CorruptFileError
 
@@ -55,13 +62,63 @@ def write_atomic(path: Path, data: bytes, *, keep_backup: bool = False) -> None:
     fsync_dir(path.parent)
 
 
+CRC_KEY = "rmqHaCrc32"
+_SEAL = b'{"' + CRC_KEY.encode() + b'":'
+
+
+def seal(data: bytes) -> bytes:
+    """A JSON object's bytes with their CRC32 as its first key (``unseal`` gives them back).
+    Anything that is not an object is returned as it is."""
+    if not data.startswith(b"{"):
+        return data
+    sep = b"" if data[1:].lstrip().startswith(b"}") else b","
+    return _SEAL + str(zlib.crc32(data)).encode() + sep + data[1:]
+
+
+def unseal(raw: bytes) -> bytes:
+    """The JSON a sealed file was written from, checked against its CRC (ValueError when it
+    does not match); an unsealed file as it is. A file whose head is a few bytes off the seal's
+    is damaged, not unsealed: that is where a flip in the key would otherwise turn the check
+    off."""
+    if raw.startswith(_SEAL):
+        i = j = len(_SEAL)
+        while j < len(raw) and j - i <= 10 and raw[j : j + 1].isdigit():
+            j += 1
+        if j == i or j - i > 10:
+            raise ValueError(f"its {CRC_KEY} is damaged")
+        stored = int(raw[i:j])
+        original = b"{" + (raw[j + 1 :] if raw[j : j + 1] == b"," else raw[j:])
+        crc = zlib.crc32(original)
+        if crc != stored:
+            raise ValueError(
+                f"checksum mismatch (the file says {stored:#010x}, its content is {crc:#010x})"
+            )
+        return original
+    head = raw[: len(_SEAL)]
+    if len(head) == len(_SEAL) and sum(a != b for a, b in zip(head, _SEAL, strict=True)) <= 3:
+        raise ValueError(f"its {CRC_KEY} key is damaged")
+    return raw
+
+
+def require_keys(doc: object, *keys: str) -> dict[str, Any]:
+    """`doc` as a JSON object holding every key in `keys` (ValueError naming the first one
+    missing): a table whose key is gone is damage, not an empty table."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object but {type(doc).__name__}")
+    for k in keys:
+        if k not in doc:
+            raise ValueError(f"no {k!r} key")
+    return doc
+
+
 def backup_path(path: Path) -> Path:
     return path.with_name(path.name + ".bak")
 
 
 def write_with_backup(path: Path, data: bytes) -> None:
-    """The broker's config files: ``write_atomic`` keeping the previous content."""
-    write_atomic(path, data, keep_backup=True)
+    """The broker's config files: ``write_atomic`` of the sealed `data`, keeping the previous
+    content."""
+    write_atomic(path, seal(data), keep_backup=True)
 
 
 def corrupt_path(path: Path) -> Path:
@@ -69,10 +126,10 @@ def corrupt_path(path: Path) -> Path:
 
 
 def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | None:
-    """``parse`` of ``PATH``; of ``PATH.bak`` when ``PATH`` is missing, empty or does not
-    parse (a WARNING names the file and why); None when neither exists. Raises
-    CorruptFileError naming both files when neither can be read: the broker refuses to start
-    rather than start without its topics or offsets.
+    """``parse`` of ``PATH``; of ``PATH.bak`` when ``PATH`` is missing, empty, fails its
+    checksum (``unseal``) or does not parse (a WARNING names the file and why); None when
+    neither exists. Raises CorruptFileError naming both files when neither can be read: the
+    broker refuses to start rather than start without its topics or offsets.
 
     When the backup is read because ``PATH`` is damaged, ``PATH`` is moved aside to
     ``PATH.corrupt`` (kept for a post-mortem; an older one is replaced): the next write then
@@ -92,7 +149,7 @@ def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | 
             problems.append(f"{p} is empty")
             continue
         try:
-            out = parse(raw)
+            out = parse(unseal(raw))
         except (
             ValueError,
             TypeError,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rmq_ha.durable import ConfigFileWriter, read_with_backup
+from rmq_ha.durable import ConfigFileWriter, read_with_backup, require_keys
 from rmq_ha.protocol.models import DataVersion
 
 
@@ -45,7 +45,7 @@ class ConsumerOffsetManager:
     def load_json(self, raw: bytes) -> None:
         """The table as `persist` wrote it (also: whether it holds commits of its own the
         master may lack, so a restarted slave still keeps them; see `merge_from_json`)."""
-        doc = json.loads(raw)
+        doc = require_keys(json.loads(raw), "offsetTable")
         # parsed whole before anything changes: a bad file leaves the table as it was
         table = {
             str(key): {int(q): int(o) for q, o in queues.items()}

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms
-from rmq_ha.durable import ConfigFileWriter, read_with_backup
+from rmq_ha.durable import ConfigFileWriter, read_with_backup, require_keys
+from rmq_ha.protocol import json_compat
 from rmq_ha.protocol.admin import SubscriptionGroupConfig, SubscriptionGroupWrapper
 from rmq_ha.protocol.models import DataVersion
 
@@ -28,6 +29,13 @@ FILE_NAME = "subscriptionGroup.json"
 
 #: SubscriptionGroupConfig.retryMaxTimes' default.
 DEFAULT_RETRY_MAX_TIMES = 16
+
+
+def _parse_file(raw: bytes) -> SubscriptionGroupWrapper:
+    """subscriptionGroup.json: a file without its table is damaged, not a broker without
+    group configs."""
+    require_keys(json_compat.loads(raw), "subscriptionGroupTable")
+    return SubscriptionGroupWrapper.from_json(raw)
 
 
 class SubscriptionGroupManager:
@@ -42,7 +50,7 @@ class SubscriptionGroupManager:
         self._load()
 
     def _load(self) -> None:
-        w = read_with_backup(self.path, SubscriptionGroupWrapper.from_json, "subscription groups")
+        w = read_with_backup(self.path, _parse_file, "subscription groups")
         if w is None:
             return
         self.table.update(w.subscription_group_table)

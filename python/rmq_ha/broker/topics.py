@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from rmq_ha.clock import wall_ms as now_ms
-from rmq_ha.durable import ConfigFileWriter, read_with_backup
+from rmq_ha.durable import ConfigFileWriter, read_with_backup, require_keys
+from rmq_ha.protocol import json_compat
 from rmq_ha.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from rmq_ha.protocol.perm import PERM_INHERIT, PERM_READ, PERM_WRITE
 
@@ -98,6 +99,12 @@ def reply_topic(cluster_name: str) -> str:
     return f"{cluster_name}_REPLY_TOPIC"
 
 
+def _parse_file(raw: bytes) -> TopicConfigSerializeWrapper:
+    """topics.json: a file without its table is damaged, not a broker without topics."""
+    require_keys(json_compat.loads(raw), "topicConfigTable")
+    return TopicConfigSerializeWrapper.from_json(raw)
+
+
 class TopicConfigManager:
     def __init__(
         self,
@@ -168,7 +175,7 @@ class TopicConfigManager:
         return topic in self.builtin or is_system_topic(topic)
 
     def _load(self) -> None:
-        w = read_with_backup(self.path, TopicConfigSerializeWrapper.from_json, "topic configs")
+        w = read_with_backup(self.path, _parse_file, "topic configs")
         if w is None:
             return
         self.table.update(w.topic_config_table)

@@ -40,7 +40,12 @@ from rmq_ha.broker.special.base import (
 )
 from rmq_ha.broker.special.records import read_queue
 from rmq_ha.clock import wall_ms
-from rmq_ha.durable import persist_or_log, read_with_backup, write_with_backup
+from rmq_ha.durable import (
+    persist_or_log,
+    read_with_backup,
+    require_keys,
+    write_with_backup,
+)
 from rmq_ha.errors import ConfigError
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -148,6 +153,7 @@ class DelayOffsets:
         self._adopt(raw)
 
     def _adopt(self, raw: bytes) -> None:
+        require_keys(json_compat.loads(raw), "offsetTable")
         table, dv = _parse_offsets(raw)
         local = bool(json_compat.loads(raw).get("localUpdates", False))
         self.table = table
