@@ -205,6 +205,17 @@ def errtext(f):
 a = open_store("a", confirm_follows_max=False)
 a.append_bodies("T", 0, [BODY] * 300)
 a.flush()
+# C: 204 units only in memory (4,080 bytes, just under the write-behind buffer's 4,096) and
+# the commitlog's last page with room for one more record
+c = open_store("c")
+c.append_bodies("T", 0, [BODY] * 202)
+before = c.max_offset
+c.append_bodies("T", 0, [BODY])
+overhead = c.max_offset - before - len(BODY)
+pad = (100 - c.max_offset - overhead) % 4096 or 4096
+c.append_bodies("T", 0, [b"p" * pad])
+assert c.max_offset % 4096 == 100, c.max_offset
+c.flush()
 # B: units 0..99 written to the queue file (its first page); 100..249 only in memory, and
 # they reach the file's second page, which was never written
 b = open_store("b")
@@ -220,6 +231,11 @@ with open(ballast, "wb", buffering=0) as f:
                 f.write(b"x" * chunk)
         except OSError as e:
             assert e.errno == errno.ENOSPC, e
+# an append on the full disk: its record fits the commitlog's last page, its unit fills the
+# queue's buffer, whose write needs a page the disk no longer has
+out["append_error"] = errtext(lambda: c.append_bodies("T", 0, [BODY]))
+out["c_read"] = count(c)
+out["c_dispatch_error"] = c.status().get("dispatch_error")
 # the confirm offset moves on a full disk: the records are in the log, the queue files
 # cannot take their units
 out["confirm_error"] = errtext(lambda: a.set_confirm_offset(a.max_offset))
@@ -243,7 +259,7 @@ out["b_dispatch_error"] = b.status().get("dispatch_error")
 os.unlink(ballast)
 deadline = time.monotonic() + 30
 def held():
-    return a.status().get("dispatch_error") or b.status().get("dispatch_error")
+    return any(x.status().get("dispatch_error") for x in (a, b, c))
 while held() and time.monotonic() < deadline:
     time.sleep(0.01)
 out["a_dispatch_error_after"] = a.status().get("dispatch_error")
@@ -256,6 +272,12 @@ gc.collect()
 b = open_store("b")
 out["b_deferred_again"] = b.open_report["checkpoint_deferred"]
 out["b_read_again"] = count(b)
+out["c_dispatch_error_after"] = c.status().get("dispatch_error")
+c.checkpoint()
+c.close()
+c = open_store("c")
+out["c_read_again"] = count(c)
+c.close()
 b.close()
 a.close()
 print(json.dumps(out), flush=True)
@@ -294,6 +316,11 @@ def test_consume_queue_units_that_cannot_be_written_wait_for_space() -> None:
     rc, stdout, stderr = _run_on_tmpfs(CHILD_CQ, "4m")
     assert rc == 0, f"rc {rc}:\\n{stdout}\\n{stderr}"
     out = json.loads(stdout.strip().splitlines()[-1])
+    # the append's record is in the log: answered as written, served, kept
+    assert out["append_error"] is None
+    assert out["c_read"] == 205 and out["c_read_again"] == 205
+    assert out["c_dispatch_error"] and "No space left" in out["c_dispatch_error"]
+    assert out["c_dispatch_error_after"] is None
     assert out["confirm_error"] is None
     assert out["reopen_error"] is None
     assert out["a_read"] == 300
