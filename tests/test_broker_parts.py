@@ -307,3 +307,21 @@ def test_a_config_file_only_moves_forward_and_a_failed_write_is_dirty_again(
     with pytest.raises(OSError):
         failing()
     assert dirty == [True] and (tmp_path / "cfg" / "t.json").read_bytes() == b"new"
+
+
+def test_runtime_config_damage_that_still_parses_reads_the_backup(tmp_path: Path) -> None:
+    """runtimeConfig.json (updateBrokerConfig's persisted updates) with a flipped key name
+    refused to start even though its .bak was good (probe); sealed, the flip fails the
+    checksum and the backup's value is applied."""
+    from rmq_ha.broker.handlers.config import overrides_path, with_runtime_overrides
+    from rmq_ha.config import BrokerConfig
+    from rmq_ha.durable import write_with_backup
+
+    cfg = BrokerConfig(store_path_root_dir=str(tmp_path / "store"))
+    path = overrides_path(cfg)
+    path.parent.mkdir(parents=True)
+    write_with_backup(path, json.dumps({"maxMessageSize": "999999"}).encode())
+    write_with_backup(path, json.dumps({"maxMessageSize": "888888"}).encode())
+    assert with_runtime_overrides(cfg).max_message_size == 888888
+    path.write_bytes(path.read_bytes().replace(b"maxMessageSize", b"maxMessageShze"))
+    assert with_runtime_overrides(cfg).max_message_size == 999999
