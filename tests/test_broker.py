@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import signal
 import subprocess
 import time
@@ -653,7 +654,9 @@ async def test_oneway_commit_sent_just_before_close_is_applied(tmp_path: Path) -
                     await trio.sleep(0.02)
 
 
-async def test_a_reply_is_pushed_to_its_requester_and_stored(tmp_path: Path) -> None:
+async def test_a_reply_is_pushed_to_its_requester_and_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """SEND_REPLY_MESSAGE_V2 (RocketMQ's ReplyMessageProcessor): the reply goes to the
     producer its REPLY_TO_CLIENT property names, as PUSH_REPLY_MESSAGE_TO_CLIENT on that
     producer's own connection, and is stored on the reply topic; without a requester to push
@@ -709,6 +712,10 @@ async def test_a_reply_is_pushed_to_its_requester_and_stored(tmp_path: Path) -> 
         ):
             r = await c.client.invoke(c.broker, reply(props))
             assert r.code == Resp.SYSTEM_ERROR and why in (r.remark or ""), r.remark
+        # the broker says so in its log too (RocketMQ does; it said nothing, probe)
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("REPLY_TO_CLIENT is null" in m for m in said), said
+        assert any("requester <gone> not connected" in m for m in said), said
         assert c.node.store.native.queue_max_offset(topic, 0) == 3
         r = await c.client.invoke(
             c.broker, reply({"REPLY_TO_CLIENT": "req-1"}, to="SCHEDULE_TOPIC_XXXX")

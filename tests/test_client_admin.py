@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from rmq_ha.client import Admin, MessageQueue, Producer, RouteNotFoundError
-from rmq_ha.client.errors import BrokerNotFoundError
+from rmq_ha.client.errors import BrokerNotFoundError, BrokerResponseError
 from rmq_ha.protocol.perm import PERM_READ
 from test_client_cluster import FAST_CLIENT, FAST_PRODUCER, client_cluster
 
@@ -90,8 +90,50 @@ async def test_admin_refuses_bad_topic_configs_and_deleting_system_topics(tmp_pa
             with pytest.raises(BrokerResponseError) as e:
                 await admin.delete_topic(system, "DefaultCluster")
             assert "system topic" in str(e.value), e.value
+            # nor changed (RocketMQ: "The topic[X] is conflict with system topic."); it was
+            # stored, SCHEDULE_TOPIC_XXXX with 1 queue for 18 delay levels (probe)
+            with pytest.raises(BrokerResponseError) as e:
+                await admin.create_topic(system, broker_addr=env.broker, queue_nums=1, perm=2)
+            assert e.value.code == Resp.SYSTEM_ERROR, e.value
+            assert f"The topic[{system}] is conflict with system topic" in str(e.value)
+        route = await admin.route("TBW102")
+        assert route.queue_datas[0].perm & 4 and route.queue_datas[0].write_queue_nums == 8
         # an ordinary topic still goes
         assert await admin.delete_topic("GoodT", "DefaultCluster") == [env.broker]
+
+
+@pytest.mark.timeout(30)
+async def test_trace_topic_enable_creates_the_trace_topic_without_auto_create(
+    tmp_path: Path,
+) -> None:
+    """traceTopicEnable (RocketMQ's BrokerConfig): the broker creates the message-trace topic
+    at start, one queue. With autoCreateTopicEnable=false it is the only way tracing clients'
+    records are kept (the key was ignored: every trace record was dropped, probe)."""
+    async with (
+        client_cluster(
+            tmp_path,
+            auto_create_topic_enable=False,
+            trace_topic_enable=True,
+            msg_trace_topic_name="MyTraceT",
+        ) as env,
+        Admin(env.namesrv, config=FAST_CLIENT) as admin,
+    ):
+        route = await admin.route("MyTraceT")
+        assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [(1, 1)]
+        with pytest.raises(RouteNotFoundError):
+            await admin.route("RMQ_SYS_TRACE_TOPIC")
+        with pytest.raises(BrokerResponseError) as e:
+            await admin.delete_topic("MyTraceT", "DefaultCluster")
+        assert "system topic" in str(e.value)
+
+
+def test_a_bad_trace_topic_name_is_refused_naming_the_key() -> None:
+    from rmq_ha.config import BrokerConfig, validate
+    from rmq_ha.errors import ConfigError
+
+    validate(BrokerConfig(msg_trace_topic_name="bad name"))  # unused while tracing is off
+    with pytest.raises(ConfigError, match="msgTraceTopicName"):
+        validate(BrokerConfig(trace_topic_enable=True, msg_trace_topic_name="bad name"))
 
 
 async def cli(*args: str, check: bool = True) -> tuple[int, str]:

@@ -322,6 +322,13 @@ class BrokerConfig(SecurityKeys):
     broker_election_priority: int = rmq("brokerElectionPriority", 2**31 - 1, "lower wins")
     broker_permission: int = rmq("brokerPermission", 6, "perm bits: 2 write, 4 read")
     auto_create_topic_enable: bool = rmq("autoCreateTopicEnable", True)
+    trace_topic_enable: bool = rmq(
+        "traceTopicEnable",
+        False,
+        "create the message-trace topic (msgTraceTopicName, 1 queue) at start: tracing clients"
+        " need it when autoCreateTopicEnable=false",
+    )
+    msg_trace_topic_name: str = rmq("msgTraceTopicName", "RMQ_SYS_TRACE_TOPIC")
     auto_create_subscription_group: bool = rmq(
         "autoCreateSubscriptionGroup",
         True,
@@ -673,6 +680,12 @@ def _validate(record: Any) -> None:
                 " directory)",
                 "storePathRootDir",
             )
+        if record.trace_topic_enable:
+            from rmq_ha.broker.topics import check_topic_name
+
+            why = check_topic_name(record.msg_trace_topic_name)
+            if why is not None:
+                raise ConfigError(f"bad config msgTraceTopicName: {why}", "msgTraceTopicName")
         if record.broker_permission & ~0xF:
             raise ConfigError(
                 f"bad config brokerPermission: {record.broker_permission} has bits beyond 1|2|4|8",

@@ -119,6 +119,7 @@ class Broker:
             broker_permission=cfg.broker_permission,
             auto_create=cfg.auto_create_topic_enable,
             default_queue_nums=cfg.default_topic_queue_nums,
+            trace_topic=cfg.msg_trace_topic_name if cfg.trace_topic_enable else None,
         )
         # Messages on disk whose topic has no config (topics.json and its backup lost, or a
         # crash between an auto-create and its write) would be unreachable: no route serves

@@ -115,6 +115,7 @@ class TopicConfigManager:
         broker_permission: int,
         auto_create: bool,
         default_queue_nums: int,
+        trace_topic: str | None = None,
     ) -> None:
         self.path = path
         self.default_queue_nums = default_queue_nums
@@ -156,6 +157,12 @@ class TopicConfigManager:
                 topic_name=reply_topic(cluster_name), read_queue_nums=1, write_queue_nums=1
             ),
         }
+        if trace_topic:
+            # traceTopicEnable: tracing clients send their records here (RocketMQ creates it
+            # with one queue, as a system topic)
+            system[trace_topic] = TopicConfig(
+                topic_name=trace_topic, read_queue_nums=1, write_queue_nums=1
+            )
         if auto_create:
             system[AUTO_CREATE_TOPIC_KEY] = TopicConfig(
                 topic_name=AUTO_CREATE_TOPIC_KEY,
@@ -165,7 +172,7 @@ class TopicConfigManager:
             )
         for name, tc in system.items():
             self.table.setdefault(name, tc)
-        #: the broker's own routes (cluster, broker name, reply, auto-create, self test)
+        #: the broker's own routes (cluster, broker name, reply, auto-create, self test, trace)
         self.builtin = frozenset(system)
 
     def protected(self, topic: str) -> bool:

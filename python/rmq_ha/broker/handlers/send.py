@@ -344,9 +344,17 @@ async def _push_reply(
     """(pushed, why not) for a reply: to the requester's connection, as RocketMQ does."""
     sender = props.get(PROPERTY_REPLY_TO_CLIENT)
     if sender is None:
+        # RocketMQ logs it too: a reply to a message that was not a request
+        log.warning(
+            "reply from %s to %s: %s is null, cannot reply",
+            conn.peer,
+            h.topic,
+            PROPERTY_REPLY_TO_CLIENT,
+        )
         return False, f"reply message properties[{PROPERTY_REPLY_TO_CLIENT}] is null"
     target = p.clients.producer_by_id(sender)
     if target is None:
+        log.warning("reply from %s to %s: requester <%s> not connected", conn.peer, h.topic, sender)
         return False, f"push reply message fail, channel of <{sender}> not found."
     host, port = p.store_host
     props = {**props, PROPERTY_PUSH_REPLY_TIME: str(now_ms())}

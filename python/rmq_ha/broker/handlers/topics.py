@@ -27,12 +27,20 @@ from rmq_ha.protocol.models import TopicConfig, TopicConfigSerializeWrapper
 Announce = Callable[[RemotingCommand], Awaitable[None]]
 
 
+def system_conflict(topic: str) -> str:
+    """RocketMQ's answer to updateTopic of a system topic (or one of the broker's own routes):
+    changing SCHEDULE_TOPIC_XXXX's queues, or TBW102's perm, is not an admin's to do."""
+    return f"The topic[{topic}] is conflict with system topic."
+
+
 def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
     async def create_topic(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext(cmd.ext_fields)
         why = check_topic_name(h.topic)
         if why is not None:
             return cmd.response(Resp.SYSTEM_ERROR, why)
+        if p.topics.protected(h.topic):
+            return cmd.response(Resp.SYSTEM_ERROR, system_conflict(h.topic))
         tc = TopicConfig(
             topic_name=h.topic,
             read_queue_nums=h.read_queue_nums,
@@ -60,6 +68,8 @@ def register(d: Dispatcher, p: Ports, announce: Announce) -> None:
             why = topic_config_problem(tc)
             if why is not None:
                 return cmd.response(Resp.INVALID_PARAMETER, why)
+            if p.topics.protected(tc.topic_name or ""):
+                return cmd.response(Resp.SYSTEM_ERROR, system_conflict(tc.topic_name or ""))
         for tc in tcs:
             p.topics.update(tc)
         if tcs:
