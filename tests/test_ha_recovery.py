@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rmq_ha._native import EpochFile, Message
 from rmq_ha.broker.broker import role_config
 from rmq_ha.broker.core import Role, RoleCore
@@ -14,6 +16,7 @@ from rmq_ha.broker.ha import catchup
 from rmq_ha.broker.ha.catchup import CatchUp, catch_up_after_recovery, epoch_of_byte
 from rmq_ha.broker.ha.service import HaService
 from rmq_ha.config import BrokerConfig, from_mapping
+from rmq_ha.errors import CorruptFileError
 from rmq_ha.store import open_store
 
 
@@ -71,6 +74,11 @@ def test_debt_files_round_trip_and_a_damaged_one_keeps_the_replica_unelectable(
     assert loaded is not None and loaded.offset > 2**62
     catchup.clear(tmp_path)
     assert catchup.load(tmp_path) is None
+    # a directory in its place: the start is refused naming the file (was a bare
+    # IsADirectoryError, probe)
+    (tmp_path / catchup.FILE_NAME).mkdir()
+    with pytest.raises(CorruptFileError, match=f"catch-up record .*{catchup.FILE_NAME}"):
+        catchup.load(tmp_path)
 
 
 async def test_recovery_reconciles_the_epoch_file_and_the_core_refuses_to_lead_until_caught_up(

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmq_ha.durable import write_atomic
+from rmq_ha.errors import CorruptFileError
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,14 @@ def load(root: Path) -> CatchUp | None:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as e:
+        # a directory in its place, no permission, an I/O error: the start is refused naming
+        # the file (nothing can be written there either, so the debt could not be kept)
+        raise CorruptFileError(
+            f"catch-up record {path} cannot be read: {e.strerror or e}; fix or delete it"
+            " (see docs/ha.md: deleting it accepts what this replica may have lost)",
+            str(path),
+        ) from None
     try:
         return CatchUp.from_json(data)
     except ValueError as e:
