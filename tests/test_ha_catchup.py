@@ -216,3 +216,42 @@ async def test_issue_13_data_only_the_torn_replica_had_is_never_cut_away(
     got = await read_all(c.ns_addrs[0], TOPIC, timeout_s=60)
     assert not set(acked.values) - set(got), "acknowledged messages lost"
     await wait_until(c, "all three in sync", lambda s: same_log(s, [0, 1, 2]))
+
+
+async def test_a_classic_master_that_lost_durable_data_stays_down_and_its_slave_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """Classic mode has no election: a master whose disk lost bytes it had made durable went
+    online anyway, and its slave cut those acknowledged bytes at the handshake to follow it
+    (probe: SEND_OK writes lost in classic and acting-master campaigns). It stays down now,
+    saying why; the slave keeps every byte and serves the reads."""
+    c = HaCluster(tmp_path, replicas=2, controller_mode=False)
+    try:
+        await c.start()
+        # a SYNC_MASTER answers SLAVE_NOT_AVAILABLE until its slave is there
+        await wait_until(
+            c, "the slave connected", lambda s: 1 in s and s[1].get("slaveState") == "TRANSFER"
+        )
+        acked = Acked()
+        values = [f"v{i}" for i in range(40)]
+        assert await send_values(c.ns_addrs[0], TOPIC, values, acked) == []
+        states = await wait_until(c, "the slave caught up", lambda s: same_log(s, [0, 1]) and s)
+        end = int(states[0]["maxOffset"])
+        c.brokers[0].stop()  # a clean stop: its checkpoint says every byte is durable
+        tear(c.tmp / "broker-0", end // 2, end)  # then the disk loses the second half
+        c.brokers[0].start()
+        said = "Not taking the master role"
+        await wait_until(
+            c,
+            "the restarted master decided",
+            lambda s: 0 in s and (s[0]["role"] == "MASTER" or said in c.brokers[0].log.read_text()),
+        )
+        got = await read_all(c.ns_addrs[0], TOPIC, timeout_s=60)
+        assert not set(acked.values) - set(got), "acknowledged messages lost"
+        assert said in c.brokers[0].log.read_text()
+        st = await c.status(0)
+        assert st is not None and st["role"] != "MASTER" and st["maxOffset"] < end, st
+        st = await c.status(1)
+        assert st is not None and st["maxOffset"] == end, st
+    finally:
+        c.stop()

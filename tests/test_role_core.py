@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from rmq_ha.broker.core import Role, RoleConfig, RoleCore
 from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
-from rmq_ha.broker.ha.catchup import CatchUp
+from rmq_ha.broker.ha.catchup import UNKNOWN_OFFSET, CatchUp
 
 ADDR = "10.0.0.1:10911"
 
@@ -181,6 +183,31 @@ def test_a_classic_master_starts_epoch_1_and_its_services() -> None:
     out = core.step(e.Started(ADDR, 0, 0, None, 0), 0)
     assert kinds(out) == ["AppendEpoch", "StartSpecial"]
     assert a.AppendEpoch(1, 0) in out and core.serving_master
+
+
+@pytest.mark.parametrize("acting", [False, True])
+def test_a_classic_master_that_lost_durable_data_does_not_take_the_role(acting: bool) -> None:
+    """A classic master whose recovery found fsynced bytes missing (or its checkpoint gone)
+    owes a catch-up it cannot pay: classic mode has no election. It went online all the same,
+    and its slaves cut the bytes it lost to follow it (SEND_OK writes lost), or kept them under
+    its new writes (probe: 23 acknowledged values lost in an acting-master campaign). It stays
+    down now: no epoch, no special services, no registration, no slave served."""
+    kw: dict[str, object] = {"acting_master": True, "pre_online": True} if acting else {}
+    for debt in (
+        CatchUp(309_945, 1, "the checkpoint says 309945 was durable"),
+        CatchUp(UNKNOWN_OFFSET, 2**31 - 1, "unreadable checkpoint"),
+    ):
+        core = RoleCore(
+            RoleConfig(controller_mode=False, broker_id=0, **kw),  # type: ignore[arg-type]
+            debt,
+        )
+        out = core.step(e.Started(ADDR, 309_708, 0, 1, 0), 0)
+        assert kinds(out) == [], out
+        (log_line,) = [x for x in out if isinstance(x, a.Log)]
+        assert log_line.level == logging.ERROR and "delete haCatchUp" in log_line.text
+        assert not core.is_master and not core.serving_master and not core.registers
+        assert core.write_refusal() is not None
+        assert kinds(core.step(e.Tick(), 60_000)) == []
 
 
 def test_a_classic_slave_follows_its_master_from_config_or_name_servers() -> None:

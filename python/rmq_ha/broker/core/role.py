@@ -189,6 +189,10 @@ class RoleState:
     hold_probe: e.MinBrokerChanged | None = None
 
 
+def _held(debt: CatchUp) -> str:
+    return "an unknown amount" if debt.offset == UNKNOWN_OFFSET else f"up to {debt.offset}"
+
+
 class RoleCore:
     def __init__(self, cfg: RoleConfig, catch_up: CatchUp | None = None) -> None:
         self.cfg = cfg
@@ -361,6 +365,27 @@ class RoleCore:
             self._caught_up(out)
         if cfg.controller_mode:
             out.append(a.Log(INFO, f"fenced: {s.fence}"))
+            return
+        if not cfg.classic_slave and s.catch_up is not None:
+            # A classic master that lost bytes it had made durable (or cannot tell: its
+            # checkpoint is gone) must not take the role: its slaves would cut those bytes at
+            # their handshake (acknowledged writes lost), or, with new writes first, keep old
+            # bytes under the master's new ones. Classic mode has no election to hand the role
+            # to a replica that has them, so it stays down, unregistered and serving no slave,
+            # until an operator decides (docs/ha.md); an acting slave serves reads meanwhile.
+            s.fence = (
+                f"classic master lost data ({s.catch_up.reason}): its log ends at "
+                f"{ev.max_offset}, it held {_held(s.catch_up)}"
+            )
+            out.append(
+                a.Log(
+                    ERROR,
+                    f"{s.fence}. Not taking the master role: its slaves may hold the lost "
+                    "bytes and would cut them to follow it. Make a slave that holds them the "
+                    "master (docs/ha.md, 'A classic master that lost data'), or accept the "
+                    "loss: stop this broker, delete haCatchUp, start it",
+                )
+            )
             return
         if not cfg.classic_slave:
             if s.last_epoch is None:
