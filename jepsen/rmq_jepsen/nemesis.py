@@ -574,7 +574,6 @@ class Nemesis:
 
     async def _start_netem(self, ev: gen.FaultEvent, key: str) -> Active:
         nodes, why = await self._target_nodes(self.rng.choice(["one", "minority"]))
-        ifaces = {n: await self._iface(n) for n in nodes}
         if ev.variant == "netem-delay":
             spec, what = "delay 100ms 50ms distribution normal", "delay 100±50 ms"
         else:
@@ -610,13 +609,10 @@ class Nemesis:
 
                 await _each(nodes, lossy)
                 return act
-            return self._begin(
-                ev,
-                key,
-                [],
-                f"skipped: {what} needs the kernel's netem qdisc, which this kernel lacks",
-                [],
-            )
+            # skipped as any fault with nothing to act on: a start and an immediate stop (it
+            # was recorded as started and held "in force" for its window, probe)
+            raise NoTarget(f"{what} needs the kernel's netem qdisc, which this kernel lacks")
+        ifaces = {n: await self._iface(n) for n in nodes}
         undo = [
             {"op": "tc-del", "host": self.control.host(n).to_json(), "dev": ifaces[n]}
             for n in nodes

@@ -326,3 +326,17 @@ def test_remote_stop_returns_once_every_thread_is_stopped(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+async def test_netem_delay_without_netem_in_the_kernel_is_recorded_as_skipped(rig):
+    """A kernel without netem cannot delay packets: the fault was recorded as started with no
+    targets and held "in force" for its whole window (probe); now it is skipped like any fault
+    with nothing to act on."""
+    nem, state, _, _, _ = rig
+    nem._netem_ok = False  # what the probe of `tc qdisc add ... netem` found
+    assert await nem.start(_ev("netem-delay")) is None
+    assert nem.active == {} and state.faults() == {}
+    start, stop = _nemesis_ops(nem)
+    assert (start.f, stop.f) == ("fault-start", "fault-stop")
+    assert "skipped" in start.value.detail and "netem" in start.value.detail
+    assert nem.injected[-1]["skipped"] and nem.injected[-1]["targets"] == []
