@@ -24,6 +24,7 @@ from hautil import Acked, HaCluster, read_all, send_values
 from rmq_ha.controller import ElectMasterRequest
 from rmq_ha.controller.client import ControllerClient
 from rmq_ha.net.client import RemotingClient
+from rmq_ha.protocol.codes import ResponseCode as Resp
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -253,5 +254,60 @@ async def test_a_classic_master_that_lost_durable_data_stays_down_and_its_slave_
         assert st is not None and st["role"] != "MASTER" and st["maxOffset"] < end, st
         st = await c.status(1)
         assert st is not None and st["maxOffset"] == end, st
+    finally:
+        c.stop()
+
+
+def _log_bytes(store_root: Path, end: int) -> bytes:
+    """The commitlog's bytes [0, end) as the files hold them."""
+    out = bytearray()
+    segs = sorted(
+        (int(p.name), p) for p in (store_root / "commitlog").iterdir() if p.name.isdigit()
+    )
+    for base, path in segs:
+        if base >= end:
+            break
+        out += path.read_bytes()[: end - base]
+    return bytes(out[:end])
+
+
+async def test_a_classic_slave_ahead_of_a_restarted_master_is_cut_not_left_diverged(
+    tmp_path: Path,
+) -> None:
+    """A classic master loses its unflushed tail (a power loss, ASYNC flush: it owes nothing)
+    that its slave had received, restarts and writes past the slave's end before the slave
+    reconnects. With epoch 1 for ever nothing was cut (same epoch, the slave behind): the
+    slave kept its copies of the lost bytes under the master's new ones and every transfer
+    after failed (probe). A new epoch at each start: the slave is cut to the master's restart
+    point and then holds exactly the master's log."""
+    from test_ha_controller import send_codes_direct
+
+    c = HaCluster(tmp_path, replicas=2, controller_mode=False, broker=NEVER_FLUSH)
+    try:
+        await c.start()
+        await wait_until(
+            c, "the slave connected", lambda s: 1 in s and s[1].get("slaveState") == "TRANSFER"
+        )
+        assert (
+            await send_codes_direct(c.broker_addr(0), [f"a{i}" for i in range(40)])
+            == [Resp.SUCCESS] * 40
+        )
+        states = await wait_until(c, "the slave caught up", lambda s: same_log(s, [0, 1]) and s)
+        end = int(states[0]["maxOffset"])
+        c.brokers[1].stop()
+        c.brokers[0].kill()
+        tear(c.tmp / "broker-0", end // 2, end)  # never flushed: lost in the power loss
+        c.brokers[0].start()
+        await c.brokers[0].wait_ready()
+        st = await c.status(0)
+        assert st is not None and st["role"] == "MASTER" and st["maxOffset"] < end, st
+        while (st := await c.status(0)) is not None and st["maxOffset"] <= end:
+            codes = await send_codes_direct(c.broker_addr(0), ["b" * 200] * 10)
+            assert set(codes) <= {Resp.SUCCESS, Resp.SLAVE_NOT_AVAILABLE}, codes
+        c.brokers[1].start()
+        await c.brokers[1].wait_ready()
+        states = await wait_until(c, "the slave caught up", lambda s: same_log(s, [0, 1]) and s)
+        upto = int(states[0]["maxOffset"])
+        assert _log_bytes(c.tmp / "broker-0", upto) == _log_bytes(c.tmp / "broker-1", upto)
     finally:
         c.stop()

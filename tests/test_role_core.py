@@ -185,9 +185,24 @@ def test_a_classic_master_starts_epoch_1_and_its_services() -> None:
     assert a.AppendEpoch(1, 0) in out and core.serving_master
 
 
+def test_a_classic_master_starts_a_new_epoch_at_every_start() -> None:
+    """With epoch 1 for ever, a master that lost unflushed bytes and wrote past its slave's
+    end before the slave connected left the slave's copies under its new bytes (same epoch:
+    nothing cut) and every transfer failed after (probe). A new epoch at each start makes the
+    slave's handshake cut them."""
+    core = classic(0)
+    out = core.step(e.Started(ADDR, 5_000, 0, 3, 1_200), 0)
+    assert a.AppendEpoch(4, 5_000) in out and core.state.epoch == 4 and core.serving_master
+    # on a full disk the file refuses it: the master goes on in the epoch it has (it did
+    # before; fencing it instead stopped a broker restarted on a full disk from serving)
+    out = core.step(e.EpochAppendFailed(4, "No space left on device", 3, 1_200), 1)
+    assert core.serving_master and core.state.epoch == 3 and kinds(out) == []
+    assert [x.level for x in out if isinstance(x, a.Log)] == [logging.WARNING]
+
+
 @pytest.mark.parametrize("acting", [False, True])
 def test_a_classic_master_that_lost_durable_data_does_not_take_the_role(acting: bool) -> None:
-    """A classic master whose recovery found fsynced bytes missing (or its checkpoint gone)
+    """A classic SYNC_MASTER whose recovery found fsynced bytes missing (or its checkpoint gone)
     owes a catch-up it cannot pay: classic mode has no election. It went online all the same,
     and its slaves cut the bytes it lost to follow it (SEND_OK writes lost), or kept them under
     its new writes (probe: 23 acknowledged values lost in an acting-master campaign). It stays
@@ -208,6 +223,14 @@ def test_a_classic_master_that_lost_durable_data_does_not_take_the_role(acting: 
         assert not core.is_master and not core.serving_master and not core.registers
         assert core.write_refusal() is not None
         assert kinds(core.step(e.Tick(), 60_000)) == []
+    # An ASYNC_MASTER acknowledges without a slave (it may have none): it goes on as master
+    # with what it has, in a new epoch (a slave's bytes past it are cut at the handshake).
+    core = RoleCore(
+        RoleConfig(controller_mode=False, broker_id=0, sync_master=False, **kw),  # type: ignore[arg-type]
+        CatchUp(309_945, 1, "the checkpoint says 309945 was durable"),
+    )
+    out = core.step(e.Started(ADDR, 309_708, 0, 1, 0), 0)
+    assert a.AppendEpoch(2, 309_708) in out and core.is_master
 
 
 def test_a_classic_slave_follows_its_master_from_config_or_name_servers() -> None:
@@ -244,7 +267,7 @@ def test_pre_online_master_pulls_back_each_slave_then_goes_online() -> None:
     order, wait (bounded) for its HA connection, reverse sync, then services + register."""
     core = classic(0, acting_master=True, pre_online=True)
     out = core.step(e.Started(ADDR, 0, 0, 1, 0), 0)
-    assert kinds(out) == ["FetchMemberGroup"]
+    assert kinds(out) == ["AppendEpoch", "FetchMemberGroup"]  # a new epoch at every start
     assert core.isolated and not core.registers
     out = core.step(e.MemberGroup({0: ADDR, 1: "s:1", 2: "s:2"}), 10)
     assert out == [a.PushHaInfo(1, "s:1")]

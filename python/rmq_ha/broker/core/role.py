@@ -16,11 +16,11 @@ Modes (reference 2.10-2.12, 4.x; docs/ha.md, docs/acting-master.md):
   or slave (find the master's HA address, follow it). A replica that owes a catch-up (it lost
   data it held, issue 13) refuses to lead and asks for an election instead. While the group
   has no master it asks for one every `elect_retry_ms`.
-* **Classic mode**: brokerId 0 is the master (epoch 1), others slaves following the master's
-  HA address. With slave acting master (RIP-32) the smallest live slave acts for a dead master
-  (special services, master-only reads), pre-online isolates a starting broker until it pulled
-  back what its slaves changed, and FMQ fencing (`fenceWhenIsolated`) stops a master that hears
-  from no name server and no slave.
+* **Classic mode**: brokerId 0 is the master (epoch 1, one more at each start), others slaves
+  following the master's HA address. With slave acting master (RIP-32) the smallest live
+  slave acts for a dead master (special services, master-only reads), pre-online isolates a
+  starting broker until it pulled back what its slaves changed, and FMQ fencing
+  (`fenceWhenIsolated`) stops a master that hears from no name server and no slave.
 """
 
 from __future__ import annotations
@@ -311,7 +311,24 @@ class RoleCore:
             case e.EpochAppendFailed():
                 s = self.state
                 s.last_epoch, s.last_epoch_start = event.last_epoch, event.last_epoch_start
-                self._cannot_lead(f"cannot start epoch {event.epoch}: {event.why}", out)
+                if (
+                    not self.cfg.controller_mode
+                    and s.role is Role.MASTER
+                    and event.last_epoch is not None
+                ):
+                    # A classic master's new epoch at start (a full disk): it goes on in the
+                    # epoch the file has, as it always did before it started new ones.
+                    s.epoch = event.last_epoch
+                    out.append(
+                        a.Log(
+                            WARNING,
+                            f"cannot start epoch {event.epoch} ({event.why}): going on in "
+                            f"epoch {event.last_epoch}; a slave holding bytes this master "
+                            "lost before its restart is not cut at its handshake",
+                        )
+                    )
+                else:
+                    self._cannot_lead(f"cannot start epoch {event.epoch}: {event.why}", out)
             case e.MasterHaFound():
                 s = self.state
                 if s.role is Role.SLAVE and event.epoch == s.epoch and not s.acting:
@@ -366,13 +383,14 @@ class RoleCore:
         if cfg.controller_mode:
             out.append(a.Log(INFO, f"fenced: {s.fence}"))
             return
-        if not cfg.classic_slave and s.catch_up is not None:
-            # A classic master that lost bytes it had made durable (or cannot tell: its
-            # checkpoint is gone) must not take the role: its slaves would cut those bytes at
-            # their handshake (acknowledged writes lost), or, with new writes first, keep old
-            # bytes under the master's new ones. Classic mode has no election to hand the role
-            # to a replica that has them, so it stays down, unregistered and serving no slave,
-            # until an operator decides (docs/ha.md); an acting slave serves reads meanwhile.
+        if not cfg.classic_slave and s.catch_up is not None and cfg.sync_master:
+            # A classic SYNC_MASTER that lost bytes it had made durable (or cannot tell: its
+            # checkpoint is gone) must not take the role: every write it acknowledged is on a
+            # slave, which would cut those bytes at its handshake to follow it. Classic mode
+            # has no election to hand the role to a replica that has them, so it stays down,
+            # unregistered and serving no slave, until an operator decides (docs/ha.md); an
+            # acting slave serves reads meanwhile. An ASYNC_MASTER (its writes need no slave,
+            # it may well have none) goes on as master with what it has, as it did.
             s.fence = (
                 f"classic master lost data ({s.catch_up.reason}): its log ends at "
                 f"{ev.max_offset}, it held {_held(s.catch_up)}"
@@ -388,10 +406,16 @@ class RoleCore:
             )
             return
         if not cfg.classic_slave:
-            if s.last_epoch is None:
-                out.append(a.AppendEpoch(CLASSIC_EPOCH, ev.max_offset))
-                s.last_epoch, s.last_epoch_start = CLASSIC_EPOCH, ev.max_offset
-            s.role, s.epoch, s.master_id = Role.MASTER, s.last_epoch, cfg.broker_id
+            # A new epoch at every start (the first is 1). With one epoch for ever, a master
+            # that lost unflushed bytes and wrote past a slave's end before it connected left
+            # the slave's copies of the lost bytes under its new ones (nothing was cut: same
+            # epoch), and every transfer after failed (probe). Now the slave's bytes past this
+            # start are of an epoch the master no longer has, and its handshake cuts them.
+            # An epoch that got no byte is replaced by the next (the epoch file, #9689).
+            epoch = CLASSIC_EPOCH if s.last_epoch is None else s.last_epoch + 1
+            out.append(a.AppendEpoch(epoch, ev.max_offset))
+            s.last_epoch, s.last_epoch_start = epoch, ev.max_offset
+            s.role, s.epoch, s.master_id = Role.MASTER, epoch, cfg.broker_id
             self.ha = self._new_ha(frozenset({cfg.broker_id}), 0)
         else:
             s.role = Role.SLAVE
