@@ -27,6 +27,7 @@ from rmq_ha.errors import (
     RemotingDecodeError,
     RemotingTimeoutError,
 )
+from rmq_ha.net.logthrottle import THROTTLE
 from rmq_ha.protocol.command import FLAG_RESPONSE, RemotingCommand, WireTuple
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,14 @@ class Connection:
                 else:
                     frames, used = decode_frames(src)
             except RemotingDecodeError as e:
-                log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
+                THROTTLE.log(
+                    log,
+                    logging.WARNING,
+                    "malformed-frame",
+                    "closing connection from %s: malformed frame: %s",
+                    self.peer,
+                    e,
+                )
                 return
             if src is buf:
                 del buf[:used]

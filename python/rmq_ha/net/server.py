@@ -9,6 +9,7 @@ import trio
 
 from rmq_ha.errors import ConfigError
 from rmq_ha.net.connection import Connection, FrameFilter, Handler
+from rmq_ha.net.logthrottle import THROTTLE
 from rmq_ha.security.tls import TlsRefused, accept
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class RemotingServer:
             s = await accept(stream, self.tls, self.tls_mode, peer)
         except TlsRefused as e:  # this connection only
             self.tls_refused += 1
-            log.warning("closing connection: %s", e)
+            THROTTLE.log(log, logging.WARNING, "tls-refused", "closing connection: %s", e)
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             return

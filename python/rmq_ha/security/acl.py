@@ -193,7 +193,11 @@ def load_acl_text(text: str) -> AclConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise AclConfigError(f"plain_acl.yml is not YAML: {e}") from None
+        # Not str(e): PyYAML quotes the offending line, which may be a secretKey's (probe).
+        problem = getattr(e, "problem", None) or type(e).__name__
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise AclConfigError(f"plain_acl.yml is not YAML: {problem}{where}") from None
     return parse_acl(data)
 
 
