@@ -109,15 +109,14 @@ def _unshare() -> list[str]:
     return [exe, "--user", "--map-root-user", "--mount"]
 
 
-@pytest.mark.timeout(120)
-def test_full_tmpfs_reopens_serves_and_resumes_after_retention() -> None:
+def _run_on_tmpfs(child: str, size: str) -> tuple[int, str, str]:
     cmd = _unshare()
     with tempfile.TemporaryDirectory(prefix="rmq-diskfull-") as d:
         mnt = Path(d) / "mnt"
         mnt.mkdir()
         script = Path(d) / "child.py"
-        script.write_text(CHILD)
-        sh = 'mount -t tmpfs -o size=4m tmpfs "$1" && exec "$2" "$3" "$1"'
+        script.write_text(child)
+        sh = f'mount -t tmpfs -o size={size} tmpfs "$1" && exec "$2" "$3" "$1"'
         proc = subprocess.Popen(
             [*cmd, "sh", "-c", sh, "sh", str(mnt), sys.executable, str(script)],
             stdout=subprocess.PIPE,
@@ -130,8 +129,14 @@ def test_full_tmpfs_reopens_serves_and_resumes_after_retention() -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert proc.returncode != -signal.SIGBUS, f"killed by SIGBUS:\n{stdout}\n{stderr}"
-    assert proc.returncode == 0, f"rc {proc.returncode}:\n{stdout}\n{stderr}"
+    return proc.returncode, stdout, stderr
+
+
+@pytest.mark.timeout(120)
+def test_full_tmpfs_reopens_serves_and_resumes_after_retention() -> None:
+    rc, stdout, stderr = _run_on_tmpfs(CHILD, "4m")
+    assert rc != -signal.SIGBUS, f"killed by SIGBUS:\n{stdout}\n{stderr}"
+    assert rc == 0, f"rc {rc}:\n{stdout}\n{stderr}"
     out = json.loads(stdout.strip().splitlines()[-1])
     import errno
 
@@ -282,29 +287,6 @@ b.close()
 a.close()
 print(json.dumps(out), flush=True)
 """
-
-
-def _run_on_tmpfs(child: str, size: str) -> tuple[int, str, str]:
-    cmd = _unshare()
-    with tempfile.TemporaryDirectory(prefix="rmq-diskfull-") as d:
-        mnt = Path(d) / "mnt"
-        mnt.mkdir()
-        script = Path(d) / "child.py"
-        script.write_text(child)
-        sh = f'mount -t tmpfs -o size={size} tmpfs "$1" && exec "$2" "$3" "$1"'
-        proc = subprocess.Popen(
-            [*cmd, "sh", "-c", sh, "sh", str(mnt), sys.executable, str(script)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            stdout, stderr = proc.communicate(timeout=100)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return proc.returncode, stdout, stderr
 
 
 @pytest.mark.timeout(120)
