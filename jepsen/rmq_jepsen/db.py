@@ -1118,6 +1118,61 @@ class ClusterView:
             self.last_error = f"controller leader: {e!r}"
         return None if addr is None else self.db.role_at(addr)
 
+    async def classic_lag(self) -> dict[str, str]:
+        """Classic topologies: group -> why its slaves are not in step with its configured
+        master (brokerId 0), from that master's GET_BROKER_HA_STATUS (RocketMQ's
+        HARuntimeInfo, which Apache RocketMQ answers too); {} when every configured slave of
+        every group is connected with nothing left to receive."""
+        import json
+
+        from rmq_ha.errors import RemotingError
+        from rmq_ha.protocol.codes import RequestCode as RC
+        from rmq_ha.protocol.codes import ResponseCode as Resp
+        from rmq_ha.protocol.command import RemotingCommand
+
+        out: dict[str, str] = {}
+        for g in self.db.groups():
+            members = [r for r in self.db.brokers() if r.group == g]
+            master = next((r for r in members if r.replica == 0), None)
+            slaves = len(members) - 1
+            if master is None or slaves <= 0:
+                continue
+            addr = f"{self.db.host(master).address}:{master.port}"
+            r = None
+            try:
+                with trio.fail_after(self.timeout_s * 2):
+                    async with self._remoting() as client:
+                        # Caught inside: out of the client's nursery it would be an
+                        # ExceptionGroup.
+                        try:
+                            r = await client.invoke(
+                                addr,
+                                RemotingCommand.request(RC.GET_BROKER_HA_STATUS),
+                                self.timeout_s,
+                            )
+                        except (RemotingError, OSError) as e:
+                            out[g] = f"its master {master.name} does not answer: {e!r}"
+            except trio.TooSlowError as e:
+                out[g] = f"its master {master.name} does not answer: {e!r}"
+            if r is None:
+                continue
+            if r.code != Resp.SUCCESS or not r.body:
+                out[g] = f"its master {master.name} answered {r.code}: {r.remark}"
+                continue
+            info = json.loads(r.body)
+            if not info.get("master"):
+                out[g] = f"{master.name} is not master"
+                continue
+            conns = info.get("haConnectionInfo") or []
+            caught = [c for c in conns if int(c.get("diff", 1)) == 0]
+            if len(caught) < slaves:
+                behind = {c.get("addr"): c.get("diff") for c in conns if c not in caught}
+                out[g] = (
+                    f"{len(caught)} of {slaves} slaves connected and caught up to "
+                    f"{info.get('masterCommitLogMaxOffset')} (behind, bytes: {behind})"
+                )
+        return out
+
     async def replica_info(self) -> dict[str, tuple[str | None, int | None]]:
         """group -> (master address, master epoch) from the controller (controller mode)."""
         return {

@@ -50,7 +50,7 @@ from rmq_jepsen.progress import Progress
 from rmq_jepsen.recorder import Recorder, export_parquet
 from rmq_jepsen.scrape import Scraper, in_background, scraping
 from rmq_jepsen.state import StateDir, write_json_atomic
-from rmq_jepsen.syncstate import SyncStateSampler, wait_full
+from rmq_jepsen.syncstate import SyncStateSampler, wait_full, wait_settled
 from rmq_jepsen.workload import WorkloadOptions, Workloads, delay_levels_ms, parse_workloads
 
 log = logging.getLogger("rmq_jepsen.runner")
@@ -516,13 +516,22 @@ async def _run_locked(opts: CampaignOptions, state: StateDir) -> Outcome:
             summary["drain"] = await wl.drain(opts.drain_timeout_s)
             timings["drain_s"] = time.monotonic() - t
         summary["metrics_scrapes"] = scraper.summary()
+        # Faults undone is not recovery: every group's SyncStateSet full again is (controller
+        # topologies); every configured slave connected and caught up with its master (classic).
         if sampler is not None:
-            # Faults undone is not recovery: every group's SyncStateSet full again is.
             progress.set_phase("replication")
             summary["replication"] = await wait_full(sampler, db.groups(), opts.recovery_s)
-            if not summary["replication"]["full"]:
-                say(f"REPLICATION NOT FULL: {summary['replication']['not_full']}")
             summary["syncstate_samples"] = sampler.summary()
+        elif any(r.replica > 0 for r in db.brokers()):
+            progress.set_phase("replication")
+
+            async def lag() -> tuple[dict[str, str], Any]:
+                why = await view.classic_lag()
+                return why, {"lag": why}
+
+            summary["replication"] = await wait_settled(lag, opts.recovery_s)
+        if "replication" in summary and not summary["replication"]["full"]:
+            say(f"REPLICATION NOT FULL: {summary['replication']['not_full']}")
         summary["client_errors"] = wl.stats.errors[:20]
         summary["healed"] = await nemesis.verify_healed()
         if not summary["healed"]["healed"]:

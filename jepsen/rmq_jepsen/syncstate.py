@@ -136,21 +136,34 @@ def not_full(groups: Mapping[str, Mapping[str, Any]], expect: Iterable[str]) -> 
     return out
 
 
+async def wait_settled(
+    check: Callable[[], Awaitable[tuple[dict[str, str], Any]]],
+    timeout_s: float,
+    interval_s: float = 0.5,
+) -> dict[str, Any]:
+    """After a run (faults healed, drain done): asks `check` -> ({group: why not}, what it
+    saw) until nothing is left unsettled, or `timeout_s` passes. A replica still behind then is
+    a cluster that did not recover from its faults, whatever `healed` (the faults undone) says.
+    Returns {"full": bool, "waited_s": s, "not_full": {group: why}, "last": what it saw}."""
+    t0 = trio.current_time()
+    while True:
+        why, last = await check()
+        waited = round(trio.current_time() - t0, 3)
+        if not why or waited >= timeout_s:
+            return {"full": not why, "waited_s": waited, "not_full": why, "last": last}
+        await trio.sleep(interval_s)
+
+
 async def wait_full(
     sampler: SyncStateSampler, expect: Iterable[str], timeout_s: float
 ) -> dict[str, Any]:
-    """After a run (faults healed, drain done): asks the controllers until every expected
-    group's SyncStateSet is full, or `timeout_s` passes. A replica still out of sync then is a
-    cluster that did not recover from its faults, whatever `healed` (the faults undone) says.
-    Returns {"full": bool, "waited_s": s, "not_full": {group: why}, "last": sample}."""
+    """`wait_settled` for a controller topology: every expected group's SyncStateSet full."""
     want = list(expect)
-    t0 = trio.current_time()
-    while True:
+
+    async def check() -> tuple[dict[str, str], Any]:
         line = await sampler.one()
-        why = not_full(line.get("groups") or {}, want) if "groups" in line else {}
         if "groups" not in line:
-            why = {g: f"no controller answered: {line.get('error')}" for g in want}
-        waited = round(trio.current_time() - t0, 3)
-        if not why or waited >= timeout_s:
-            return {"full": not why, "waited_s": waited, "not_full": why, "last": line}
-        await trio.sleep(sampler.interval_s)
+            return {g: f"no controller answered: {line.get('error')}" for g in want}, line
+        return not_full(line["groups"], want), line
+
+    return await wait_settled(check, timeout_s, sampler.interval_s)

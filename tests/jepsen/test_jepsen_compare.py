@@ -268,3 +268,60 @@ def test_a_run_ends_by_waiting_for_every_sync_state_set_to_be_full_again(tmp_pat
     got = run([{}] * 100, ["g"], 1)
     assert not got["full"] and got["not_full"]["g"].startswith("no controller answered")
     assert replication_text({}) is None  # no controllers in the run
+
+
+async def test_a_classic_group_is_settled_when_its_master_shows_every_slave_caught_up(tmp_path):
+    """Classic topologies have no SyncStateSet: the bench asks each group's configured master
+    for GET_BROKER_HA_STATUS (HARuntimeInfo) and calls the group settled when every
+    configured slave is connected with nothing left to receive. A classic run whose slaves
+    never resynced ended `healed: true` and nothing said so (probe)."""
+    from rmq_jepsen.control import Control, Host
+    from rmq_jepsen.db import DB, TOPOLOGIES, ClusterView
+    from rmq_jepsen.state import StateDir
+    from rmq_jepsen.syncstate import wait_settled
+
+    from rmq_ha.net.server import RemotingServer
+    from rmq_ha.protocol.codes import RequestCode as RC
+    from rmq_ha.protocol.codes import ResponseCode as Resp
+
+    answers = [
+        {"master": True, "masterCommitLogMaxOffset": 900, "haConnectionInfo": [
+            {"addr": "s1", "diff": 0}, {"addr": "s2", "diff": 300}]},
+        {"master": True, "masterCommitLogMaxOffset": 900, "haConnectionInfo": [
+            {"addr": "s1", "diff": 0}, {"addr": "s2", "diff": 0}]},
+    ]  # fmt: skip
+    asked = []
+
+    async def handler(conn, cmd):
+        assert cmd.code == RC.GET_BROKER_HA_STATUS
+        asked.append(cmd.code)
+        body = answers[min(len(asked), len(answers)) - 1]
+        return cmd.response(Resp.SUCCESS, None, None, json.dumps(body).encode())
+
+    hosts = [Host(f"n{i}", "127.0.0.1", workdir=str(tmp_path / f"n{i}")) for i in (1, 2, 3)]
+    db = DB(Control(hosts), TOPOLOGIES["classic"], state=StateDir(tmp_path / "state"))
+    view = ClusterView(db)
+    async with trio.open_nursery() as n:
+        server = RemotingServer(handler)
+        await n.start(server.serve)
+        (group,) = db.groups()
+        for r in db.brokers():
+            if r.replica == 0:
+                r.port = server.port
+
+        async def lag():
+            why = await view.classic_lag()
+            return why, {"lag": why}
+
+        got = await wait_settled(lag, 30, interval_s=0.01)
+        assert got["full"] and got["not_full"] == {} and len(asked) == 2
+        first = await view.classic_lag()  # not reached yet: the first answer again
+        assert first == {}
+        answers[:] = [{"master": False}]
+        assert "is not master" in (await view.classic_lag())[group]
+        server.port = 1  # nobody there
+        for r in db.brokers():
+            if r.replica == 0:
+                r.port = 1
+        assert "does not answer" in (await view.classic_lag())[group]
+        n.cancel_scope.cancel()
