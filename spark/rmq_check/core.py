@@ -650,13 +650,23 @@ class Frames:
         bounds = (
             ops.where((c("f") == "offsets") & (c("type") == "ok") & detail.isin("min", "max"))
             .join(F.broadcast(drainers), "process", "left_semi")
-            .select(*q("value."), "index", detail.alias("detail"), c("value.offset").alias("off"))
+            .select(
+                *q("value."),
+                "index",
+                "process",
+                detail.alias("detail"),
+                c("value.offset").alias("off"),
+            )
             .groupBy(*keys)
             .agg(
                 F.max(F.when(c("detail") == "min", F.struct("index", "off")))["off"].alias("lo"),
                 F.max(F.when(c("detail") == "max", F.struct("index", "off")))["off"].alias("hi"),
                 F.max(F.when(c("detail") == "max", F.struct("index", "off")))["index"].alias(
                     "hi_idx"
+                ),
+                # the process that gave that end: its own invoke is when it looked
+                F.max(F.when(c("detail") == "max", F.struct("index", "process")))["process"].alias(
+                    "hi_proc"
                 ),
             )
         )
@@ -665,7 +675,7 @@ class Frames:
         max_invokes = (
             ops.where((c("f") == "offsets") & (c("type") == "invoke") & (detail == "max"))
             .join(F.broadcast(drainers), "process", "left_semi")
-            .select(*q("value."), "index")
+            .select(*q("value."), "index", "process")
             .collect()
         )
         reads = (
@@ -684,23 +694,29 @@ class Frames:
                 "lo",
                 "hi",
                 "hi_idx",
+                "hi_proc",
                 "read_max",
                 qhash(c("topic"), c("broker"), c("queue_id")).alias("qh"),
             )
             .collect()
         )
-        invokes: dict[tuple[Any, Any, Any], list[int]] = {}
+        invokes: dict[tuple[Any, Any, Any], list[tuple[int, int]]] = {}
         for r in max_invokes:
-            invokes.setdefault((r["topic"], r["broker"], r["queue_id"]), []).append(int(r["index"]))
-        # per drained queue: the index of the invoke of the max query that gave its end
+            invokes.setdefault((r["topic"], r["broker"], r["queue_id"]), []).append(
+                (int(r["index"]), int(r["process"]))
+            )
+        # per drained queue: the index of the invoke of the max query that gave its end: the
+        # answering process's own invoke (its last before the answer: a process runs one op
+        # at a time), never a concurrent drainer's, which may have been invoked later (a send
+        # acknowledged between the two may sit past the end the answer gives)
         looked: dict[int, int] = {}
         for r in rows:
             if r["hi_idx"] is None:
                 continue
             before = [
                 i
-                for i in invokes.get((r["topic"], r["broker"], r["queue_id"]), [])
-                if i < r["hi_idx"]
+                for i, p in invokes.get((r["topic"], r["broker"], r["queue_id"]), [])
+                if i < r["hi_idx"] and p == r["hi_proc"]
             ]
             looked[int(r["qh"])] = max(before) if before else int(r["hi_idx"])
         incomplete = []
