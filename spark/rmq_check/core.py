@@ -841,9 +841,22 @@ def value_flags(fr: Frames) -> dict[str, Column]:
     weak = (c("ok") == 1) & (c("weak") == 1)
     excess = c("n_read") - F.coalesce(F.bit_count(c("gmask")), F.lit(0))
     two_pos = (c("qh_min") != c("qh_max")) | (c("off_min") != c("off_max"))
-    # read by a consumer, then gone: the final drain read the value's queue from its min
-    # offset (at or below the acknowledged offset) to its end and did not find it anywhere
-    # (truncated and overwritten, or cut): lost, though a consumer saw it once
+    # read only on topics it was not sent to: its own is neither the least nor the greatest
+    # read topic; read on three or more topics, the read topics' bits decide (a foreign
+    # topic whose bit is the send's hides it: 1 in 64 per such topic). Unexpected, not lost
+    foreign_only = F.coalesce(
+        (c("th_send") != c("th_rmin"))
+        & (c("th_send") != c("th_rmax"))
+        & (
+            (c("th_rmin") == c("th_rmax"))
+            | (c("th_rbits").bitwiseAND(topic_bit(c("th_send"))) == F.lit(0))
+        ),
+        F.lit(False),
+    )
+    # read by a consumer on its own topic, then gone: the final drain read the value's queue
+    # from its min offset (at or below the acknowledged offset) to its end and did not find
+    # it anywhere (truncated and overwritten, or cut): lost, though a consumer saw it once.
+    # A value read only on other topics is unexpected instead (some read saw it)
     lows = sorted(fr.drain_lows().items())
     if lows:
         lo = F.element_at(
@@ -856,6 +869,7 @@ def value_flags(fr: Frames) -> dict[str, Column]:
         nonnull
         & acked
         & (c("n_read") > 0)
+        & ~foreign_only
         & (c("n_drain") == 0)
         & from_lo
         & ~F.coalesce(undecided(fr), F.lit(False))
@@ -880,18 +894,8 @@ def value_flags(fr: Frames) -> dict[str, Column]:
             # read before its send was invoked (a completed read precedes the invoke)
             | F.coalesce(F.shiftright(c("first_read"), POS_BITS) < c("inv_idx"), F.lit(False))
             # read only on topics it was not sent to (also read on its own, it is duplicated
-            # instead): its own is the least or the greatest read topic when it was read
-            # there; read on three or more topics, the read topics' bits decide (a foreign
-            # topic whose bit is the send's hides it: 1 in 64 per such topic)
-            | F.coalesce(
-                (c("th_send") != c("th_rmin"))
-                & (c("th_send") != c("th_rmax"))
-                & (
-                    (c("th_rmin") == c("th_rmax"))
-                    | (c("th_rbits").bitwiseAND(topic_bit(c("th_send"))) == F.lit(0))
-                ),
-                F.lit(False),
-            )
+            # instead)
+            | foreign_only
         ),
         "redelivered": nonnull & (excess > 0),
         "at_two_positions": nonnull & F.coalesce(two_pos, F.lit(False)),

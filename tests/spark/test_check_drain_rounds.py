@@ -55,3 +55,21 @@ def test_the_end_used_is_paired_with_its_own_invoke(hist, run_check, other):
     lost = res["analyses"]["lost"]
     assert (lost["count"], lost["definite"], lost["undecided"]) == (1, 0, 1), lost
     assert res["valid"] == "unknown"
+
+
+def test_a_value_read_only_on_a_foreign_topic_is_unexpected_not_lost(hist, run_check):
+    """v1 acknowledged at T q0/0 and read only by a poll of topic U; the drain of T q0 finds
+    only v2 (probe o7). Unexpected (some read saw it), not lost and not a lost write (it was
+    counted in all three)."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    hist.op(10, "invoke", "poll", h.Value(topic="U", group="g"))
+    msgs = [h.Read("U", 0, 5, 1, None, "b0")]
+    hist.op(10, "ok", "poll", h.Value(topic="U", group="g", messages=msgs))
+    _round(hist, 90, 0, 2, [(0, 1, 2)])
+    res = run_check(hist)
+    a = res["analyses"]
+    assert (a["unexpected"]["valid"], a["unexpected"]["count"]) == (False, 1)
+    assert (a["lost"]["count"], a["lost"]["vanished"]) == (0, 0), a["lost"]
+    assert a["lost-write"]["count"] == 0
+    assert res["valid"] is False
