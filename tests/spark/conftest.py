@@ -162,15 +162,21 @@ class Hist:
         reads: list[h.Read],
         ends: dict[tuple[str, int], int] | None = None,
         lows: dict[tuple[str, int], int] | None = None,
+        topics: set[str] | None = None,
     ) -> None:
         """The drain's `offsets` min / max ops (rmq_jepsen.workload._drain_queue) for every
-        queue that acknowledged a send so far and every queue in `reads`; a queue's max is
-        ends[(topic, queue_id)], else one past the highest offset in `reads` (0 if none)."""
+        queue that acknowledged a send so far (of `topics`, when given) and every queue in
+        `reads`; a queue's max is ends[(topic, queue_id)], else one past the highest offset in
+        `reads` (0 if none). A later call answers again for every such queue: the last
+        answers are the final drain's (a max that went down lost what was read past it)."""
         queues = {(r.topic, r.queue_id, r.broker) for r in reads}
         queues |= {
             (o.value.topic, o.value.queue_id, o.value.broker)
             for o in self.ops
-            if o.f == "send" and o.type == "ok" and o.value.queue_id is not None
+            if o.f == "send"
+            and o.type == "ok"
+            and o.value.queue_id is not None
+            and (topics is None or o.value.topic in topics)
         }
         for topic, q, broker in sorted(queues, key=str):
             top = max(

@@ -35,6 +35,41 @@ def _round(hist, p: int, lo: int, hi: int, msgs: list[tuple[int, int, int]], *, 
     hist.poll(p, msgs, group="drain", f="drain")
 
 
+def _three_acked(hist) -> None:
+    for v in (1, 2, 3):
+        hist.send(1, v, off=v - 1)
+
+
+@pytest.mark.parametrize("case", ["consumer read", "only the drain read", "second drainer"])
+def test_values_an_earlier_drain_round_read_past_the_final_end_are_lost(hist, run_check, case):
+    """v1..v3 at offsets 0-2; drain round 1 reads [0, 3), the final round is [0, 1) and reads
+    offset 0 only: v2 and v3 were there and are gone (probe d9c, d9, d9b). The earlier round's
+    reads exempted them from vanished (VALID); without round 1 the same history was INVALID."""
+    _three_acked(hist)
+    if case == "consumer read":
+        hist.poll(10, [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    _round(hist, 90, 0, 3, [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    _round(hist, 91 if case == "second drainer" else 90, 0, 1, [(0, 0, 1)])
+    res = run_check(hist)
+    lost = res["analyses"]["lost"]
+    assert (lost["count"], lost["definite"], lost["vanished"]) == (2, 2, 2), lost
+    assert {e["v"] for e in lost["examples"]} == {2, 3}
+    assert res["analyses"]["lost-write"]["count"] == 2
+    assert res["valid"] is False
+
+
+def test_a_later_round_with_a_higher_end_keeps_what_earlier_rounds_read(hist, run_check):
+    """Round 2 finds a larger queue and reads only the new tail: nothing is lost (the earlier
+    round's reads lie inside the final [min, max))."""
+    _three_acked(hist)
+    _round(hist, 90, 0, 2, [(0, 0, 1), (0, 1, 2)])
+    _round(hist, 90, 0, 3, [(0, 2, 3)])
+    res = run_check(hist)
+    lost = res["analyses"]["lost"]
+    assert (lost["count"], lost["vanished"]) == (0, 0), lost
+    assert res["valid"] is True
+
+
 @pytest.mark.parametrize("other", ["fail", "ok"])
 def test_the_end_used_is_paired_with_its_own_invoke(hist, run_check, other):
     """Drainer 90 asks q0's max before v2 is acknowledged at q0/1; drainer 91 asks after (its

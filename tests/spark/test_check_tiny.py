@@ -336,10 +336,11 @@ def test_examples_are_the_smallest_values_of_each_anomaly_from_one_pass(hist, ru
 
 
 def _on(hist, p: int, f: str, topic: str, msgs: list[tuple[int, int, int]], **kw) -> None:
-    """A poll (or the drain, with its bounds) of `topic`: msgs are (queue_id, offset, value)."""
+    """A poll (or the drain, with its bounds: those of `topic`'s queues) of `topic`: msgs
+    are (queue_id, offset, value)."""
     reads = [h.Read(topic, q, o, v, kw.get("key"), "b0") for q, o, v in msgs]
     if f == "drain":
-        hist.bounds(p, reads, ends=kw.get("ends"))
+        hist.bounds(p, reads, ends=kw.get("ends"), topics={topic})
     val = h.Value(topic=topic, group=kw.get("group", "drain" if f == "drain" else "g"))
     hist.op(p, "invoke", f, val)
     hist.op(p, "ok", f, h.Value(topic=val.topic, group=val.group, messages=reads))

@@ -1,6 +1,8 @@
 """lost: an acknowledged (SEND_OK) send that no one read, the final drain included; or one
-a consumer read that the final drain, reading its queue from at or below the acknowledged
-offset to the end, did not find ("vanished": truncated and overwritten, or cut)."""
+read on its own topic (by a consumer, or by a drain round before the last answers for its
+queue's bounds) that the final drain, reading its queue from at or below the acknowledged
+offset to the end, did not find inside its [min, max) ("vanished": truncated and
+overwritten, or cut)."""
 
 from __future__ import annotations
 
