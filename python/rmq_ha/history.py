@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -547,6 +548,24 @@ def write(out: IO[str], ops: Iterable[Op]) -> int:
     return n
 
 
+class DuplicateField(ValueError):
+    """A JSON object naming one field twice (``json.loads`` would keep the last silently)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        twice = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise DuplicateField(f"has a field twice {twice}: ambiguous JSON")
+    return d
+
+
+def loads(line: str) -> Any:
+    """One history line as JSON, refusing an object that names a field twice (``json`` would
+    take the last, Spark's reader the last or the first: the line is ambiguous)."""
+    return json.loads(line, object_pairs_hook=_no_duplicates)
+
+
 def read(path: str | Path) -> Iterator[Op]:
     """Parse a JSONL history, validating every line (its fields' types, the rules above) and
     the invoke / completion pairing of each process; errors name the file and line number."""
@@ -559,7 +578,9 @@ def read(path: str | Path) -> Iterator[Op]:
                 continue
             try:
                 try:
-                    d = json.loads(line)
+                    d = loads(line)
+                except DuplicateField as e:
+                    raise HistoryError(str(e)) from e
                 except ValueError as e:
                     raise HistoryError(f"not JSON ({e})") from e
                 op = Op.from_json(d)

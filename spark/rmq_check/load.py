@@ -7,7 +7,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from rmq_check.validate import CORRUPT, EXTRA, POS, RAW
+from rmq_check.validate import CORRUPT, DUP, EXTRA, POS, RAW
 
 from rmq_ha import history as h
 from rmq_ha.history import SPARK_DDL
@@ -122,11 +122,32 @@ def _unknown_keys(line: Column) -> Column:
     ).otherwise(F.lit(""))
 
 
+def _duplicate_keys(line: Column) -> Column:
+    """Where the line names a JSON field twice ("the op", "value", "value.messages[]", comma
+    separated; "" when nowhere). Spark's reader keeps one of them and Python's json module
+    the last: the line is ambiguous, and both readers refuse it. ``json_object_keys`` lists
+    an object's keys as written, duplicates included."""
+
+    def twice(keys: Column) -> Column:
+        return F.coalesce(F.size(keys) != F.size(F.array_distinct(keys)), F.lit(False))
+
+    # each message as its JSON text (a string-typed array element keeps the object's text)
+    msgs = F.from_json(F.get_json_object(line, "$.value.messages"), "array<string>")
+    per_msg = F.transform(msgs, lambda m: F.json_object_keys(m))
+    in_msg = F.coalesce(F.exists(per_msg, twice), F.lit(False))
+    return F.concat_ws(
+        ", ",
+        F.when(twice(F.json_object_keys(line)), F.lit("the op")),
+        F.when(twice(F.json_object_keys(F.get_json_object(line, "$.value"))), F.lit("value")),
+        F.when(in_msg, F.lit("value.messages[]")),
+    )
+
+
 def load(spark: Any, path: str | Path) -> DataFrame:
     """The history as a DataFrame with the columns of ``rmq_ha.history.SPARK_DDL`` plus the
     position of each row (``validate.POS``) and, for JSONL, the line's text (``validate.RAW``),
-    whether it parsed against the schema (``validate.CORRUPT``) and its unknown fields
-    (``validate.EXTRA``).
+    whether it parsed against the schema (``validate.CORRUPT``), its unknown fields
+    (``validate.EXTRA``) and where it names a field twice (``validate.DUP``).
 
     Nothing fails here: ``rmq_check.validate.check`` names every problem with its file and
     line before any analysis. Parquet is read with the schema (columns the file lacks come
@@ -167,6 +188,7 @@ def load(spark: Any, path: str | Path) -> DataFrame:
         F.col("line").alias(RAW),
         (F.col("j._corrupt_record").isNotNull() | ~one_json_value(F.col("line"))).alias(CORRUPT),
         _unknown_keys(F.col("line")).alias(EXTRA),
+        _duplicate_keys(F.col("line")).alias(DUP),
     )
 
 

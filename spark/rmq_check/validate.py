@@ -37,6 +37,7 @@ POS = "_pos"  # struct<file: string, split: bigint, row: bigint>: orders rows li
 RAW = "_raw"  # the line's text (JSONL)
 CORRUPT = "_corrupt"  # the line did not parse against the schema (JSONL)
 EXTRA = "_extra"  # unknown JSON fields of the line, its value, or a message ("" if none)
+DUP = "_dup"  # where the line names a JSON field twice (the op, value, a message; "" if none)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def line_rules(has_raw: bool) -> list[tuple[Column, Column]]:
     out: list[tuple[Column, Column]] = []
     if has_raw:
         out.append((c(CORRUPT), F.lit("does not parse against the history schema")))
+        out.append((c(DUP) != F.lit(""), _msg("has a field twice (in %s): ambiguous JSON", c(DUP))))
         out.append(
             (c(EXTRA) != F.lit(""), _msg("has unknown fields %s", c(EXTRA))),
         )

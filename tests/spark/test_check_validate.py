@@ -206,6 +206,37 @@ def test_a_line_holding_more_than_one_json_value_is_refused(spark, tmp_path, cap
     _no_trace(out + err)
 
 
+def _twice(where: str) -> tuple[list[str], int]:
+    """The lost send's history with one line naming a field twice (in the op, its value, or
+    a message), and that line's number."""
+    lines = _lost_send_history()
+    if where == "op":  # the send's ok, then a fail: json kept the fail, an aborted read
+        lines[1] = lines[1][:-1] + ', "type": "fail"}'
+        return lines, 2
+    if where == "value":
+        lines[1] = lines[1].replace('"status": "SEND_OK"', '"status": "SEND_OK", "value": 8')
+        return lines, 2
+    msg = '{"topic": "T", "queue_id": 0, "queue_offset": 0, "value": 7, "value": 8}'
+    lines[-1] = lines[-1].replace('"messages": []', f'"messages": [{msg}]')
+    return lines, len(lines)
+
+
+@pytest.mark.parametrize("where", ["op", "value", "message"])
+def test_a_line_naming_a_field_twice_is_refused_by_both(spark, tmp_path, capsys, where):
+    """A JSON object naming a field twice is ambiguous: rmq_ha.history.read took the last
+    (`"type":"ok",...,"type":"fail"` read as a fail) and Spark one of them, silently (probe
+    j1, j2). Both readers refuse the line, naming it."""
+    lines, n = _twice(where)
+    d, f = _run(tmp_path, lines)
+    with pytest.raises(h.HistoryError, match=rf"history\.jsonl:{n}: has a field twice"):
+        list(h.read(f))
+    rc, out, err = check_cli(capsys, d)
+    assert rc == 2, out + err
+    first = err.strip().splitlines()[0]
+    assert f"{f}:{n}: " in first and "twice" in first, err
+    _no_trace(out + err)
+
+
 def test_trailing_whitespace_is_still_one_value(spark, tmp_path, capsys):
     d, _ = _run(tmp_path, _glued(" \t  "))
     rc, out, err = check_cli(capsys, d)
