@@ -58,7 +58,11 @@ class ClientManager:
     ) -> list[str]:
         """Returns the consumer groups whose membership changed."""
         if producer_group:
-            self.producers.get(producer_group, {}).pop(client_id, None)
+            clients = self.producers.get(producer_group)
+            if clients is not None:
+                clients.pop(client_id, None)
+                if not clients:  # an emptied group goes (RocketMQ's ProducerManager)
+                    del self.producers[producer_group]
         changed = []
         if consumer_group:
             g = self.consumers.get(consumer_group)
@@ -85,9 +89,11 @@ class ClientManager:
                 changed.append(group)
             if not g.clients:
                 del self.consumers[group]
-        for _, clients in self.producers.items():
+        for group, clients in list(self.producers.items()):
             for cid in [cid for cid, c in clients.items() if pred(c)]:
                 del clients[cid]
+            if not clients:  # a short-lived producer group each kept an entry (probe)
+                del self.producers[group]
         return changed
 
     def consumer_ids(self, group: str) -> list[str]:
@@ -105,6 +111,16 @@ class ClientManager:
         """A pull that carried its subscription (a pull consumer without heartbeat
         subscriptions): remembered for the admin views (queryCq, consume stats)."""
         self.compensated[(group, sub.topic)] = sub
+
+    def forget(self, *, topic: str | None = None, group: str | None = None) -> int:
+        """Drops the subscriptions pulls carried for a deleted topic or group (kept for ever
+        before, one per (group, topic), probe); returns how many went."""
+        gone = [
+            k for k in self.compensated if (topic is not None and k[1] == topic) or k[0] == group
+        ]
+        for k in gone:
+            del self.compensated[k]
+        return len(gone)
 
     def producer_by_id(self, client_id: str) -> Connection | None:
         """The live connection of the producer client ``client_id`` (any group): where a

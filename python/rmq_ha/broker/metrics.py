@@ -14,11 +14,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.core import Metric
 
 from rmq_ha.metrics import Families, Histogram
-from rmq_ha.protocol.codes import code_name
+from rmq_ha.protocol.codes import RequestCode, ResponseCode, code_name
 
 #: RocketMQ's stats item names (BrokerStatsManager) that VIEW_BROKER_STATS_DATA answers.
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -88,6 +89,23 @@ class StatsWindow:
         return out
 
 
+_KNOWN_REQUESTS = frozenset(int(c) for c in RequestCode)
+_KNOWN_RESPONSES = frozenset(int(c) for c in ResponseCode)
+#: The one key every code outside the registry is counted under. A client may send any number
+#: of distinct request codes: a histogram each grew the broker without bound and made every
+#: scrape longer, on the broker's own event loop (probe: 40,000 codes, +63 MB, 8.8 s scrapes,
+#: a request meanwhile 4.5 s). Exported as UNKNOWN, as before.
+UNKNOWN_CODE = 2**31 - 1
+assert UNKNOWN_CODE not in _KNOWN_REQUESTS and UNKNOWN_CODE not in _KNOWN_RESPONSES
+
+
+def _rpc_key(request: int, response: int) -> tuple[int, int]:
+    return (
+        request if request in _KNOWN_REQUESTS else UNKNOWN_CODE,
+        response if response < 0 or response in _KNOWN_RESPONSES else UNKNOWN_CODE,
+    )
+
+
 class Traffic:
     """Messages and bytes in (stored by sends) and out (served to pulls), RocketMQ's
     rocketmq_messages_in_total / _out_total and rocketmq_throughput_in_total / _out_total;
@@ -119,6 +137,39 @@ class Traffic:
         #: last (RocketMQ's pull offset): in flight = pulled - committed, ready = max - pulled
         self.pulled: dict[tuple[str, str, int], int] = {}
 
+    def forget(self, *, topic: str | None = None, group: str | None = None) -> int:
+        """Drops every count of a deleted topic or subscription group (they stayed for ever,
+        one series set per churned topic and group: 390 of 516 samples were of deleted
+        topics or gone groups after 30 rounds, probe); returns how many entries went."""
+
+        def by_topic_group(k: Any) -> bool:  # (topic, group[, queue id])
+            return (topic is not None and k[0] == topic) or (group is not None and k[1] == group)
+
+        def by_topic(k: Any) -> bool:  # (topic, message type or outcome)
+            return topic is not None and k[0] == topic
+
+        def by_item(k: Any) -> bool:  # (stats item, "topic" or "topic@group")
+            t, _, g = k[1].partition("@")
+            return (topic is not None and t == topic) or (group is not None and g == group)
+
+        tables: list[tuple[dict[Any, Any], Callable[[Any], bool]]] = [
+            (self.group_rate, by_topic_group),
+            (self.outbound, by_topic_group),
+            (self.dlq, by_topic_group),
+            (self.pulled, by_topic_group),
+            (self.inbound, by_topic),
+            (self.sizes, by_topic),
+            (self.transactions, by_topic),
+            (self.stats, by_item),
+        ]
+        n = 0
+        for table, gone in tables:
+            keys = [k for k in table if gone(k)]
+            for k in keys:
+                del table[k]
+            n += len(keys)
+        return n
+
     def sized(self, topic: str, message_type: str, sizes: Sequence[int]) -> None:
         h = self.sizes.get((topic, message_type))
         if h is None:
@@ -140,16 +191,18 @@ class Traffic:
 
     def answered_many(self, request: int, response: int, ms: float, n: int) -> None:
         """`answered` for `n` requests that each took `ms`."""
-        h = self.rpc.get((request, response))
+        key = _rpc_key(request, response)
+        h = self.rpc.get(key)
         if h is None:
-            h = self.rpc[(request, response)] = Histogram(RPC_LATENCY_BUCKETS_MS)
+            h = self.rpc[key] = Histogram(RPC_LATENCY_BUCKETS_MS)
         h.counts[bisect.bisect_left(h.bounds, ms)] += n
         h.total += ms * n
 
     def answered(self, request: int, response: int, ms: float) -> None:
-        h = self.rpc.get((request, response))
+        key = _rpc_key(request, response)
+        h = self.rpc.get(key)
         if h is None:
-            h = self.rpc[(request, response)] = Histogram(RPC_LATENCY_BUCKETS_MS)
+            h = self.rpc[key] = Histogram(RPC_LATENCY_BUCKETS_MS)
         h.observe(ms)
 
     def now_s(self) -> int:

@@ -291,6 +291,8 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
                 return cmd.response(Resp.SYSTEM_ERROR, f"deleting topic {h.topic}: {e}")
         existed = p.topics.delete(h.topic)
         dropped = p.offsets.remove(topic=h.topic)
+        p.traffic.forget(topic=h.topic)
+        p.clients.forget(topic=h.topic)
         if existed:
             p.topics.changed()
         log.info(
@@ -334,6 +336,8 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
     async def delete_group(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = DeleteSubscriptionGroupRequestHeader.from_ext(cmd.ext_fields)
         groups.delete(h.group_name)
+        p.traffic.forget(group=h.group_name)
+        p.clients.forget(group=h.group_name)
         if h.clean_offset:
             p.offsets.remove(group=h.group_name)
         return cmd.response(Resp.SUCCESS)
