@@ -1,4 +1,5 @@
-"""Log lines a peer can repeat at will are throttled, and counted (rmq_ha.net.logthrottle)."""
+"""What a misbehaving or vanished peer may cost a role: throttled log lines
+(rmq_ha.net.logthrottle), no secret in an ACL parse error, TCP keepalive on every connection."""
 
 from __future__ import annotations
 
@@ -44,3 +45,31 @@ def test_a_yaml_error_in_the_acl_file_never_quotes_the_line() -> None:
         load_acl_text(text)
     assert "TOPSECRET" not in str(e.value)
     assert "not YAML" in str(e.value) and "line 3" in str(e.value), str(e.value)
+
+
+async def test_accepted_connections_have_tcp_keepalive() -> None:
+    """A client that vanished without closing its connection (power loss, a killed VM) kept
+    its connection, file descriptor and held pulls for ever: keepalive was off (soak probe)."""
+    import socket
+
+    import trio
+
+    from rmq_ha.net.server import KEEPALIVE_IDLE_S, RemotingServer
+
+    async def handler(conn: object, cmd: object) -> None:
+        return None
+
+    async with trio.open_nursery() as n:
+        server = RemotingServer(handler)  # type: ignore[arg-type]
+        await n.start(server.serve)
+        client = await trio.open_tcp_stream("127.0.0.1", server.port)
+        with trio.fail_after(10):
+            while not server.connections:
+                await trio.sleep(0.01)
+        (conn,) = server.connections
+        sock = conn.stream.socket  # type: ignore[attr-defined]
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE_S
+        await client.aclose()
+        n.cancel_scope.cancel()
