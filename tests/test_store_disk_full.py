@@ -20,7 +20,24 @@ from pathlib import Path
 
 import pytest
 
-CHILD = r"""
+#: Both children: take whatever space is left on the tmpfs (it allocates whole pages).
+FILL_DISK = r"""
+import errno
+
+
+def fill_disk(path):
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (4096, 1):
+            try:
+                while True:
+                    f.write(b"b" * chunk)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+"""
+
+CHILD = (
+    FILL_DISK
+    + r"""
 import errno, gc, json, os, sys
 from rmq_ha._native import Store, decode_stored_record
 from rmq_ha.errors import StoreIOError
@@ -46,13 +63,7 @@ s = open_store()
 out["acked"], out["append_errno"] = fill(s)
 s.flush()
 # take whatever space is left (tmpfs allocates whole pages), so the next open has none
-with open(os.path.join(sys.argv[1], "ballast"), "wb", buffering=0) as f:
-    for chunk in (4096, 1):
-        try:
-            while True:
-                f.write(b"b" * chunk)
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
+fill_disk(os.path.join(sys.argv[1], "ballast"))
 s.close()
 del s
 gc.collect()
@@ -93,6 +104,7 @@ out["tail"] = [decode_stored_record(bytes(b))["body"].decode() for b in bufs]
 s.close()
 print(json.dumps(out), flush=True)
 """
+)
 
 
 def _unshare() -> list[str]:
@@ -177,7 +189,9 @@ def test_store_health_text_names_a_deferred_checkpoint_and_the_incidents() -> No
     assert "checkpoint not written" not in render_health({"status": {}, "broker": {}, "open": {}})
 
 
-CHILD_CQ = r"""
+CHILD_CQ = (
+    FILL_DISK
+    + r"""
 import errno, gc, json, os, sys, time
 from rmq_ha._native import Store
 from rmq_ha.errors import StoreIOError
@@ -229,13 +243,7 @@ b.checkpoint()
 b.append_bodies("T", 0, [BODY] * 150)
 b.flush()
 ballast = os.path.join(mnt, "ballast")
-with open(ballast, "wb", buffering=0) as f:
-    for chunk in (4096, 1):
-        try:
-            while True:
-                f.write(b"x" * chunk)
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
+fill_disk(ballast)
 # an append on the full disk: its record fits the commitlog's last page, its unit fills the
 # queue's buffer, whose write needs a page the disk no longer has
 out["append_error"] = errtext(lambda: c.append_bodies("T", 0, [BODY]))
@@ -287,6 +295,7 @@ b.close()
 a.close()
 print(json.dumps(out), flush=True)
 """
+)
 
 
 @pytest.mark.timeout(120)

@@ -15,13 +15,14 @@ DEMO_TIME_S = 60.0
 
 
 def replication_text(summary: dict[str, Any]) -> str | None:
-    """`replication: full` / `replication: NOT full (group: why; ...)` of a controller-mode
-    run's summary; None when the run had no controllers (or predates the field)."""
+    """`replication: full` / `replication: NOT full (group: why; ...)` of a run's summary
+    (controller topologies: every SyncStateSet full; classic ones with slaves: every slave
+    caught up); None when the run had neither (or predates the field)."""
     r = summary.get("replication")
     if not isinstance(r, dict):
         return None
     if r.get("full"):
-        return "replication: full (every SyncStateSet)"
+        return "replication: full"
     why = "; ".join(f"{g}: {w}" for g, w in sorted((r.get("not_full") or {}).items()))
     return f"replication: NOT full {r.get('waited_s')} s after the drain ({why})"
 

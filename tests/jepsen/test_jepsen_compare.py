@@ -252,7 +252,7 @@ def test_a_run_ends_by_waiting_for_every_sync_state_set_to_be_full_again(tmp_pat
     # out of sync, then nobody answers, then full: done at the third look
     got = run([{"g": _info("a:0", [0], [1])}, {}, {"g": _info("a:0", [0, 1], [])}], ["g"], 10)
     assert got["full"] and got["not_full"] == {} and got["waited_s"] == 1.0
-    assert replication_text({"replication": got}) == "replication: full (every SyncStateSet)"
+    assert replication_text({"replication": got}) == "replication: full"
     # never full: the wait ends at the timeout and names each group's reason
     stuck = {"g": _info("a:0", [0], [2]), "h": _info("", [1], [])}
     got = run([stuck] * 100, ["g", "h", "missing"], 3)

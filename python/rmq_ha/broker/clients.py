@@ -116,7 +116,9 @@ class ClientManager:
         """Drops the subscriptions pulls carried for a deleted topic or group (kept for ever
         before, one per (group, topic), probe); returns how many went."""
         gone = [
-            k for k in self.compensated if (topic is not None and k[1] == topic) or k[0] == group
+            k
+            for k in self.compensated
+            if (topic is not None and k[1] == topic) or (group is not None and k[0] == group)
         ]
         for k in gone:
             del self.compensated[k]

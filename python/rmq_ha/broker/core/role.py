@@ -135,7 +135,8 @@ class RoleState:
     #: reached TRANSFER with it (SlaveFollowing, once per connection).
     following: str | None = None
     transferring: bool = False
-    #: Why writes and registration are refused (None: not fenced). Controller mode only.
+    #: Why writes and registration are refused (None: not fenced). Controller mode, and a
+    #: classic SYNC_MASTER that lost data it had made durable (it never takes the role).
     fence: str | None = None
     #: Classic: this slave acts for the group's dead master (RIP-32).
     acting: bool = False
