@@ -6,8 +6,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+import trio
+import trio.testing
 
+from rmq_ha.net.connection import Connection
 from rmq_ha.net.logthrottle import LogThrottle
+from rmq_ha.protocol.command import RemotingCommand
 
 
 def test_a_repeated_line_is_logged_once_per_period_and_the_next_says_how_many_were_held(
@@ -67,9 +71,102 @@ async def test_accepted_connections_have_tcp_keepalive() -> None:
             while not server.connections:
                 await trio.sleep(0.01)
         (conn,) = server.connections
-        sock = conn.stream.socket  # type: ignore[attr-defined]
+        sock = conn.stream.socket
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
         if hasattr(socket, "TCP_KEEPIDLE"):
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE_S
         await client.aclose()
         n.cancel_scope.cancel()
+
+
+def _frame(code: int, opaque: int, body: bytes = b"") -> bytes:
+    from rmq_ha._native import encode_frames
+
+    return encode_frames([RemotingCommand(code=code, opaque=opaque, body=body).to_wire()])
+
+
+async def _served(
+    idle_s: float | None, hold: trio.Event | None = None
+) -> tuple[Connection, trio.abc.Stream]:
+    """A server-side Connection over an in-memory stream pair, and the peer's end."""
+    server_end, peer = trio.testing.memory_stream_pair()
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if hold is not None:
+            await hold.wait()
+        return cmd.response(0, "")
+
+    return Connection(server_end, handler, "peer:1", idle_s=idle_s), peer
+
+
+async def test_a_silent_connection_is_closed_after_the_idle_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """RocketMQ closes a connection idle for serverChannelMaxIdleTimeSeconds (120 s); ours were
+    kept for ever, as were ones stuck on half a frame (soak probe: 14 idle and 49 partial)."""
+    import trio
+
+    for partial in (False, True):
+        conn, peer = await _served(120.0)
+        async with trio.open_nursery() as n:
+            n.start_soon(conn.run)
+            await trio.sleep(100)
+            await peer.send_all(_frame(10, 1)[:7] if partial else _frame(10, 1))
+            t0 = trio.current_time()
+            with trio.fail_after(1000):  # virtual seconds
+                await conn.wait_closed()
+            # traffic at 100 s moved the deadline: closed 120 s after it, not at 120 s
+            assert trio.current_time() - t0 >= 120.0
+            assert conn.closed_because == "idle"
+
+
+async def test_a_held_request_keeps_its_connection_however_long(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A held pull answers after the client's suspend time; the connection must outlive the
+    idle time while it is held, and close only after its answer was written and the idle
+    time passed again."""
+    import trio
+
+    from rmq_ha._native import decode_frames
+
+    hold = trio.Event()
+    conn, peer = await _served(120.0, hold)
+    async with trio.open_nursery() as n:
+        n.start_soon(conn.run)
+        await peer.send_all(_frame(11, 7))
+        await trio.sleep(500)
+        assert not conn.closed
+        hold.set()
+        frames, _ = decode_frames(await peer.receive_some(1 << 16))
+        assert [RemotingCommand.from_wire(f).opaque for f in frames] == [7]
+        t0 = trio.current_time()
+        with trio.fail_after(1000):  # virtual seconds
+            await conn.wait_closed()
+        assert trio.current_time() - t0 >= 120.0
+        assert conn.closed_because == "idle"
+
+
+async def test_idle_time_zero_never_closes(autojump_clock: trio.testing.MockClock) -> None:
+    import trio
+
+    conn, peer = await _served(None)
+    async with trio.open_nursery() as n:
+        n.start_soon(conn.run)
+        await trio.sleep(10_000)
+        assert not conn.closed
+        await peer.aclose()
+        await conn.wait_closed()
+        assert conn.closed_because is None
+
+
+def test_the_idle_time_is_a_config_key_of_every_role() -> None:
+    from rmq_ha.config import BrokerConfig, ControllerConfig, NamesrvConfig, from_mapping
+    from rmq_ha.errors import ConfigError
+
+    for cls in (BrokerConfig, NamesrvConfig, ControllerConfig):
+        assert cls().server_channel_max_idle_time_sec == 120
+        cfg, _ = from_mapping(cls, {"serverChannelMaxIdleTimeSeconds": "0"})
+        assert cfg.server_channel_max_idle_time_sec == 0
+        with pytest.raises(ConfigError, match="serverChannelMaxIdleTimeSeconds"):
+            from_mapping(cls, {"serverChannelMaxIdleTimeSeconds": "-1"})

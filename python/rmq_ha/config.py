@@ -111,7 +111,19 @@ class SecurityKeys:
 
 
 @dataclass(frozen=True)
-class NamesrvConfig(SecurityKeys):
+class ServerKeys(SecurityKeys):
+    """What every role's remoting server takes besides security."""
+
+    server_channel_max_idle_time_sec: int = rmq(
+        "serverChannelMaxIdleTimeSeconds",
+        120,
+        "close a connection with nothing read or written and no request in flight for this"
+        " long (0: never)",
+    )
+
+
+@dataclass(frozen=True)
+class NamesrvConfig(ServerKeys):
     listen_host: str = rmq("listenHost", "127.0.0.1", "address to bind")
     listen_port: int = rmq("listenPort", 9876, "0 picks a free port")
     scan_not_active_broker_interval_ms: int = rmq(
@@ -148,7 +160,7 @@ class NamesrvConfig(SecurityKeys):
 
 
 @dataclass(frozen=True)
-class ControllerConfig(SecurityKeys):
+class ControllerConfig(ServerKeys):
     """The DLedger controller (`rmq-ha controller`, or embedded in a name server).
 
     RocketMQ keys (`common/.../ControllerConfig.java`), plus DLedger's Raft timing keys
@@ -221,7 +233,7 @@ class ControllerConfig(SecurityKeys):
 
 
 @dataclass(frozen=True)
-class BrokerConfig(SecurityKeys):
+class BrokerConfig(ServerKeys):
     cluster_name: str = rmq("brokerClusterName", "DefaultCluster")
     broker_name: str = rmq("brokerName", "broker-a")
     broker_id: int = rmq("brokerId", 0, "0 is the master in classic mode")
@@ -607,7 +619,7 @@ def replace_keys(record: C, values: Mapping[str, Any]) -> C:
 
 #: Durations and sizes for which 0 means something (checked on their own below): 0 ms of
 #: waiting for a damaged record's repair skips it at once.
-ZERO_ALLOWED = frozenset({"damaged_record_wait_ms"})
+ZERO_ALLOWED = frozenset({"damaged_record_wait_ms", "server_channel_max_idle_time_sec"})
 
 
 def validate(record: Any) -> None:
@@ -624,14 +636,12 @@ def _validate(record: Any) -> None:
             if f.name.endswith("_port") and not 0 <= v <= 65535:
                 raise ConfigError(f"bad config {key}: port {v} is outside 0..65535", key)
             if (
-                (
-                    f.name.endswith(("_ms", "_sec", "_bytes", "_nums", "_size"))
-                    or "interval" in f.name
-                )
-                and f.name not in ZERO_ALLOWED
-                and v <= 0
-            ):
-                raise ConfigError(f"bad config {key}: {v} must be positive", key)
+                f.name.endswith(("_ms", "_sec", "_bytes", "_nums", "_size")) or "interval" in f.name
+            ) and v <= 0:
+                if f.name not in ZERO_ALLOWED:
+                    raise ConfigError(f"bad config {key}: {v} must be positive", key)
+                if v < 0:
+                    raise ConfigError(f"bad config {key}: {v} must be >= 0", key)
     host = getattr(record, "metrics_prom_exporter_host", "")
     if any(c.isspace() or c in "/;," for c in host):
         raise ConfigError(

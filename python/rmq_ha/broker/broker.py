@@ -706,6 +706,7 @@ async def open_broker(cfg: BrokerConfig) -> AsyncIterator[Broker]:
         cfg.listen_port,
         tls=server_context(cfg),
         tls_mode=server_mode(cfg),
+        idle_s=cfg.server_channel_max_idle_time_sec,
     )
     port = await server.bind()
     async with open_store(

@@ -263,6 +263,7 @@ class ControllerNode:
                     int(port),
                     tls=server_context(self.cfg),
                     tls_mode=server_mode(self.cfg),
+                    idle_s=self.cfg.server_channel_max_idle_time_sec,
                 )
                 await nursery.start(server.serve)
             await nursery.start(self.driver.run)

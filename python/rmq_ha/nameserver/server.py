@@ -121,6 +121,7 @@ class Nameserver:
             cfg.listen_port,
             tls=server_context(cfg),
             tls_mode=server_mode(cfg),
+            idle_s=cfg.server_channel_max_idle_time_sec,
         )
         self.outbound = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
         #: The connection each broker address last registered or beat over.

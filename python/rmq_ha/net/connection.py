@@ -54,6 +54,9 @@ Outgoing = WireTuple | bytes
 #: After the peer closes, how long requests it already sent may still run (a parked long-poll
 #: is cut short then; a oneway offset commit finishes in microseconds).
 CLOSE_GRACE_S = 2.0
+#: RocketMQ's serverChannelMaxIdleTimeSeconds: a server closes a connection on which nothing
+#: was read or written for this long. Real clients heartbeat every 30 s and never reach it.
+SERVER_IDLE_S = 120
 
 
 class Connection:
@@ -64,8 +67,18 @@ class Connection:
         peer: str,
         signer: Signer | None = None,
         fast: FrameFilter | None = None,
+        *,
+        idle_s: float | None = None,
     ) -> None:
         self.stream = stream
+        #: Close the connection once nothing was read or written for this long and no request
+        #: from the peer is being handled (None: never). A request in flight (a held pull,
+        #: whose suspend time is the client's) keeps the connection however long it takes;
+        #: a peer stuck on half a frame does not.
+        self.idle_s = idle_s
+        self._last_io = 0.0
+        #: Why the connection was closed from this side ("idle", ...), None otherwise.
+        self.closed_because: str | None = None
         self._fast = fast
         self.peer = peer
         self._handler = handler
@@ -96,7 +109,11 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
-                await self._reader()
+                self._last_io = trio.current_time()
+                with trio.CancelScope() as reading:
+                    if self.idle_s:
+                        nursery.start_soon(self._idle_watch, self.idle_s, reading)
+                    await self._reader()
                 with trio.move_on_after(CLOSE_GRACE_S):
                     while self._inflight:
                         await self._idle.wait()
@@ -123,6 +140,28 @@ class Connection:
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
+    async def _idle_watch(self, idle_s: float, reading: trio.CancelScope) -> None:
+        """Stops the reader (and so the connection, after CLOSE_GRACE_S) once the connection
+        has been idle for `idle_s`: nothing read, nothing written, no request in flight."""
+        while True:
+            await trio.sleep_until(self._last_io + idle_s)
+            if self._inflight:
+                await self._idle.wait()  # the answer's write counts as traffic
+                self._last_io = max(self._last_io, trio.current_time())
+                continue
+            if trio.current_time() >= self._last_io + idle_s:
+                break
+        self.closed_because = "idle"
+        THROTTLE.log(
+            log,
+            logging.INFO,
+            "idle-close",
+            "closing connection from %s: nothing read or written for %g s",
+            self.peer,
+            idle_s,
+        )
+        reading.cancel()
+
     async def _reader(self) -> None:
         buf = bytearray()
         while True:
@@ -132,6 +171,7 @@ class Connection:
                 return
             if not data:
                 return
+            self._last_io = trio.current_time()
             # A receive that completes no partial frame is decoded as it came (no copy).
             src: bytes | bytearray = data
             if buf:
@@ -229,6 +269,7 @@ class Connection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self._close_now()
                     return
+                self._last_io = trio.current_time()
 
     async def send(self, cmd: RemotingCommand) -> None:
         """Queues a frame (request, response or oneway) without waiting for an answer.

@@ -9,7 +9,7 @@ import ssl
 import trio
 
 from rmq_ha.errors import ConfigError
-from rmq_ha.net.connection import Connection, FrameFilter, Handler
+from rmq_ha.net.connection import SERVER_IDLE_S, Connection, FrameFilter, Handler
 from rmq_ha.net.logthrottle import THROTTLE
 from rmq_ha.security.tls import TlsRefused, accept
 
@@ -49,7 +49,8 @@ def keepalive(sock: trio.socket.SocketType) -> None:
 class RemotingServer:
     """Listens on (host, port); `port=0` picks a free port, reported by `serve`'s
     `task_status.started(port)` and kept in `self.port`. With `tls` (a server SSLContext)
-    connections are TLS as `tls_mode` says (rmq_ha.security.tls: permissive or enforcing)."""
+    connections are TLS as `tls_mode` says (rmq_ha.security.tls: permissive or enforcing).
+    Connections idle for `idle_s` are closed (Connection.idle_s)."""
 
     def __init__(
         self,
@@ -59,8 +60,12 @@ class RemotingServer:
         *,
         tls: ssl.SSLContext | None = None,
         tls_mode: str = "disabled",
+        idle_s: float | None = SERVER_IDLE_S,
     ) -> None:
         self.handler = handler
+        #: serverChannelMaxIdleTimeSeconds: a connection with nothing read or written and no
+        #: request in flight for this long is closed (None or 0: never).
+        self.idle_s = idle_s or None
         self.host = host
         self.port = port
         self.tls = tls
@@ -109,7 +114,7 @@ class RemotingServer:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             return
-        conn = Connection(s, self.handler, peer, fast=self.fast)
+        conn = Connection(s, self.handler, peer, fast=self.fast, idle_s=self.idle_s)
         self.connections.add(conn)
         try:
             await conn.run()
