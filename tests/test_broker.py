@@ -293,6 +293,39 @@ async def test_batch_send_is_one_append_with_a_message_id_per_message(tmp_path: 
         assert bodies_of(r.body) == [b"b%d" % i for i in range(5)]
 
 
+def test_a_message_counts_as_in_memory_within_the_ratio_of_memory_from_the_log_end() -> None:
+    from rmq_ha.broker.handlers.queries import PHYSICAL_MEMORY_BYTES, in_memory
+
+    window = PHYSICAL_MEMORY_BYTES * 40 // 100
+    assert in_memory(0, window, 40)
+    assert not in_memory(0, window + 1, 40)
+    assert in_memory(10, window + 10, 40)
+    assert in_memory(5, 5, 0) and not in_memory(5, 6, 0)
+
+
+async def test_a_new_group_starts_at_0_only_while_message_0_is_in_memory(tmp_path: Path) -> None:
+    """RocketMQ answers a new group's QUERY_CONSUMER_OFFSET with 0 only when the queue still
+    holds message 0 and it is in memory (checkInMemByConsumeOffset); otherwise QUERY_NOT_FOUND
+    and the client's consumeFromWhere decides. We answered 0 whenever the min offset was 0, so
+    a new CONSUME_FROM_LAST_OFFSET group on a large old backlog replayed all of it."""
+    q = {"consumerGroup": "new", "topic": "Old", "queueId": "0"}
+    for ratio, want in ((40, (Resp.SUCCESS, "0")), (0, (Resp.QUERY_NOT_FOUND, None))):
+        async with cluster(tmp_path / str(ratio), access_message_in_memory_max_ratio=ratio) as c:
+            for i in range(3):
+                assert (await c.client.invoke(c.broker, send_cmd("Old", b"m%d" % i))).code == 0
+            r = await c.client.invoke(
+                c.broker, RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, q)
+            )
+            assert (r.code, r.ext_fields.get("offset")) == want, (ratio, r.code, r.remark)
+            # a queue that never held a message starts at 0: nothing sent before the
+            # client's next request is skipped
+            e = {**q, "queueId": "3"}
+            r = await c.client.invoke(
+                c.broker, RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, e)
+            )
+            assert (r.code, r.ext_fields.get("offset")) == (Resp.SUCCESS, "0")
+
+
 async def test_consumer_offsets_heartbeat_consumer_list_and_locks(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
         await c.client.invoke(c.broker, send_cmd("CO", b"x"))

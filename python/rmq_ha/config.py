@@ -348,6 +348,12 @@ class BrokerConfig(ServerKeys):
     )
     default_topic_queue_nums: int = rmq("defaultTopicQueueNums", 4)
     max_message_size: int = rmq("maxMessageSize", 4 * 1024 * 1024)
+    access_message_in_memory_max_ratio: int = rmq(
+        "accessMessageInMemoryMaxRatio",
+        40,
+        "percent of the machine's memory: a message within this many bytes of the commitlog's"
+        " end counts as in memory (a new group starts at 0 only if message 0 is)",
+    )
     store_reply_message_enable: bool = rmq(
         "storeReplyMessageEnable", True, "request-reply answers are stored too, not only pushed"
     )
@@ -769,6 +775,12 @@ def _validate_retention(record: BrokerConfig) -> None:
     ):
         if not 1 <= v <= 100:
             raise ConfigError(f"bad config {key}: {v} is not a percentage in 1..100", key)
+    if not 0 <= record.access_message_in_memory_max_ratio <= 100:
+        raise ConfigError(
+            "bad config accessMessageInMemoryMaxRatio:"
+            f" {record.access_message_in_memory_max_ratio} is not a percentage in 0..100",
+            "accessMessageInMemoryMaxRatio",
+        )
     if record.disk_space_warning_level_ratio < record.disk_space_clean_forcibly_ratio:
         # writes would stop before the forcible clean starts: a full disk that retention
         # never empties until files expire

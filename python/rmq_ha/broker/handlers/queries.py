@@ -4,6 +4,8 @@ GET_EARLIEST_MSG_STORETIME, VIEW_MESSAGE_BY_ID."""
 
 from __future__ import annotations
 
+import os
+
 import trio
 
 from rmq_ha._native import client_record
@@ -28,20 +30,48 @@ from rmq_ha.protocol.headers import (
     ViewMessageRequestHeader,
 )
 
+#: The machine's physical memory (RocketMQ's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE).
+PHYSICAL_MEMORY_BYTES = (
+    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names
+    else 1 << 34
+)
+
+
+def in_memory(phys_offset: int, max_phys_offset: int, ratio_percent: int) -> bool:
+    """Whether the record at `phys_offset` counts as in memory: within ratio percent of the
+    machine's memory of the commitlog's end (RocketMQ's estimateInMemByCommitOffset; RocketMQ 5
+    asks the page cache with mincore instead, which for a log read once and written since
+    comes to about the same)."""
+    return max_phys_offset - phys_offset <= PHYSICAL_MEMORY_BYTES * ratio_percent // 100
+
 
 def register(d: Dispatcher, p: Ports) -> None:
     native = p.store.native
+
+    def young(topic: str, queue_id: int) -> bool:
+        """Whether a new group starts the queue at 0: it never held a message (RocketMQ 4's
+        answer; RocketMQ 5 leaves that to the client, which then starts at the max offset it
+        asks for next and skips what came in between), or message 0 is still there and in
+        memory (checkInMemByConsumeOffset of offset 0)."""
+        if native.queue_min_offset(topic, queue_id) != 0:
+            return False
+        if native.queue_max_offset(topic, queue_id) == 0:
+            return True
+        try:
+            phys, _size, _tag = native.queue_unit(topic, queue_id, 0)
+        except Exception:  # not readable (not dispatched yet): no message 0 to go by
+            return False
+        return in_memory(phys, native.max_offset, p.cfg.access_message_in_memory_max_ratio)
 
     async def query_consumer_offset(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = QueryConsumerOffsetRequestHeader.from_ext(cmd.ext_fields)
         off = p.offsets.query(h.consumer_group, h.topic, h.queue_id)
         if off is None:
-            # RocketMQ's rule: a group new to a queue whose messages all still exist starts at
-            # 0; otherwise the client decides (consumeFromWhere).
-            if (
-                h.set_zero_if_not_found is not False
-                and native.queue_min_offset(h.topic, h.queue_id) == 0
-            ):
+            # RocketMQ's rule: a group new to a queue whose messages all still exist, and whose
+            # first is still in memory (a young queue), starts at 0; otherwise the client
+            # decides (consumeFromWhere): a new group on a large old backlog does not replay it.
+            if h.set_zero_if_not_found is not False and young(h.topic, h.queue_id):
                 off = 0
             else:
                 return cmd.response(
