@@ -922,3 +922,29 @@ async def test_a_held_pull_holds_on_past_arrivals_its_filter_drops(tmp_path: Pat
             await c.client.invoke(c.broker, send_cmd("HF", b"other-3", tags="other"))
         r = got[-1]
         assert r.code == Resp.PULL_NOT_FOUND and r.ext_fields["nextBeginOffset"] == "6"
+
+
+async def test_clean_unused_topic_deletes_the_messages_of_topics_without_a_config(
+    tmp_path: Path,
+) -> None:
+    """mqadmin cleanUnusedTopic (CLEAN_UNUSED_TOPIC, 316) was not answered. A topic the store
+    holds but whose config is gone (a lost topics file, a config removed by hand) kept its
+    messages and consume-queue files for ever."""
+    async with cluster(tmp_path) as c:
+        for t in ("Keep", "Orphan"):
+            for i in range(3):
+                assert (
+                    await c.client.invoke(c.broker, send_cmd(t, b"%s%d" % (t.encode(), i)))
+                ).code == 0
+        native = c.node.store.native
+        assert c.node.topics.delete("Orphan")  # the config is lost; the messages are not
+        r = await c.client.invoke(c.broker, RemotingCommand.request(RC.CLEAN_UNUSED_TOPIC), 10)
+        assert r.code == Resp.SUCCESS, r.remark
+        assert r.remark == "1 unused topics cleaned"
+        assert native.queue_min_offset("Orphan", 0) == native.queue_max_offset("Orphan", 0) == 3
+        assert not (c.store_root / "consumequeue" / "Orphan").exists()
+        r = await c.client.invoke(c.broker, pull_cmd("Keep", 0, 0))
+        assert bodies_of(r.body) == [b"Keep0", b"Keep1", b"Keep2"]
+        # system topics and the broker's own are never unused; a second round finds nothing
+        r = await c.client.invoke(c.broker, RemotingCommand.request(RC.CLEAN_UNUSED_TOPIC), 10)
+        assert r.remark == "0 unused topics cleaned"
