@@ -450,6 +450,8 @@ class Pairing:
             None if prev is None else (prev.type, prev.f, prev.index),
             (op.value.value, op.value.topic),
             None if prev is None else (prev.value.value, prev.value.topic),
+            op.time_ns,
+            None if prev is None else prev.time_ns,
         )
         if why:
             raise HistoryError(f"op {op.index}: process {op.process}: {why}")
@@ -514,13 +516,24 @@ def pairing_error(
     prev: tuple[str, str, int] | None,
     says: tuple[Any, ...] = (),
     prev_says: tuple[Any, ...] | None = None,
+    time_ns: int | None = None,
+    prev_time_ns: int | None = None,
 ) -> str:
     """What is wrong with an op of a client process given the previous op of that process
     (type, f, index), or "" (the rule both readers apply). ``says`` / ``prev_says``: the two
     ops' ``PAIRED_VALUE_FIELDS``; a completion naming another value or topic than its invoke
-    would pair one send's invoke with another's outcome."""
+    would pair one send's invoke with another's outcome. ``time_ns`` / ``prev_time_ns``: a
+    process runs one op at a time on one monotonic clock, so its times never go back (a
+    completion before its invoke is a negative latency, and a delayed message's due time or
+    a fault window would be judged on a clock that is not one)."""
     if prev is not None and prev[2] >= index:
         return f"index {index} does not follow the process's previous op (index {prev[2]})"
+    if prev is not None and time_ns is not None and prev_time_ns is not None:
+        if time_ns < prev_time_ns:
+            return (
+                f"time_ns {time_ns} is before the process's previous op's (index {prev[2]},"
+                f" time_ns {prev_time_ns})"
+            )
     if type_ == "invoke":
         if prev is not None and prev[0] == "invoke":
             return f"invoke while its {prev[1]} invoke (index {prev[2]}) has not completed"

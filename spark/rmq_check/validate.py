@@ -252,9 +252,11 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
         *here,
         c("value.value").alias("_v"),
         topic_hash(c("value.topic")).alias("_th"),
+        "time_ns",
     )
     o = o.select(
         "*",
+        F.lag("time_ns").over(w).alias("ptime"),
         F.lag("type").over(w).alias("ptype"),
         F.lag("f").over(w).alias("pf"),
         F.lag("index").over(w).alias("pindex"),
@@ -289,6 +291,15 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
                 "index %d does not follow the process's previous op (index %d) in the file",
                 c("index"),
                 c("pindex"),
+            ),
+        ),
+        (
+            c("time_ns") < c("ptime"),
+            _msg(
+                "time_ns %d is before the process's previous op's (index %d, time_ns %d)",
+                c("time_ns"),
+                c("pindex"),
+                c("ptime"),
             ),
         ),
         (

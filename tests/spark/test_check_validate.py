@@ -589,6 +589,16 @@ def test_pairing_is_checked_by_both_readers(spark, tmp_path, monkeypatch):
             _send(0, 1, 1),
             _send(1, 1, 1, "ok").replace('"topic": "T"', '"topic": "U"'),
         ],
+        # a negative latency: the process's clock went back (probe, session 14)
+        "completion before its invoke": [
+            op(0, 1, "invoke").replace('"time_ns": 0', '"time_ns": 50'),
+            op(1, 1, "ok").replace('"time_ns": 1', '"time_ns": 40'),
+        ],
+        "invoke before the previous completion": [
+            op(0, 1, "invoke"),
+            op(1, 1, "ok").replace('"time_ns": 1', '"time_ns": 40'),
+            op(2, 1, "invoke").replace('"time_ns": 2', '"time_ns": 39'),
+        ],
     }
     for why, lines in cases.items():
         p = tmp_path / "history.jsonl"
