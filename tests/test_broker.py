@@ -267,6 +267,35 @@ async def test_offsets_out_of_range_are_corrected(tmp_path: Path) -> None:
         assert r.code == Resp.TOPIC_NOT_EXIST
 
 
+async def test_a_replica_that_is_not_master_keeps_the_clients_offset_and_sends_it_to_the_master(
+    tmp_path: Path,
+) -> None:
+    """A slave (or a restarted master that is a slave now, with a shorter queue) answered an
+    offset outside its queue with PULL_OFFSET_MOVED: the Java client moved its offset back and
+    re-consumed what it had consumed (probe: 500 duplicates over two failovers), and an offset
+    below a replica's min would have skipped messages the master still holds. RocketMQ answers
+    PULL_RETRY_IMMEDIATELY there, the client's offset unchanged, the master suggested; with
+    offsetCheckInSlave it corrects the offset as a master does."""
+    from rmq_ha.config import BrokerRole
+
+    for check, want in (
+        (False, (Resp.PULL_RETRY_IMMEDIATELY, "5")),
+        (True, (Resp.PULL_OFFSET_MOVED, "0")),
+    ):
+        async with cluster(
+            tmp_path / str(check),
+            broker_role=BrokerRole.SLAVE,
+            broker_id=1,
+            offset_check_in_slave=check,
+        ) as c:
+            c.node.topics.update(
+                TopicConfig(topic_name="SL", read_queue_nums=1, write_queue_nums=1)
+            )
+            r = await c.client.invoke(c.broker, pull_cmd("SL", 0, 5))
+            assert (r.code, r.ext_fields["nextBeginOffset"]) == want, (check, r.code, r.remark)
+            assert r.ext_fields["suggestWhichBrokerId"] == "0"
+
+
 async def test_tag_filter_on_pull(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
         for i in range(6):

@@ -348,6 +348,12 @@ class BrokerConfig(ServerKeys):
     )
     default_topic_queue_nums: int = rmq("defaultTopicQueueNums", 4)
     max_message_size: int = rmq("maxMessageSize", 4 * 1024 * 1024)
+    offset_check_in_slave: bool = rmq(
+        "offsetCheckInSlave",
+        False,
+        "a replica that is not the master corrects a pull's offset outside its queue"
+        " (PULL_OFFSET_MOVED) instead of sending the client to the master with it",
+    )
     access_message_in_memory_max_ratio: int = rmq(
         "accessMessageInMemoryMaxRatio",
         40,

@@ -7,6 +7,12 @@ Outcomes follow RocketMQ's store statuses and their response codes:
   PULL_NOT_FOUND;
 * offset > max, or below min -> PULL_OFFSET_MOVED with nextBeginOffset corrected to max/min;
 * an empty queue asked for a non-zero offset -> PULL_OFFSET_MOVED to 0;
+* on a broker that is not the master (a slave, an acting slave, a replica still waiting for
+  its role) those two answer PULL_RETRY_IMMEDIATELY instead, with the client's own offset as
+  nextBeginOffset and the master suggested, unless offsetCheckInSlave (RocketMQ's
+  nextOffsetCorrection): a replica's queue may end below the master's (a restarted master
+  that lost its unreplicated tail, a slave behind) or start above it, and moving the client's
+  offset there re-delivered what it had consumed, or would skip what the master still holds;
 * units exist but none matches the tag filter, or (an SQL92 subscription, with
   enablePropertyFilter) no record read matches the expression on its properties ->
   PULL_RETRY_IMMEDIATELY past them; a held pull woken by such arrivals holds on from past
@@ -145,12 +151,12 @@ async def pull_message(p: Ports, cmd: RemotingCommand, peer: str = "") -> Remoti
         qmax = store.queue_max_offset(h.topic, h.queue_id)
         if qmax == 0:
             if offset != 0:
-                return _respond(cmd, Resp.PULL_OFFSET_MOVED, 0, qmin, qmax)
+                return _moved(p, cmd, offset, 0, qmin, qmax)
             status, nxt = Resp.PULL_NOT_FOUND, 0
         elif offset < qmin:
-            return _respond(cmd, Resp.PULL_OFFSET_MOVED, qmin, qmin, qmax)
+            return _moved(p, cmd, offset, qmin, qmin, qmax)
         elif offset > qmax:
-            return _respond(cmd, Resp.PULL_OFFSET_MOVED, qmax, qmin, qmax)
+            return _moved(p, cmd, offset, qmax, qmin, qmax)
         elif offset == qmax:
             status, nxt = Resp.PULL_NOT_FOUND, offset
         else:
@@ -230,6 +236,17 @@ def _records_below(body: bytes, queue_offset: int) -> tuple[bytes, int]:
         at += size
         n += 1
     return body[:at], n
+
+
+def _moved(
+    p: Ports, cmd: RemotingCommand, offset: int, corrected: int, qmin: int, qmax: int
+) -> RemotingCommand:
+    """The client's offset is outside this queue: a master moves it (PULL_OFFSET_MOVED to
+    `corrected`); any other replica sends the client to the master with its offset as it was
+    (RocketMQ's answer on a slave without offsetCheckInSlave)."""
+    if p.role.is_master or p.cfg.offset_check_in_slave:
+        return _respond(cmd, Resp.PULL_OFFSET_MOVED, corrected, qmin, qmax)
+    return _respond(cmd, Resp.PULL_RETRY_IMMEDIATELY, offset, qmin, qmax)
 
 
 def _respond(
