@@ -977,3 +977,24 @@ async def test_clean_unused_topic_deletes_the_messages_of_topics_without_a_confi
         # system topics and the broker's own are never unused; a second round finds nothing
         r = await c.client.invoke(c.broker, RemotingCommand.request(RC.CLEAN_UNUSED_TOPIC), 10)
         assert r.remark == "0 unused topics cleaned"
+
+
+async def test_an_escaped_message_counts_as_delivered_only_with_send_ok(tmp_path: Path) -> None:
+    """The escape bridge took a remote master's SLAVE_NOT_AVAILABLE (stored, no replica has
+    it) as delivered: an acting slave moved its delay progress past messages whose only copy
+    was on a master that was then replaced (fault probe: 47 delayed and transaction messages
+    lost). RocketMQ's escape counts only SEND_OK."""
+    from rmq_ha.broker.special.base import InnerMessage
+    from rmq_ha.config import BrokerRole
+
+    async with (
+        cluster(tmp_path / "a") as a,
+        cluster(tmp_path / "b", broker_role=BrokerRole.SYNC_MASTER, broker_name="broker-b") as b,
+    ):
+        bridge = a.node.special.bridge
+        msg = InnerMessage(topic="EscT", queue_id=0, body=b"due", properties={"UNIQ_KEY": "e1"})
+        r = await bridge._send(b.broker, "broker-b", msg, 0)
+        assert not r.ok, (r.code, r.remark)  # a SYNC_MASTER with no slave stored it alone
+        assert "stored without SEND_OK" in (r.remark or "")
+        a_plain = await bridge._send(a.broker, "broker-a", msg, 0)  # an ASYNC_MASTER: SEND_OK
+        assert a_plain.ok and a_plain.queue_offsets == (0,), (a_plain.code, a_plain.remark)

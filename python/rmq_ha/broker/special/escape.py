@@ -24,10 +24,12 @@ Remote puts:
   When no other broker-set has the topic (a pop retry topic only the dead master had, say),
   a master that routes the auto-create topic TBW102 gets it with TBW102 as the default topic,
   and creates it as RocketMQ's auto-create does.
-* A failed send (a dead master behind a stale route, RocketMQ #7923) refreshes the route and
-  tries the next broker-set; if every one fails the put fails and the caller retries later, so
-  a message is never dropped. Duplicates are possible (a send that timed out may have been
-  stored), never loss: every escaped message keeps its UNIQ_KEY.
+* Only SEND_OK counts as delivered (a copy a master stored without its replicas, or without
+  a flush, is not). A failed send (a dead master behind a stale route, RocketMQ #7923)
+  refreshes the route and tries the next broker-set; if every one fails the put fails and
+  the caller retries later, so a message is never dropped. Duplicates are possible (a send
+  that timed out may have been stored), never loss: every escaped message keeps its
+  UNIQ_KEY.
 """
 
 from __future__ import annotations
@@ -241,9 +243,17 @@ class EscapeBridge:
             resp = await self.ports.outbound.invoke(addr, cmd, SEND_TIMEOUT_S)
         except RemotingError as e:
             return PutResult(Resp.SYSTEM_ERROR, f"send to {addr} failed: {e}")
-        r = PutResult(resp.code, resp.remark)
-        if not r.ok:
-            return r
+        if resp.code != Resp.SUCCESS:
+            # Only SEND_OK counts (RocketMQ's escape too): a copy stored on a master whose
+            # replicas did not get it (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT) or that did
+            # not flush it may be the only one, on a master about to be replaced; progress
+            # moved past it would lose the message with that master (fault probe: 47 delayed
+            # and transaction messages). The caller tries another broker-set or retries later;
+            # a copy stored anyway is a duplicate at worst.
+            why = f"{addr} answered {resp.code} ({resp.remark or 'no remark'})"
+            if PutResult(resp.code).ok:
+                return PutResult(Resp.SYSTEM_ERROR, f"{why}: stored without SEND_OK")
+            return PutResult(resp.code, why)
         rh = SendMessageResponseHeader.from_ext(resp.ext_fields)
         return PutResult(resp.code, None, (), (rh.queue_offset,), wall_ms())
 
