@@ -162,11 +162,13 @@ async def test_a_replica_whose_fsynced_tail_was_zeroed_owes_it_at_start(tmp_path
 def test_a_replica_whose_checkpoint_is_lost_owes_an_unknown_catch_up() -> None:
     """Without its checkpoint a replica cannot tell a zeroed tail from the end of its log (the
     probe's slave lost 101 acknowledged messages that way and was elected). It owes what its
-    master will show it; a replica that never held an epoch owes nothing."""
+    master will show it (of any epoch, when it has no epoch left)."""
     debt = catch_up_after_recovery([(1, 0), (2, 500)], 600, None, None, None, True)
     assert debt is not None and debt.offset == catchup.UNKNOWN_OFFSET and debt.epoch == 2
     assert "checkpoint is missing or damaged" in debt.reason
-    assert catch_up_after_recovery([], 600, None, None, None, True) is None
+    debt = catch_up_after_recovery([], 0, None, None, None, True)
+    assert debt is not None and (debt.offset, debt.epoch) == (catchup.UNKNOWN_OFFSET, 0)
+    assert catch_up_after_recovery([], 600, None, None, None, False) is None
 
 
 def test_following_a_master_turns_an_unknown_debt_into_what_that_master_held() -> None:
@@ -202,3 +204,63 @@ async def test_a_deleted_checkpoint_at_start_is_an_unknown_debt(tmp_path: Path) 
         ha = HaService(cfg, store, lambda: core.ha, lambda e: None, lambda: 3)
         debt = ha.recover()
         assert debt is not None and debt.offset == catchup.UNKNOWN_OFFSET
+
+
+@pytest.mark.parametrize("kept", ["epoch file", "identity", "nothing"])
+async def test_a_replica_whose_store_was_deleted_owes_an_unknown_catch_up(
+    tmp_path: Path, kept: str
+) -> None:
+    """Operator probe: a SyncStateSet member whose commitlog, consume queues and checkpoint
+    were deleted (by hand, or a replaced disk) started with an empty log, owed nothing, was
+    elected, and the replica holding every acknowledged message cut its log to 0. An empty
+    log without its checkpoint owes what a master will show it, when the replica had epochs
+    or a controller identity; a store that never ran owes nothing."""
+    import shutil
+
+    cfg = _controller_mode(tmp_path)
+    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+        store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(3)])
+    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
+    epochs.append(1, 0)
+    del epochs
+    (tmp_path / "brokerIdentity").write_text("c#b#2")
+    for name in ("commitlog", "consumequeue", "checkpoint", "cqmanifest"):
+        p = tmp_path / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+    if kept != "epoch file":
+        for p in tmp_path.glob("epochFileCheckpoint*"):  # and its backup
+            p.unlink()
+    if kept != "identity":
+        (tmp_path / "brokerIdentity").unlink()
+    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+        assert store.native.max_offset == 0
+        core = RoleCore(role_config(cfg))
+        ha = HaService(cfg, store, lambda: core.ha, lambda e: None, lambda: 3)
+        debt = ha.recover()
+    if kept == "nothing":
+        assert debt is None
+    else:
+        assert debt is not None and debt.offset == catchup.UNKNOWN_OFFSET, debt
+        assert debt.epoch == (1 if kept == "epoch file" else 0)
+        assert catchup.load(tmp_path) == debt
+
+
+def test_reset_replica_leaves_a_debt_so_the_emptied_replica_is_not_elected(tmp_path: Path) -> None:
+    """reset-replica keeps the broker's identity: the emptied replica could still be a
+    SyncStateSet member and was elected with an empty log (operator probe). It now owes what
+    the master it follows next holds."""
+    from rmq_ha.storeadmin import reset_replica
+
+    cfg = _controller_mode(tmp_path)
+    (tmp_path / "commitlog").mkdir()
+    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
+    epochs.append(3, 0)
+    del epochs
+    moved, backup = reset_replica(cfg, confirm=True)
+    assert "commitlog" in moved and "epochFileCheckpoint" in moved
+    debt = catchup.load(tmp_path)
+    assert debt is not None and (debt.offset, debt.epoch) == (catchup.UNKNOWN_OFFSET, 0)
+    assert backup.name in debt.reason

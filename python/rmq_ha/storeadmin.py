@@ -11,8 +11,9 @@
   checkpoint, manifests, quarantine list, catch-up debt and the epoch file) into
   `<storePathRootDir>/backup-<UTC time>/` and leaves an empty store: started again, the broker
   syncs the master's log from scratch. Topic configs, consumer offsets and the broker's
-  identity stay. Refused without `--confirm`, and while something answers on the broker's
-  listen port.
+  identity stay; a catch-up debt of unknown size is written (`haCatchUp`), so the replica is
+  not elected before it has synced from a master. Refused without `--confirm`, and while
+  something answers on the broker's listen port.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import trio
 
+from rmq_ha.broker.ha import catchup
 from rmq_ha.cliargs import positive_seconds
 from rmq_ha.config import BrokerConfig, load
 from rmq_ha.errors import RmqHaError, leaf_errors
@@ -216,6 +218,19 @@ def reset_replica(cfg: BrokerConfig, *, confirm: bool) -> tuple[list[str], Path]
         if src.exists():
             shutil.move(str(src), str(backup / src.name))
             moved.append(src.name)
+    # The emptied replica keeps its identity, so it may still be a SyncStateSet member: it
+    # must not be elected with an empty log (the others would cut theirs to it; operator
+    # probe: every acknowledged message gone). It owes what the master it follows next holds
+    # (an unknown debt of epoch 0: the history it had may be the diverged one the reset
+    # discards, so a master of any epoch resolves it at the handshake).
+    catchup.save(
+        root,
+        catchup.CatchUp(
+            catchup.UNKNOWN_OFFSET,
+            0,
+            f"reset by rmq-ha admin reset-replica (its log is in {backup.name})",
+        ),
+    )
     return moved, backup
 
 

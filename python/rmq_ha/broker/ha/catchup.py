@@ -89,14 +89,15 @@ def catch_up_after_recovery(
     as they were before recovery touched them, the checkpoint's confirm offset if recovery
     clamped it, a debt persisted by an earlier start, and the checkpoint's durable offset when
     recovery found fsynced bytes below it missing; `reach_unknown` when the checkpoint that
-    says how far the log reached is missing or damaged on a replica that held epochs. None when
-    it lost nothing it is known to have held (or has caught up since)."""
+    says how far the log reached is missing or damaged on a replica that held something (the
+    caller decides: it had epochs, or a controller identity). None when it lost nothing it is
+    known to have held (or has caught up since)."""
     found: list[CatchUp] = []
-    if reach_unknown and entries:
+    if reach_unknown:
         found.append(
             CatchUp(
                 UNKNOWN_OFFSET,
-                entries[-1][0],
+                entries[-1][0] if entries else 0,
                 "the store's checkpoint is missing or damaged: how far the log reached before is"
                 " unknown",
             )

@@ -26,6 +26,7 @@ from rmq_ha.broker.ha.catchup import CatchUp
 from rmq_ha.broker.ha.core import HaCore, slave_ok
 from rmq_ha.broker.ha.master import HaMaster
 from rmq_ha.broker.ha.slave import HaSlave
+from rmq_ha.broker.io.controller import IDENTITY_FILE
 from rmq_ha.config import BrokerConfig, BrokerRole
 from rmq_ha.net.server import open_listeners
 from rmq_ha.security.guard import guard_of
@@ -129,8 +130,13 @@ class HaService:
             catchup.load(root),
             durable_lost_below(report),
             # a log whose durable point is unknown (the checkpoint missing or damaged) may
-            # end below what it held: zeroed tails look like the end of the log
-            native.max_offset > 0 and report.get("checkpoint") != "loaded",
+            # end below what it held: zeroed tails look like the end of the log, and a log
+            # deleted with its checkpoint (by hand, a lost disk) is empty (operator probe:
+            # such a replica was elected with max offset 0 and every acknowledged message
+            # went). It held something if it has epochs or a controller identity: an open
+            # writes the checkpoint before either can exist
+            report.get("checkpoint") != "loaded"
+            and bool(before or (root / IDENTITY_FILE).exists()),
         )
         if debt is not None:
             catchup.save(root, debt)
