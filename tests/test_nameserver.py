@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import trio
+import trio.testing
 
 from rmq_ha.config import NamesrvConfig
 from rmq_ha.nameserver.server import Nameserver
@@ -160,4 +161,34 @@ async def test_kv_config_lists_a_namespace() -> None:
             await call(RC.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T1"})
             r = await call(RC.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T1"})
             assert r.code == Resp.QUERY_NOT_FOUND
+        n.cancel_scope.cancel()
+
+
+async def test_a_broker_is_unregistered_when_its_last_connection_closes_not_an_old_one() -> None:
+    """After a partition, a heartbeat the broker had sent on its old connection arrived after
+    it re-registered on a new one; the name server re-pointed the broker to the old
+    connection, and when that closed it unregistered a live broker (fault probe r07: the
+    slave acted for 0.5 s). A killed broker, whose connections all close, still goes at once."""
+    addr = "127.0.0.1:10911"
+    hb = RemotingCommand.request(
+        RC.BROKER_HEARTBEAT, {"clusterName": "c", "brokerAddr": addr, "brokerName": "broker-a"}
+    )
+    async with trio.open_nursery() as n:
+        ns = await start(n)
+        async with RemotingClient() as old, RemotingClient() as new:
+            assert (await old.invoke(ns.address, register_cmd(addr, 0, ["T"]))).code == 0
+            assert (await new.invoke(ns.address, register_cmd(addr, 0, ["T"]))).code == 0
+            assert (await old.invoke(ns.address, hb)).code == 0  # the late heartbeat
+            old_conn = await old.connection(ns.address)
+            host, port = old_conn.stream.socket.getsockname()[:2]  # type: ignore[attr-defined]
+            await old_conn.aclose()
+            with trio.fail_after(5):  # the server has seen the old connection close
+                while any(c.peer == f"{host}:{port}" for c in ns.server.connections):
+                    await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()
+            assert ns.routes.route("T") is not None, "a live broker was unregistered"
+            await (await new.connection(ns.address)).aclose()
+            with trio.fail_after(5):
+                while ns.routes.route("T") is not None:
+                    await trio.sleep(0.01)
         n.cancel_scope.cancel()

@@ -125,7 +125,9 @@ class Nameserver:
         )
         self.outbound = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
         #: The connection each broker address last registered or beat over.
-        self._broker_conns: dict[str, Connection] = {}
+        #: The connections each broker address registered or beat over since it registered;
+        #: it is gone when the last of them closes.
+        self._broker_conns: dict[str, set[Connection]] = {}
         self.controller = self._embed_controller(controller_cfg)
 
     def _embed_controller(self, ccfg: ControllerConfig | None) -> ControllerNode | None:
@@ -148,23 +150,31 @@ class Nameserver:
         return self.server.address
 
     def _track(self, conn: Connection, broker_addr: str) -> None:
-        """Remembers the connection a broker talks over; when it closes, the broker is gone
-        (a killed broker is unregistered at once, not after its heartbeat timeout)."""
-        if self._broker_conns.get(broker_addr) is conn:
+        """Remembers the connections a broker talks over; when the last of them closes, the
+        broker is gone (a killed broker is unregistered at once, not after its heartbeat
+        timeout). Every one counts, not the latest: after a partition a heartbeat sent on
+        the broker's old connection can arrive after it re-registered on a new one, and that
+        old connection closing then unregistered a live broker (fault probe r07)."""
+        conns = self._broker_conns.setdefault(broker_addr, set())
+        if conn in conns:
             return
-        self._broker_conns[broker_addr] = conn
+        conns.add(conn)
         if "broker_watch" not in conn.attrs:
             conn.attrs["broker_watch"] = True
             self._nursery.start_soon(self._watch, conn)
 
     async def _watch(self, conn: Connection) -> None:
         await conn.wait_closed()
-        for addr, c in list(self._broker_conns.items()):
-            if c is conn:
-                del self._broker_conns[addr]
-                if addr in self.routes.live:
-                    log.warning("broker %s closed its connection: unregistered", addr)
-                    self._notify(self.routes.unregister(addr))
+        for addr, conns in list(self._broker_conns.items()):
+            if conn not in conns:
+                continue
+            conns.discard(conn)
+            if conns:
+                continue
+            del self._broker_conns[addr]
+            if addr in self.routes.live:
+                log.warning("broker %s closed its connection: unregistered", addr)
+                self._notify(self.routes.unregister(addr))
 
     def _notify(self, change: MinIdChange | None) -> None:
         """NOTIFY_MIN_BROKER_ID_CHANGE (905) to the group, oneway (notifyMinBrokerIdChanged,
