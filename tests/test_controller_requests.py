@@ -181,11 +181,29 @@ def test_clean_dead_ids_removes_them_from_replicas_and_set(ctl: LocalController)
 
 
 def test_clean_the_dead_master_ends_its_epoch(ctl: LocalController) -> None:
+    assert ctl.request(alter({1, 2})).ok
     ctl.kill(C, A, 1)
     assert ctl.request(CleanBrokerDataRequest(C, A, "1")).ok
     bs = ctl.state.broker_sets[A]
     assert bs.master_broker_id is None and bs.master_epoch == 2
-    assert 1 not in bs.replicas and bs.sync_state_set == set()
+    assert 1 not in bs.replicas and bs.sync_state_set == {2}
+
+
+def test_clean_that_would_empty_the_sync_state_set_is_invalid(ctl: LocalController) -> None:
+    """Operator probe: cleaning the only (dead) SyncStateSet member left replicas 2 and 3,
+    which held everything, and a group nobody could elect, for good, with a garbled reason.
+    RocketMQ accepts it; we refuse and say how to get out."""
+    ctl.kill(C, A, 1)
+    before = ctl.state.snapshot()
+    result = handle(ctl.state, CleanBrokerDataRequest(C, A, "1"), ctl.live, ctl.config)
+    assert result.response.code == Code.CONTROLLER_INVALID_CLEAN_BROKER_METADATA
+    assert "would empty the SyncStateSet" in (result.response.remark or "")
+    assert "enableElectUncleanMaster" in (result.response.remark or "")
+    assert result.events == () and ctl.state.snapshot() == before
+    # with every replica down too: the ids still leave replicas nobody could elect
+    ctl.kill(C, A, 2)
+    ctl.kill(C, A, 3)
+    refused(ctl, CleanBrokerDataRequest(C, A, "1"), Code.CONTROLLER_INVALID_CLEAN_BROKER_METADATA)
 
 
 def test_clean_living_ids_honours_the_ids(ctl: LocalController) -> None:

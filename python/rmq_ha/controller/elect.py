@@ -165,13 +165,18 @@ def _why_none(
                 f"{info.catch_up_offset} (epoch {info.catch_up_epoch}); it is at "
                 f"{info.max_offset} (epoch {info.epoch})"
             )
+    if not sync_state_set:
+        parts.append("the SyncStateSet is empty")
     others = []
     for i in sorted(set(replicas) - set(sync_state_set)):
         info = live_info(i)
         if info is not None and info.alive:
             others.append(f"{i} at {info.max_offset} (epoch {info.epoch})")
     if others:
-        parts.append("no other live replica holds that: " + ", ".join(others))
+        parts.append(
+            "live replicas outside it, not electable without enableElectUncleanMaster (they may"
+            " lack acknowledged writes): " + ", ".join(others)
+        )
     return "; ".join(parts) or "the SyncStateSet is empty"
 
 

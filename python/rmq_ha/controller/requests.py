@@ -393,6 +393,15 @@ def clean_broker_data(
             return fail(f"broker set {req.broker_name} still has a master or a live replica")
         if ids is not None and ids & alive:
             return fail(f"replicas {sorted(ids & alive)} are still alive")
+    if ids is not None and bs.sync_state_set and bs.sync_state_set <= ids < set(bs.replicas):
+        # Ours (operator probe): the group was left with replicas but no member to elect,
+        # masterless for good; those members may hold acknowledged writes nobody else has.
+        return fail(
+            f"removing {sorted(ids)} would empty the SyncStateSet of {req.broker_name}"
+            f" ({sorted(bs.sync_state_set)}): no replica left could be elected. Elect another"
+            " first (electMaster, with enableElectUncleanMaster if it is not in the set: it may"
+            " lack acknowledged writes), or clean the whole set"
+        )
     return _result(CleanBrokerDataResponse(), CleanBrokerDataEvent(req.broker_name, ids))
 
 
