@@ -1322,17 +1322,21 @@ impl Store {
             }
             for (key, why) in cq_rebuilt.iter_mut().map(|(t, q, w)| ((t.clone(), *q), w)) {
                 // Offsets a rebuilt queue had handed out are not handed out again when every
-                // record of it is gone from the log (retention): the queue, empty, goes on at
-                // the manifest's count (decided below, once the records past the dispatch
-                // point are counted too). A queue the log still holds records of goes on from
-                // them (units are contiguous: it cannot jump past its last one), so records
-                // gone from the log's tail (never flushed) give their offsets out again, as
-                // they do for a queue that was not rebuilt.
+                // record of it is gone from the log's head (retention): the queue, empty, goes
+                // on at the manifest's count (decided below, once the records past the
+                // dispatch point are counted too). A queue the log still holds records of goes
+                // on from them (units are contiguous: it cannot jump past its last one), so
+                // records gone from the log's tail (never flushed) give their offsets out
+                // again, as they do for a queue that was not rebuilt. A log that still starts
+                // at 0 lost nothing at its head: an empty queue there lost its records at the
+                // tail and starts again at 0 (it went on at the manifest's count, past a unit
+                // that was never there: a hole at its first offset; found by the property
+                // test of tail damage).
                 let Some(&floor) = floors.get(&key) else {
                     continue;
                 };
                 let held = cqs.get(&key).map_or(0, |q| q.max_offset());
-                if held == 0 {
+                if held == 0 && min > 0 {
                     empty_rebuilt.push((key, floor));
                 } else if held < floor {
                     why.push_str(&format!(
