@@ -242,7 +242,9 @@ FAST_ACTING = {
 class ActingCluster(ProcessCluster):
     """Classic master/slave groups with slave acting master (RIP-32): name servers with
     supportActingMaster and notifyMinBrokerIdChanged (no controller), and per group a
-    SYNC_MASTER (id 0) plus `slaves` SLAVEs (ids 1..). `groups` maps broker name -> slave count.
+    SYNC_MASTER (id 0) plus `slaves` SLAVEs (ids 1..); a group without slaves has an
+    ASYNC_MASTER (a SYNC_MASTER with none answers every send SLAVE_NOT_AVAILABLE, which the
+    escape bridge does not count as delivered). `groups` maps broker name -> slave count.
     Brokers are indexed in (group, id) order: `index("broker-a", 1)`."""
 
     tmp: Path
@@ -275,7 +277,9 @@ class ActingCluster(ProcessCluster):
                 "brokerClusterName": "ActingCluster",
                 "brokerName": group,
                 "brokerId": bid,
-                "brokerRole": "SYNC_MASTER" if bid == 0 else "SLAVE",
+                "brokerRole": "SLAVE"
+                if bid
+                else ("SYNC_MASTER" if self.groups[group] else "ASYNC_MASTER"),
                 "totalReplicas": self.groups[group] + 1,
                 "listenPort": port,
                 "namesrvAddr": ";".join(self.ns_addrs),

@@ -244,9 +244,10 @@ class EscapeBridge:
         except RemotingError as e:
             return PutResult(Resp.SYSTEM_ERROR, f"send to {addr} failed: {e}")
         if resp.code != Resp.SUCCESS:
-            # Only SEND_OK counts (RocketMQ's escape too): a copy stored on a master whose
-            # replicas did not get it (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT) or that did
-            # not flush it may be the only one, on a master about to be replaced; progress
+            # Only SEND_OK counts (stricter than RocketMQ, whose put result counts these codes
+            # as stored, as `PutResult.ok` does for a local put): a copy stored on a master
+            # whose replicas did not get it (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT) or that
+            # did not flush it may be the only one, on a master about to be replaced; progress
             # moved past it would lose the message with that master (fault probe: 47 delayed
             # and transaction messages). The caller tries another broker-set or retries later;
             # a copy stored anyway is a duplicate at worst.
