@@ -141,7 +141,7 @@ class Frames:
         self._drain: dict[str, Any] | None = None
         self._looked: dict[int, int] = {}
         self._drain_lo: dict[int, int] = {}
-        self._drain_moved: dict[int, tuple[int, int]] = {}
+        self._drain_moved: dict[int, tuple[int, int, int]] = {}
 
     def persist(self, df: DataFrame) -> DataFrame:
         df = df.persist(self.cfg.persist)
@@ -363,8 +363,11 @@ class Frames:
                 return F.element_at(F.create_map(*kv), F.col("qh"))
 
             hi = bound(1)
+            # past the end, a read after the final max answer is the final drain's too
+            after_max = F.shiftright(F.col("a"), POS_BITS) > bound(2)
             final_range = F.coalesce(
-                (F.col("off") >= bound(0)) & ((F.col("off") < hi) | (hi == F.lit(LONG_MAX))),
+                (F.col("off") >= bound(0))
+                & ((F.col("off") < hi) | (hi == F.lit(LONG_MAX)) | after_max),
                 F.lit(True),
             )
         comp = k.isin(OK, FAIL, INFO, OK_WEAK)
@@ -679,6 +682,9 @@ class Frames:
             .groupBy(*keys)
             .agg(
                 F.max(F.when(c("detail") == "min", F.struct("index", "off")))["off"].alias("lo"),
+                F.max(F.when(c("detail") == "min", F.struct("index", "off")))["index"].alias(
+                    "lo_idx"
+                ),
                 F.max(F.when(c("detail") == "max", F.struct("index", "off")))["off"].alias("hi"),
                 F.max(F.when(c("detail") == "max", F.struct("index", "off")))["index"].alias(
                     "hi_idx"
@@ -697,12 +703,20 @@ class Frames:
             .select(*q("value."), "index", "process")
             .collect()
         )
-        reads = (
+        # the drain's reads, and those before the final min / max answers: a read past the
+        # final max, or below the final min, shows the queue's end went down (its start up)
+        # only if it came before that answer; one after it read a queue that grew since, or
+        # a max answered stale (probe C6: a value the drain read was called lost)
+        read_rows = (
             ops.where((c("f") == "drain") & (c("type") == "ok"))
-            .select(F.explode("value.messages").alias("m"))
-            .select(*q("m."), c("m.queue_offset").alias("off"))
-            .groupBy(*keys)
-            .agg(F.max("off").alias("read_max"), F.min("off").alias("read_min"))
+            .select("index", F.explode("value.messages").alias("m"))
+            .select("index", *q("m."), c("m.queue_offset").alias("off"))
+            .join(bounds.select(*keys, "lo_idx", "hi_idx"), keys, "left")
+        )
+        reads = read_rows.groupBy(*keys).agg(
+            F.max("off").alias("read_max"),
+            F.max(F.when(c("index") < c("hi_idx"), c("off"))).alias("read_max_before"),
+            F.min(F.when(c("index") < c("lo_idx"), c("off"))).alias("read_min_before"),
         )
         rows = (
             queues.join(bounds, keys, "left")
@@ -715,7 +729,8 @@ class Frames:
                 "hi_idx",
                 "hi_proc",
                 "read_max",
-                "read_min",
+                "read_max_before",
+                "read_min_before",
                 qhash(c("topic"), c("broker"), c("queue_id")).alias("qh"),
             )
             .collect()
@@ -777,16 +792,22 @@ class Frames:
         }
         self._looked = looked
         self._drain_lo = {int(r["qh"]): int(r["lo"]) for r in rows if r["lo"] is not None}
-        # queues some drain round read outside the final [min, max): its end went down (or
-        # its start up) after an earlier round read there (a max of 2^63 - 1 cannot say one
-        # past an offset 2^63 - 1: it ends nothing)
+        # queues some drain round read outside the final [min, max) before the answer that
+        # set that bound: its end went down (or its start up) after an earlier round read
+        # there (a max of 2^63 - 1 cannot say one past an offset 2^63 - 1: it ends nothing)
         self._drain_moved = {
-            int(r["qh"]): (int(r["lo"]), int(r["hi"]))
+            int(r["qh"]): (int(r["lo"]), int(r["hi"]), int(r["hi_idx"]))
             for r in rows
             if r["lo"] is not None
             and r["hi"] is not None
-            and r["read_max"] is not None
-            and ((r["read_max"] >= r["hi"] and r["hi"] != LONG_MAX) or r["read_min"] < r["lo"])
+            and (
+                (
+                    r["read_max_before"] is not None
+                    and r["read_max_before"] >= r["hi"]
+                    and r["hi"] != LONG_MAX
+                )
+                or (r["read_min_before"] is not None and r["read_min_before"] < r["lo"])
+            )
         }
         return self._drain
 
@@ -799,10 +820,12 @@ class Frames:
         self.drain()
         return dict(self._drain_lo)
 
-    def drain_moved(self) -> dict[int, tuple[int, int]]:
+    def drain_moved(self) -> dict[int, tuple[int, int, int]]:
         """Per queue (qh) that some drain round read outside the final drain's [min, max)
-        (the last min and max answers): those bounds. A drain read there is not the final
-        drain's: the queue's end went down below it (or its start up) after that read."""
+        (the last min and max answers) before the answer that set that bound: those bounds
+        and the index of the max answer. A drain read outside them before that answer is not
+        the final drain's: the queue's end went down below it (or its start up) after that
+        read. One after the max answer is (the queue grew since it was asked)."""
         self.drain()
         return dict(self._drain_moved)
 

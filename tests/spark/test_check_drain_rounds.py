@@ -108,3 +108,35 @@ def test_a_value_read_only_on_a_foreign_topic_is_unexpected_not_lost(hist, run_c
     assert (a["lost"]["count"], a["lost"]["vanished"]) == (0, 0), a["lost"]
     assert a["lost-write"]["count"] == 0
     assert res["valid"] is False
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_a_read_past_the_final_end_after_that_answer_is_the_final_drains(hist, run_check, rounds):
+    """v1, v2 acknowledged at offsets 0, 1; the drain's max answer says 1 (stale, or the queue
+    grew), then its read finds both (probe C6; C10: a first round read offset 0 only). The
+    read past the end came after the answer: the queue did not shrink below it, and v2 is not
+    lost. It was called lost (vanished): any drain read at or past the final max counted as
+    read before the end went down."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    if rounds == 2:
+        _round(hist, 90, 0, 1, [(0, 0, 1)])
+    _round(hist, 90, 0, 1, [(0, 0, 1), (0, 1, 2)])
+    res = run_check(hist)
+    lost = res["analyses"]["lost"]
+    assert (lost["count"], lost["vanished"]) == (0, 0), lost
+    assert res["analyses"]["lost-write"]["count"] == 0
+    assert res["valid"] is True
+
+
+def test_a_read_past_the_end_before_the_final_answer_still_shows_the_end_went_down(hist, run_check):
+    """The rule the fix keeps: round 1 reads offsets 0-1 before the final answer says 1 and
+    round 2 reads offset 0 only: v2 was there and is gone."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    _round(hist, 90, 0, 2, [(0, 0, 1), (0, 1, 2)])
+    _round(hist, 90, 0, 1, [(0, 0, 1)])
+    res = run_check(hist)
+    lost = res["analyses"]["lost"]
+    assert (lost["count"], lost["vanished"]) == (1, 1), lost
+    assert res["valid"] is False
