@@ -164,3 +164,25 @@ def test_consume_says_why_it_has_no_route_and_fails() -> None:
     assert r.returncode == 1, r
     lines = [ln for ln in r.stderr.splitlines() if "no route of T yet" in ln]
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--delay-tolerance-ms", "-2000"], "not a number of at least 0"),
+        (["--delay-tolerance-ms", "nan"], "not a number of at least 0"),
+        (["--bin-ms", "0"], "below 1"),
+    ],
+)
+def test_check_refuses_a_negative_tolerance_and_an_empty_bin(
+    args: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A negative delay tolerance made a message due 200 ms later count as early (checker
+    probe D3b): usage error, exit 2, before any Spark starts."""
+    pytest.importorskip("rmq_check")
+    from rmq_ha import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["check", *args, "/nonexistent"])
+    assert e.value.code == 2
+    assert why in capsys.readouterr().err

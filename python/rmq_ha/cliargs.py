@@ -32,3 +32,14 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(s) or s <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
     return s
+
+
+def non_negative_number(text: str) -> float:
+    """A finite number of at least 0 (a tolerance, a margin)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of at least 0")
+    return x

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rmq_ha.cliargs import at_least
+from rmq_ha.cliargs import at_least, non_negative_number
 
 EXIT_SAFETY = 1
 EXIT_ERROR = 2
@@ -31,7 +31,7 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     _spark_args(p)
     p.add_argument("--out", help="output directory (default: the run directory)")
     p.add_argument("--examples", type=at_least(0), default=8, help="examples kept per anomaly")
-    p.add_argument("--bin-ms", type=int, default=10, help="availability resolution (ms)")
+    p.add_argument("--bin-ms", type=at_least(1), default=10, help="availability resolution (ms)")
     p.add_argument(
         "--order",
         choices=("auto", "on", "off"),
@@ -41,7 +41,7 @@ def add_parsers(sub: Any, bench_sub: Any) -> None:
     p.add_argument("--exactly-once", action="store_true", help="duplicates fail the run (safety)")
     p.add_argument(
         "--delay-tolerance-ms",
-        type=float,
+        type=non_negative_number,
         default=250.0,
         help="a delayed message delivered this long before it was due is early",
     )

@@ -718,3 +718,60 @@ def test_a_version_1_parquet_history_still_checks(spark, tmp_path):
     assert res["valid"] is True and res["analyses"]["lost"]["count"] == 0
     assert res["analyses"]["delay"]["valid"] == "unknown"
     assert res["analyses"]["transaction"]["valid"] == "unknown"
+
+
+# ---- found by the checker probe of session 15 ----------------------------------------------
+
+
+def test_pop_with_more_than_a_thousand_topics_checks_every_topic(hist, run_check):
+    """The pop topics were a list of at most 1000: with 1001, one topic's sends were dropped
+    and its popped value counted unexpected (probe P13: INVALID on a correct history)."""
+    n = 1001
+    for i in range(n):
+        send(hist, 1, i + 1, topic=f"P{i}", off=0)
+    for i in range(n):
+        pop(hist, 20, [i + 1], topic=f"P{i}")
+        hist.op(20, "invoke", "ack", h.Value(topic=f"P{i}", group="gp", value=i + 1))
+        done = h.Value(topic=f"P{i}", group="gp", value=i + 1, broker="b0", queue_id=0)
+        hist.op(20, "ok", "ack", done)
+    hist.bounds(90, [h.Read(f"P{i}", 0, 0, i + 1, None, "b0") for i in range(n)])
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    assert (r["valid"], r["unexpected"]["count"], r["acknowledged"]) == (True, 0, n), r
+    assert (r["n_topics"], len(r["topics"])) == (n, 50)
+
+
+def test_pop_an_ack_that_never_completed_may_have_landed(hist, run_check):
+    """An ack invoke with no completion is indeterminate, as an info ack is (probe P3: it
+    counted as never acked, a definite loss)."""
+    send(hist, 1, 1, topic="P", off=0)
+    pop(hist, 20, [1])
+    hist.op(21, "invoke", "ack", h.Value(topic="P", group="gp", value=1, broker="b0"))
+    drain(hist, [(0, 0, 1)], topic="P")
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    assert (r["valid"], r["lost"]["count"], r["ack_indeterminate"]) == (True, 0, 1), r
+
+
+def test_pop_topics_come_from_the_messages_and_sends_from_their_invokes(hist, run_check):
+    """A pop op need not name its topic, nor a send's completion: the popped messages name
+    theirs, the invoke the send's. A popped value whose send failed, its fail naming no
+    topic, was missed (probe P10: VALID), and pops without a topic made the analysis n/a
+    (probe P12: VALID with a value never acked)."""
+    hist.op(1, "invoke", "send", h.Value(topic="P", value=1))
+    hist.op(1, "fail", "send", h.Value(value=1), error="refused", definite=True)
+    send(hist, 1, 2, topic="P", off=0)
+    hist.op(20, "invoke", "pop", h.Value(group="gp", invisible_ms=3000))
+    reads = [h.Read("P", 0, 0, 2, None, "b0"), h.Read("P", 0, 1, 1, None, "b0")]
+    hist.op(20, "ok", "pop", h.Value(group="gp", messages=reads, invisible_ms=3000))
+    drain(hist, [(0, 0, 2)], topic="P")
+    r = run_check(hist, only=["pop"])["analyses"]["pop"]
+    assert r.get("applies", True) and r["topics"] == ["P"]
+    assert (r["unexpected"]["count"], r["lost"]["count"], r["valid"]) == (1, 1, False), r
+
+
+def test_transaction_failed_with_a_committing_fate_is_inconsistent(hist, run_check):
+    """A committing fate completes ok: `fail` with one cannot come from the producer and was
+    taken as indeterminate (probe X5: VALID)."""
+    txn(hist, 1, 1, "commit", "commit", "fail")
+    drain(hist, [], topic="X")
+    r = run_check(hist, only=["transaction"])["analyses"]["transaction"]
+    assert (r["valid"], r["inconsistent_records"], r["indeterminate"]) == (False, 1, 0), r

@@ -3,7 +3,8 @@
 Pop topics are the topics of ``pop`` ops. For each value sent to one:
 
 * *lost* (safety): the send was acknowledged (SEND_OK) and no ``ack`` of the value completed
-  ``ok`` (nor ``info``: an ack that may have landed is reported as ``ack_indeterminate``).
+  ``ok`` (nor ``info``, nor stayed open with no completion: an ack that may have landed is
+  reported as ``ack_indeterminate``).
   The bench pops and acks whatever is left before its final drain, so a loss the final drain
   cannot vouch for is ``undecided`` (``core.undecided``, value by value as lost decides: its
   queue not drained, its acknowledgment naming no queue or completed after the drain's max
@@ -31,30 +32,45 @@ from rmq_check.analyses import UNKNOWN, result
 from rmq_check.analyses.special import count_if
 from rmq_check.core import Frames, acked_ok, example_rows, undecided_of
 
+#: popped topics listed in the result (all are checked)
+TOPICS_SHOWN = 50
+
 
 def run(fr: Frames) -> dict[str, Any]:
     c = F.col
     if not fr.has("pop"):
         return result(UNKNOWN, 0, [], applies=False, reason="no pop ops")
-    topics = [
-        r["t"]
-        for r in fr.ops.where((c("f") == "pop") & c("value.topic").isNotNull())
+    # the popped topics: those pops name, and those of the messages they popped (a pop op's
+    # topic is optional); as a frame, however many there are (a list of 1000 at most dropped
+    # the sends of the others, which then counted as unexpected)
+    pop_ops = fr.ops.where(c("f") == "pop")
+    topics_df = (
+        pop_ops.where(c("value.topic").isNotNull())
         .select(c("value.topic").alias("t"))
+        .unionByName(
+            pop_ops.where(c("type") == "ok")
+            .select(F.explode("value.messages.topic").alias("t"))
+            .where(c("t").isNotNull())
+        )
         .distinct()
-        .limit(1000)
-        .collect()
-    ]
+    )
+    topics = [r["t"] for r in topics_df.orderBy("t").limit(TOPICS_SHOWN + 1).collect()]
     if not topics:
         return result(UNKNOWN, 0, [], applies=False, reason="no pop ops")
+    n_topics = topics_df.count() if len(topics) > TOPICS_SHOWN else len(topics)
+    # a send's topic is its invoke's (a completion need not repeat it)
     sends = (
-        fr.ops.where((c("f") == "send") & (c("process") >= 0) & c("value.topic").isin(*topics))
+        fr.ops.where((c("f") == "send") & (c("process") >= 0))
         .groupBy(c("value.value").alias("v"))
         .agg(
+            F.max("value.topic").alias("t"),
             F.max(F.when(acked_ok(c("type"), c("value.status")), 1).otherwise(0)).alias("acked"),
             F.max(F.when(c("type") == "fail", 1).otherwise(0)).alias("failed"),
             F.max(F.when(c("type") == "ok", 1).otherwise(0)).alias("ok"),
             F.min(F.when(c("type") == "invoke", c("index"))).alias("inv_idx"),
         )
+        .join(F.broadcast(topics_df), "t", "left_semi")
+        .drop("t")
     )
     # a pop group of its own: a pop or ack without a group is the group ""
     group = F.coalesce(c("value.group"), F.lit("")).alias("g")
@@ -75,16 +91,24 @@ def run(fr: Frames) -> dict[str, Any]:
             F.min("idx").alias("first_pop_idx"),
         )
     )
+    is_ack = c("f") == "ack"
     acks_g = (
-        fr.ops.where(c("f").isin("ack", "change-invisible") & (c("type") != "invoke"))
+        fr.ops.where(c("f").isin("ack", "change-invisible"))
         .where(c("value.value").isNotNull())
         .groupBy(c("value.value").alias("v"), group)
         .agg(
-            F.min(F.when((c("f") == "ack") & (c("type") == "ok"), c("index"))).alias(
-                "first_ack_idx"
-            ),
-            count_if((c("f") == "ack") & (c("type") == "ok")).alias("acks_ok"),
-            count_if((c("f") == "ack") & (c("type") == "info")).alias("acks_info"),
+            F.min(F.when(is_ack & (c("type") == "ok"), c("index"))).alias("first_ack_idx"),
+            count_if(is_ack & (c("type") == "ok")).alias("acks_ok"),
+            # an ack that may have landed: info, or an invoke that never completed (more ack
+            # invokes than completions: a process's last op may stay open)
+            (
+                count_if(is_ack & (c("type") == "info"))
+                + F.greatest(
+                    count_if(is_ack & (c("type") == "invoke"))
+                    - count_if(is_ack & (c("type") != "invoke")),
+                    F.lit(0),
+                )
+            ).alias("acks_info"),
             count_if((c("f") == "change-invisible") & (c("type") == "ok")).alias("changes"),
         )
     )
@@ -187,7 +211,8 @@ def run(fr: Frames) -> dict[str, Any]:
         valid,
         n["lost"] + n_unexpected,
         lost_ex + unexp_ex,
-        topics=sorted(topics),
+        topics=topics[:TOPICS_SHOWN],
+        n_topics=n_topics,
         acknowledged=n["acknowledged"],
         popped=n["popped"],
         acked_by_consumer=n["acked_by_consumer"],

@@ -15,6 +15,8 @@ Each transaction ends in one class:
 * *failed*: completed ``fail`` without a fate (the half was certainly not stored).
 * *indeterminate*: ``info`` or no completion: the half may be stored, and the check then
   answers the plan, so it may be delivered only if the plan commits.
+* *inconsistent*: ``ok`` with a rolling-back fate, or ``fail`` with a committing one: no
+  producer writes that; it fails the analysis (``inconsistent_records``).
 
 Safety: *lost* (a committed transaction acknowledged SEND_OK that no one read, the final
 drain included; ``unknown`` where lost would say so: ``core.undecided``) and *unexpected* (a
@@ -72,7 +74,9 @@ def run(fr: Frames) -> dict[str, Any]:
         F.when((c("ok") == 1) & (c("fate").isNull() | c("fate").isin(*committing)), "committed")
         .when((c("fail") == 1) & rolls_back, "rolled-back")
         .when((c("fail") == 1) & c("fate").isNull(), "failed")
-        .when((c("ok") == 1), "inconsistent")  # ok with a rolling-back fate: a bench bug
+        # ok with a rolling-back fate, or fail with a committing one: a record the producer
+        # cannot have written (committing fates complete ok, rolling-back ones fail)
+        .when((c("ok") == 1) | (c("fail") == 1), "inconsistent")
         .otherwise("indeterminate")
     )
     t = fr.persist(t.select("*", klass.alias("class")))
