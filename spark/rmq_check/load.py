@@ -211,15 +211,37 @@ def _parquet_schema_problems(spark: Any, p: Path) -> list[str]:
 
     want = StructType.fromDDL(SPARK_DDL)
     # every part on its own: Spark's schema of a directory is one part's footer, so a part
-    # with another type (a Java stack trace at the first read) or an extra column went unseen
-    parts = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
+    # with another type (a Java stack trace at the first read) or an extra column went unseen;
+    # and every file Spark reads (all but hidden ones, '.' or '_' first), not only *.parquet
+    parts = (
+        sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith((".", "_")))
+        if p.is_dir()
+        else [p]
+    )
     out: list[str] = []
     for part in parts:
         n = len(out)
+        if not _is_parquet(part):
+            out.append(f"{part.name if p.is_dir() else part}: not a Parquet file")
+            continue
         _schema_problems(want, spark.read.parquet(str(part)).schema, out)
         if p.is_dir():
             out[n:] = [f"{part.name}: {x}" for x in out[n:]]
     return out
+
+
+def _is_parquet(path: Path) -> bool:
+    """Parquet's magic ("PAR1") at both ends: anything else fails deep in Spark's reader."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(0, 2)
+            if f.tell() < 12:
+                return False
+            f.seek(-4, 2)
+            return head == b"PAR1" and f.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def _schema_problems(want: Any, have: Any, out: list[str]) -> None:

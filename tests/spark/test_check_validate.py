@@ -711,7 +711,7 @@ def test_a_history_written_as_a_directory_of_parts_is_read(spark, tmp_path, caps
     assert rc == 1 and "lost" in out, (out, err)
 
 
-@pytest.mark.parametrize("change", ["type", "extra"])
+@pytest.mark.parametrize("change", ["type", "extra", "no suffix", "not parquet"])
 def test_every_part_of_a_parquet_history_is_checked(spark, tmp_path, capsys, change):
     """A directory of Parquet parts: Spark's schema of it is one part's footer, so a second
     part with another column type died in a Java stack trace, and one with an extra column
@@ -727,15 +727,22 @@ def test_every_part_of_a_parquet_history_is_checked(spark, tmp_path, capsys, cha
     half = t.num_rows // 2
     pq.write_table(t.slice(0, half), d / "part-00000.parquet")
     second = t.slice(half)
-    if change == "type":
+    name = "part-00001.parquet"
+    if change in ("type", "no suffix"):
+        # probe Q24: a part Spark reads though its name lacks the suffix was not checked
         i = second.schema.get_field_index("process")
         second = second.set_column(i, "process", second.column(i).cast(pa.int64()))
-    else:
+        name = "part-00001" if change == "no suffix" else name
+    elif change == "extra":
         second = second.append_column("extra", pa.array([1] * second.num_rows))
-    pq.write_table(second, d / "part-00001.parquet")
+    if change == "not parquet":  # probe Q28: a bare Py4JJavaError line
+        (d / name).write_text('{"index": 0}\n')
+    else:
+        pq.write_table(second, d / name)
     rc, out, err = check_cli(capsys, tmp_path / "run")
     assert rc == 2, out + err
-    assert "part-00001.parquet: column " in err, err
+    want = f"{name}: not a Parquet file" if change == "not parquet" else f"{name}: column "
+    assert want in err, err
     _no_trace(out + err)
 
 
