@@ -67,12 +67,12 @@ async def cluster(tmp_path: Path, **broker_kw: object) -> AsyncIterator[Cluster]
     async with trio.open_nursery() as n:
         ns = Nameserver(NamesrvConfig(listen_port=0))
         await n.start(ns.serve)
+        kw: dict[str, Any] = {"commitlog_segment_bytes": 1 << 20, **broker_kw}
         cfg = BrokerConfig(
             listen_port=0,
             namesrv_addr=ns.address,
             store_path_root_dir=str(tmp_path / "store"),
-            commitlog_segment_bytes=1 << 20,
-            **broker_kw,  # type: ignore[arg-type]
+            **kw,
         )
         async with open_broker(cfg) as node, RemotingClient() as c:
             yield Cluster(ns.address, node.address, c, tmp_path / "store", node)
@@ -998,3 +998,31 @@ async def test_an_escaped_message_counts_as_delivered_only_with_send_ok(tmp_path
         assert "stored without SEND_OK" in (r.remark or "")
         a_plain = await bridge._send(a.broker, "broker-a", msg, 0)  # an ASYNC_MASTER: SEND_OK
         assert a_plain.ok and a_plain.queue_offsets == (0,), (a_plain.code, a_plain.remark)
+
+
+async def test_a_changed_segment_size_is_refused_at_start_naming_the_key(tmp_path: Path) -> None:
+    """Operator probe: with a one-segment commitlog, a new mappedFileSizeCommitLog was taken
+    silently (the file grown to it), and replication from a master rolling at the old size
+    then failed every second. With more segments the refusal named an internal key. The
+    size a store was written with is recorded; another one is refused, naming the key."""
+    from rmq_ha.errors import ConfigError
+    from rmq_ha.store import SEGMENT_SIZE_FILE
+
+    async with cluster(tmp_path) as c:
+        assert (await c.client.invoke(c.broker, send_cmd("Seg", b"x"))).code == 0
+    assert (tmp_path / "store" / SEGMENT_SIZE_FILE).read_text().strip() == str(1 << 20)
+    for size in (2 << 20, 1 << 19):
+        cfg = BrokerConfig(
+            listen_port=0,
+            namesrv_addr="127.0.0.1:1",  # refused before it registers anywhere
+            store_path_root_dir=str(tmp_path / "store"),
+            commitlog_segment_bytes=size,
+        )
+        with pytest.raises(ConfigError) as e:
+            async with open_broker(cfg):
+                pass
+        assert e.value.key == "mappedFileSizeCommitLog", e.value
+        assert f"{1 << 20}-byte segments" in str(e.value)
+    async with cluster(tmp_path) as c:  # the recorded size opens as before
+        r = await c.client.invoke(c.broker, pull_cmd("Seg", 0, 0))
+        assert bodies_of(r.body) == [b"x"]

@@ -748,3 +748,21 @@ def test_tag_filter_returns_only_matching_tags_and_advances_past_the_rest(
     # No tag matches: nothing returned, the whole range is skipped.
     bufs, nxt, _, _ = s.get_messages("F", 0, 0, 32, tag_codes=[java_string_hash("zzz")])
     assert bufs == [] and nxt == 30
+
+
+def test_a_replica_with_another_segment_size_says_so_at_the_first_filler(
+    open_native: StoreFactory, tmp_path: Path
+) -> None:
+    """A replica whose mappedFileSizeCommitLog differs from its master's failed every
+    transfer with "partial end-of-segment filler" (operator probe): the error now says the
+    sender uses another segment size."""
+    master = open_native(tmp_path / "master")
+    replica = open_native(tmp_path / "replica", segment_size=2 * SEG)
+    master.append_batch([Message("Seg", 0, b"y" * 3000) for _ in range(3 * SEG // 3000)])
+    assert master.max_offset > SEG  # it rolled: a filler ends its first segment
+    off = 0
+    with pytest.raises(CorruptRecordError, match="another segment size"):
+        while off < master.max_offset:
+            buf = master.read_range(off, 64 * 1024)
+            replica.append_raw(off, bytes(memoryview(buf)))
+            off = buf.end_offset

@@ -31,7 +31,8 @@ from typing import Any
 import trio
 
 from rmq_ha._native import AppendResult, Message, Store
-from rmq_ha.errors import StoreClosedError, StoreIOError
+from rmq_ha.durable import write_atomic
+from rmq_ha.errors import ConfigError, StoreClosedError, StoreIOError
 
 log = logging.getLogger(__name__)
 
@@ -303,11 +304,62 @@ class AsyncStore:
         changed.set()
 
 
+#: The segment size a store's commitlog was written with, recorded next to it (text).
+SEGMENT_SIZE_FILE = "commitlogSegmentSize"
+
+
+def check_segment_size(root: Path, size: int, key: str) -> None:
+    """Refuses a segment size other than the one recorded for this store. The store's own
+    layout check cannot see a change while the commitlog has one segment (it may be short
+    after damage): it was grown to the new size, and replication from a master rolling at the
+    old size then failed every second (operator probe)."""
+    p = root / SEGMENT_SIZE_FILE
+    try:
+        text = p.read_text().strip()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ConfigError(f"{p} cannot be read: {e.strerror or e}", key) from None
+    if not text.isdigit():
+        raise ConfigError(
+            f"{p} does not hold a segment size ({text[:40]!r}); fix or delete it", key
+        )
+    if int(text) != size:
+        raise ConfigError(
+            f"bad config {key}: {size}, but this store's commitlog was written with"
+            f" {int(text)}-byte segments ({p}): a store keeps its segment size, and every"
+            " replica of a group must use the same one",
+            key,
+        )
+
+
 @asynccontextmanager
-async def open_store(root: str | os.PathLike[str], **options: Any) -> AsyncIterator[AsyncStore]:
-    """Opens (and recovers) the store off the event loop; closes it on exit."""
+async def open_store(
+    root: str | os.PathLike[str],
+    *,
+    config_keys: Mapping[str, str] | None = None,
+    record_segment_size: bool = False,
+    **options: Any,
+) -> AsyncIterator[AsyncStore]:
+    """Opens (and recovers) the store off the event loop; closes it on exit. `config_keys`
+    renames the option a ConfigError names (the broker's RocketMQ key for `segment_size`).
+    With `record_segment_size` the segment size is checked against the one recorded for the
+    store (`check_segment_size`) and recorded once the store is open."""
     path = Path(root)
-    native = await trio.to_thread.run_sync(lambda: Store(path, **options))
+    size = int(options.get("segment_size", 1 << 30))
+    size_key = (config_keys or {}).get("segment_size", "segment_size")
+    if record_segment_size:
+        check_segment_size(path, size, size_key)
+    try:
+        native = await trio.to_thread.run_sync(lambda: Store(path, **options))
+    except ConfigError as e:
+        key = (config_keys or {}).get(e.key or "")
+        if key is None:
+            raise
+        why = str(e).removeprefix(f"bad config {e.key}: ")
+        raise ConfigError(f"bad config {key}: {why}", key) from None
+    if record_segment_size and not (path / SEGMENT_SIZE_FILE).exists():
+        write_atomic(path / SEGMENT_SIZE_FILE, f"{size}\n".encode())
     errors: list[str] = []
     log_open_report(native.open_report, log, str(path), errors)
     record_incidents(path, errors)

@@ -44,6 +44,7 @@ LOG_FILES = (
     "quarantine",
     "quarantine.bak",
     "haCatchUp",
+    "commitlogSegmentSize",
 )
 
 

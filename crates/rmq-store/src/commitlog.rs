@@ -950,13 +950,25 @@ impl CommitLog {
             while p < window.len() {
                 let here = at + p as u64;
                 // A filler must cover the rest of its segment, so decode it against that length.
-                let (_, magic) = peek_header(&window[p..]).map_err(|e| corrupt(here, &e))?;
+                let (size, magic) = peek_header(&window[p..]).map_err(|e| corrupt(here, &e))?;
                 if magic == BLANK_MAGIC {
                     let seg_rest = room - p;
                     if window.len() - p < seg_rest {
+                        // A whole filler that ends before this segment does: the replica that
+                        // wrote it rolled its segments elsewhere (another segment size).
+                        let reason = if size > 0 && (size as usize) < seg_rest {
+                            format!(
+                                "end-of-segment filler ending at {}, where this store's segment                                  ends at {}: the sender's commitlog uses another segment size                                  (mappedFileSizeCommitLog must be the same on every replica of                                  a group; this store's is {})",
+                                here + size as u64,
+                                seg.end(),
+                                self.cfg.segment_size
+                            )
+                        } else {
+                            "partial end-of-segment filler".into()
+                        };
                         return Err(StoreError::CorruptRecord {
                             offset: here,
-                            reason: "partial end-of-segment filler".into(),
+                            reason,
                         });
                     }
                     match decode(&window[p..p + seg_rest]) {

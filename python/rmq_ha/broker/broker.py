@@ -711,6 +711,8 @@ async def open_broker(cfg: BrokerConfig) -> AsyncIterator[Broker]:
     port = await server.bind()
     async with open_store(
         cfg.store_root,
+        config_keys={"segment_size": "mappedFileSizeCommitLog"},
+        record_segment_size=True,
         segment_size=cfg.commitlog_segment_bytes,
         cq_units_per_file=cfg.cq_units_per_file,
         store_host=f"{cfg.broker_ip}:{port}",
