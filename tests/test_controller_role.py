@@ -371,3 +371,46 @@ def test_controller_config_keys_and_checks(tmp_path: Path) -> None:
             config.from_mapping(config.ControllerConfig, bad)
     ns, _ = config.from_mapping(config.NamesrvConfig, {"enableControllerInNamesrv": "true"})
     assert ns.enable_controller_in_namesrv
+
+
+async def test_a_broker_the_controller_does_not_know_says_what_to_do(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker whose id the controllers do not know (cleaned with cleanBrokerMetadata, or the
+    controllers lost their store) retried for ever with a WARNING that named no way out
+    (operator probe F5, F6). It now logs an ERROR with both ways out and does not register
+    itself again (a new broker set would elect whichever replica came first)."""
+    import logging
+
+    from rmq_ha.broker.broker import open_broker
+
+    store = tmp_path / "broker"
+    store.mkdir()
+    (store / "brokerIdentity").write_text("DefaultCluster#broker-a#7")
+    async with group(tmp_path / "ctl") as g:
+        cfg, _ = config.from_mapping(
+            config.BrokerConfig,
+            {
+                "brokerClusterName": "DefaultCluster",
+                "brokerName": "broker-a",
+                "listenPort": "0",
+                "haListenPort": "0",
+                "namesrvAddr": "127.0.0.1:1",
+                "storePathRootDir": str(store),
+                "enableControllerMode": "true",
+                "controllerAddr": ";".join(g.addrs),
+            },
+        )
+        with caplog.at_level(logging.ERROR, logger="rmq_ha.broker.io.controller"):
+            async with open_broker(cfg):
+
+                def said() -> bool:
+                    return any(
+                        "does not know broker id 7" in r.getMessage() for r in caplog.records
+                    )
+
+                await wait_for(said, 20, "the ERROR naming the unknown id")
+        line = next(r.getMessage() for r in caplog.records if "broker id 7" in r.getMessage())
+        assert "brokerIdentity" in line and "restore" in line, line
+        meta = await g.cc.request(m.GetReplicaInfoRequest("broker-a"))
+        assert meta.code == Code.CONTROLLER_BROKER_METADATA_NOT_EXIST  # not registered again

@@ -29,6 +29,7 @@ from rmq_ha.controller.client import ControllerClient
 from rmq_ha.durable import write_atomic
 from rmq_ha.errors import ConfigError, RemotingError
 from rmq_ha.net.client import RemotingClient
+from rmq_ha.net.logthrottle import THROTTLE
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Code
 from rmq_ha.protocol.command import RemotingCommand
@@ -41,6 +42,12 @@ from rmq_ha.protocol.models import SyncStateSet
 log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "brokerIdentity"
+
+
+class UnknownToController(RemotingError):
+    """The controller does not know this broker's id: an operator must decide."""
+
+
 TEMP_IDENTITY_FILE = "brokerIdentity-temp"
 
 
@@ -135,6 +142,9 @@ class ControllerShell:
             try:
                 await self._start()
                 break
+            except UnknownToController as e:
+                THROTTLE.log(log, logging.ERROR, "unknown-to-controller", "%s", e)
+                await trio.sleep(1.0)
             except (RemotingError, trio.TooSlowError, OSError) as e:
                 log.warning("controller start-up failed (%s); retrying", e)
                 await trio.sleep(1.0)
@@ -153,6 +163,17 @@ class ControllerShell:
             )
         )
         if not reg.ok:
+            if reg.code == Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
+                raise UnknownToController(
+                    f"the controller does not know broker id {self.broker_id} of"
+                    f" {self.cfg.cluster_name}/{self.cfg.broker_name} ({reg.remark}). If this"
+                    " replica was removed on purpose (cleanBrokerMetadata), delete"
+                    f" {self._path(IDENTITY_FILE)} and start it again to join as a new"
+                    " replica; if the controllers lost their metadata, restore it (this broker"
+                    " does not register again by itself: a new broker set would elect whichever"
+                    " replica comes first, maybe one that lacks acknowledged writes). Until"
+                    " then no failover happens for this group"
+                )
             raise RemotingError(f"REGISTER_BROKER refused: {reg.code!r} {reg.remark}")
         await self.heartbeat_once()
         self.running.set()
@@ -262,7 +283,13 @@ class ControllerShell:
     async def poll_once(self) -> None:
         info = await self.cc.request(m.GetReplicaInfoRequest(self.cfg.broker_name))
         if info.code == Code.CONTROLLER_BROKER_METADATA_NOT_EXIST:
-            await self._start()
+            try:
+                await self._start()
+            except UnknownToController as e:
+                # the controllers forgot this group (an emptied controller store): say so,
+                # loudly; the group serves on but cannot fail over (operator probe: only an
+                # INFO line per second said that its SyncStateSet could not grow)
+                THROTTLE.log(log, logging.ERROR, "unknown-to-controller", "%s", e)
             return
         if info.ok:
             self._master_info(info, "poll")
