@@ -156,3 +156,52 @@ def test_ha_service_opens_the_epoch_file_at_store_path_epoch_file(tmp_path: Path
         assert not (tmp_path / "s" / "epochFileCheckpoint").exists()
     finally:
         native.close()
+
+
+async def test_writes_resume_in_the_round_that_freed_the_space(tmp_path: Path) -> None:
+    """A full disk: the round that deleted enough files judged the disk only at its start, so
+    writes stayed refused until the next round, cleanResourceInterval later (operator probe:
+    10 s)."""
+    from rmq_ha._native import EpochFile, Message
+    from rmq_ha.broker.core import events as ev
+    from rmq_ha.broker.io.storage import StorageService
+    from rmq_ha.config import BrokerConfig
+    from rmq_ha.net.client import RemotingClient
+    from rmq_ha.store import open_store
+    from rmq_ha.store_retention import DiskUsage
+
+    cfg = BrokerConfig(
+        store_path_root_dir=str(tmp_path),
+        commitlog_segment_bytes=1 << 20,
+        delete_commit_log_files_interval_ms=0,
+    )
+    events: list[ev.Event] = []
+    async with open_store(tmp_path, segment_size=1 << 20) as store, RemotingClient() as rc:
+        for _ in range(4):
+            store.native.append_batch([Message("R", 0, b"x" * 1000) for _ in range(1000)])
+        store.native.flush()
+        assert len(store.native.segment_files()) >= 4
+
+        def usage(_: Path) -> DiskUsage:  # full while 3 or more segments remain
+            left = len(store.native.segment_files())
+            return DiskUsage(100, 4 if left >= 3 else 60)
+
+        async def no_sources() -> list[str]:
+            return []
+
+        svc = StorageService(
+            cfg,
+            store,
+            epochs=EpochFile(tmp_path / "epochFileCheckpoint"),
+            feed=events.append,
+            outbound=rc,
+            replication_floor=lambda: None,
+            repair_sources=no_sources,
+            on_repaired=lambda _: None,
+            usage=usage,
+        )
+        deleted = await svc.retention_round()
+        assert deleted, "the full disk made the round delete"
+        full = [e for e in events if isinstance(e, ev.DiskFull)]
+        assert [e.full for e in full] == [True, False], full
+        assert svc.disk_full is False

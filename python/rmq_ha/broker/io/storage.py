@@ -185,6 +185,10 @@ class StorageService:
             "deleted": len(deleted),
             "replicationFloor": floor,
         }
+        if deleted and self.disk_full:
+            # judged again now: writes resume as soon as the space is free, not a round
+            # (cleanResourceInterval) later (operator probe: 10 s of refused writes)
+            self.judge_disk(manual)
         if deleted:
             self.deleted_files += len(deleted)
             log.info(
