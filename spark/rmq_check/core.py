@@ -707,16 +707,22 @@ class Frames:
         # final max, or below the final min, shows the queue's end went down (its start up)
         # only if it came before that answer; one after it read a queue that grew since, or
         # a max answered stale (probe C6: a value the drain read was called lost)
-        read_rows = (
+        # per drain op and queue first (a few rows), then against the final answers
+        per_op = (
             ops.where((c("f") == "drain") & (c("type") == "ok"))
             .select("index", F.explode("value.messages").alias("m"))
             .select("index", *q("m."), c("m.queue_offset").alias("off"))
-            .join(bounds.select(*keys, "lo_idx", "hi_idx"), keys, "left")
+            .groupBy("index", *keys)
+            .agg(F.max("off").alias("op_max"), F.min("off").alias("op_min"))
         )
-        reads = read_rows.groupBy(*keys).agg(
-            F.max("off").alias("read_max"),
-            F.max(F.when(c("index") < c("hi_idx"), c("off"))).alias("read_max_before"),
-            F.min(F.when(c("index") < c("lo_idx"), c("off"))).alias("read_min_before"),
+        reads = (
+            per_op.join(F.broadcast(bounds.select(*keys, "lo_idx", "hi_idx")), keys, "left")
+            .groupBy(*keys)
+            .agg(
+                F.max("op_max").alias("read_max"),
+                F.max(F.when(c("index") < c("hi_idx"), c("op_max"))).alias("read_max_before"),
+                F.min(F.when(c("index") < c("lo_idx"), c("op_min"))).alias("read_min_before"),
+            )
         )
         rows = (
             queues.join(bounds, keys, "left")
