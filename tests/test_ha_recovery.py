@@ -191,19 +191,29 @@ def test_following_a_master_turns_an_unknown_debt_into_what_that_master_held() -
     assert core.state.catch_up == known
 
 
-async def test_a_deleted_checkpoint_at_start_is_an_unknown_debt(tmp_path: Path) -> None:
-    cfg = _controller_mode(tmp_path)
-    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+async def _written_at_epoch_1(root: Path) -> None:
+    """A store holding three records, its epoch file one entry (1, 0)."""
+    async with open_store(root, segment_size=1 << 20, confirm_follows_max=False) as store:
         store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(3)])
-    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
+    epochs = EpochFile(root / "epochFileCheckpoint")
     epochs.append(1, 0)
-    del epochs
-    (tmp_path / "checkpoint").unlink()
-    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
+
+
+async def _recovered_debt(cfg: BrokerConfig, root: Path) -> tuple[CatchUp | None, int]:
+    """What the HA service's recovery of the store at `root` says the replica owes, and the
+    recovered log's end."""
+    async with open_store(root, segment_size=1 << 20, confirm_follows_max=False) as store:
         core = RoleCore(role_config(cfg))
         ha = HaService(cfg, store, lambda: core.ha, lambda e: None, lambda: 3)
-        debt = ha.recover()
-        assert debt is not None and debt.offset == catchup.UNKNOWN_OFFSET
+        return ha.recover(), store.native.max_offset
+
+
+async def test_a_deleted_checkpoint_at_start_is_an_unknown_debt(tmp_path: Path) -> None:
+    cfg = _controller_mode(tmp_path)
+    await _written_at_epoch_1(tmp_path)
+    (tmp_path / "checkpoint").unlink()
+    debt, _ = await _recovered_debt(cfg, tmp_path)
+    assert debt is not None and debt.offset == catchup.UNKNOWN_OFFSET
 
 
 @pytest.mark.parametrize("kept", ["epoch file", "identity", "nothing"])
@@ -218,11 +228,7 @@ async def test_a_replica_whose_store_was_deleted_owes_an_unknown_catch_up(
     import shutil
 
     cfg = _controller_mode(tmp_path)
-    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
-        store.native.append_batch([Message("T", 0, b"x" * 100) for _ in range(3)])
-    epochs = EpochFile(tmp_path / "epochFileCheckpoint")
-    epochs.append(1, 0)
-    del epochs
+    await _written_at_epoch_1(tmp_path)
     (tmp_path / "brokerIdentity").write_text("c#b#2")
     for name in ("commitlog", "consumequeue", "checkpoint", "cqmanifest"):
         p = tmp_path / name
@@ -235,11 +241,8 @@ async def test_a_replica_whose_store_was_deleted_owes_an_unknown_catch_up(
             p.unlink()
     if kept != "identity":
         (tmp_path / "brokerIdentity").unlink()
-    async with open_store(tmp_path, segment_size=1 << 20, confirm_follows_max=False) as store:
-        assert store.native.max_offset == 0
-        core = RoleCore(role_config(cfg))
-        ha = HaService(cfg, store, lambda: core.ha, lambda e: None, lambda: 3)
-        debt = ha.recover()
+    debt, end = await _recovered_debt(cfg, tmp_path)
+    assert end == 0
     if kept == "nothing":
         assert debt is None
     else:
