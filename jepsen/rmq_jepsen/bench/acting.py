@@ -2,7 +2,7 @@
 classic group with slave acting master (RIP-32, issue 8).
 
 Setup (`ActingCluster`, real processes on loopback): a name server with supportActingMaster and
-notifyMinBrokerIdChanged, group broker-a (SYNC_MASTER + SLAVE) and group broker-b (a master,
+notifyMinBrokerIdChanged, group broker-a (SYNC_MASTER + SLAVE) and group broker-b (an ASYNC_MASTER,
 where the acting slave escapes what its special services produce), messageDelayLevel
 "1s 2s 3s". The unit, and the **baseline**, is brokerNotActiveTimeoutMillis: the takeover a
 detector based on that heartbeat timeout must take. Every figure is printed with its ratio to it.

@@ -660,7 +660,8 @@ def acting_broker_conf(
     address: str = LOOPBACK,
     cluster: str = ACTING_CLUSTER,
 ) -> dict[str, Any]:
-    """<group>-<id>.conf: a classic broker (id 0 SYNC_MASTER, others SLAVE) of a group of
+    """<group>-<id>.conf: a classic broker (id 0 SYNC_MASTER, ASYNC_MASTER when the group has
+    no slave, as `bench.cluster.ActingCluster`; others SLAVE) of a group of
     1 + `slaves` with slave acting master (RIP-32) and remote escape, the timings of rmq_ha's
     FAST_ACTING (the same keys: RocketMQ spells them so). Listens on `address:port`, its fast
     server on port-2 and its HA server on port+1; its store is <store>/<group>-<id>."""
@@ -669,7 +670,7 @@ def acting_broker_conf(
         "brokerClusterName": cluster,
         "brokerName": group,
         "brokerId": broker_id,
-        "brokerRole": "SYNC_MASTER" if broker_id == 0 else "SLAVE",
+        "brokerRole": "SLAVE" if broker_id else ("SYNC_MASTER" if slaves else "ASYNC_MASTER"),
         "totalReplicas": slaves + 1,
         **_broker_basics(namesrv_addrs, address, port, root),
         # rmq_ha's slaves serve pulls (the acting slave must: consumers read on from it);
@@ -685,7 +686,7 @@ def acting_broker_conf(
 class RealActingGroup(_RealJvms):
     """Real RocketMQ classic groups with slave acting master on loopback: `namesrv_count`
     name servers (supportActingMaster, notifyMinBrokerIdChanged) and per group a SYNC_MASTER
-    (id 0) plus `groups[name]` SLAVEs. The same shape as `bench.cluster.ActingCluster`
+    (id 0; an ASYNC_MASTER without slaves) plus `groups[name]` SLAVEs. The same shape as `bench.cluster.ActingCluster`
     (ns_addrs, members, addr, proc, start/stop, serving/acting/replicating), so
     `rmq-ha bench acting-master` drives either. Its state is asked of RocketMQ itself: the name
     server's cluster info, GET_BROKER_RUNTIME_INFO's brokerActive (the special services: the
