@@ -523,15 +523,15 @@ def pairing_error(
     (type, f, index), or "" (the rule both readers apply). ``says`` / ``prev_says``: the two
     ops' ``PAIRED_VALUE_FIELDS``; a completion naming another value or topic than its invoke
     would pair one send's invoke with another's outcome. ``time_ns`` / ``prev_time_ns``: a
-    process runs one op at a time on one monotonic clock, so its times never go back (a
-    completion before its invoke is a negative latency, and a delayed message's due time or
-    a fault window would be judged on a clock that is not one)."""
+    completion before its own invoke is a negative latency, on a clock that is not one (a
+    delayed message's due time and a fault window are judged on it). An invoke earlier than
+    the process's previous completion is accepted: it changes no pairing and no latency."""
     if prev is not None and prev[2] >= index:
         return f"index {index} does not follow the process's previous op (index {prev[2]})"
-    if prev is not None and time_ns is not None and prev_time_ns is not None:
-        if time_ns < prev_time_ns:
+    if prev is not None and type_ != "invoke" and prev[0] == "invoke":
+        if time_ns is not None and prev_time_ns is not None and time_ns < prev_time_ns:
             return (
-                f"time_ns {time_ns} is before the process's previous op's (index {prev[2]},"
+                f"{type_} of {f} at time_ns {time_ns} is before its invoke (index {prev[2]},"
                 f" time_ns {prev_time_ns})"
             )
     if type_ == "invoke":

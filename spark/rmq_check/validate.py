@@ -294,9 +294,11 @@ def pairing_problems(ops: DataFrame, one_file: str | None = None) -> DataFrame:
             ),
         ),
         (
-            c("time_ns") < c("ptime"),
+            ~inv & (c("ptype") == "invoke") & (c("time_ns") < c("ptime")),
             _msg(
-                "time_ns %d is before the process's previous op's (index %d, time_ns %d)",
+                "%s of %s at time_ns %d is before its invoke (index %d, time_ns %d)",
+                c("type"),
+                c("f"),
                 c("time_ns"),
                 c("pindex"),
                 c("ptime"),

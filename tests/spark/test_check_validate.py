@@ -594,11 +594,6 @@ def test_pairing_is_checked_by_both_readers(spark, tmp_path, monkeypatch):
             op(0, 1, "invoke").replace('"time_ns": 0', '"time_ns": 50'),
             op(1, 1, "ok").replace('"time_ns": 1', '"time_ns": 40'),
         ],
-        "invoke before the previous completion": [
-            op(0, 1, "invoke"),
-            op(1, 1, "ok").replace('"time_ns": 1', '"time_ns": 40'),
-            op(2, 1, "invoke").replace('"time_ns": 2', '"time_ns": 39'),
-        ],
     }
     for why, lines in cases.items():
         p = tmp_path / "history.jsonl"

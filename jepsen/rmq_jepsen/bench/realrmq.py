@@ -686,8 +686,9 @@ def acting_broker_conf(
 class RealActingGroup(_RealJvms):
     """Real RocketMQ classic groups with slave acting master on loopback: `namesrv_count`
     name servers (supportActingMaster, notifyMinBrokerIdChanged) and per group a SYNC_MASTER
-    (id 0; an ASYNC_MASTER without slaves) plus `groups[name]` SLAVEs. The same shape as `bench.cluster.ActingCluster`
-    (ns_addrs, members, addr, proc, start/stop, serving/acting/replicating), so
+    (id 0; an ASYNC_MASTER without slaves) plus `groups[name]` SLAVEs. The same shape as
+    `bench.cluster.ActingCluster` (ns_addrs, members, addr, proc, start/stop,
+    serving/acting/replicating), so
     `rmq-ha bench acting-master` drives either. Its state is asked of RocketMQ itself: the name
     server's cluster info, GET_BROKER_RUNTIME_INFO's brokerActive (the special services: the
     delay and transaction-check services, running on the master and on an acting slave) and
