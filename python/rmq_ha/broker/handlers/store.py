@@ -70,7 +70,10 @@ def register(d: Dispatcher, p: Ports) -> None:
             gone = unused_topics(p)
             for topic in gone:
                 marker = native.delete_topic(topic)
+                # what deleteTopic drops with a topic (broker/handlers/adminops.delete_topic)
                 p.offsets.remove(topic=topic)
+                p.traffic.forget(topic=topic)
+                p.clients.forget(topic=topic)
                 log.info(
                     "cleanUnusedTopic: topic %s has no config: its messages are hidden below"
                     " commitlog offset %d",
