@@ -71,6 +71,8 @@ def test_toml_accepts_field_names_and_rocketmq_names(tmp_path: Path) -> None:
         ("mappedFileSizeConsumeQueue", "1001", "multiple of 20"),
         ("brokerPermission", "16", "bits beyond"),
         ("damagedRecordWaitMs", "-1", "must be >= 0"),
+        ("storeScrubBytesPerSecond", "-1", "must be >= 0"),
+        ("storeScrubPassInterval", "0", "must be positive"),
         ("mappedFileSizeCommitLog", "99999999999999999999", "outside a 64-bit integer"),
         ("inSyncReplicas", "0", "must be >= 1"),
         ("totalReplicas", "0", "must be >= 1"),

@@ -130,6 +130,68 @@ async def test_a_slave_repairs_a_damaged_record_from_its_master(tmp_path: Path) 
         assert h["status"]["max_offset"] >= master_max
 
 
+def first_segment_record(commitlog_dir: Path, nth: int) -> tuple[Path, int]:
+    """The first segment of a commitlog and the position of its `nth` record in it."""
+    seg = sorted(commitlog_dir.iterdir())[0]
+    pos = 0
+    with open(seg, "rb") as f:
+        for _ in range(nth):
+            f.seek(pos)
+            size = int.from_bytes(f.read(4), "big")
+            assert size > 0, "fewer records in the first segment"
+            pos += size
+    return seg, pos
+
+
+async def test_the_scrub_finds_damage_in_an_old_segment_of_a_slave_and_it_is_repaired(
+    tmp_path: Path,
+) -> None:
+    """Damage in a segment nobody reads (a slave's first segment, the broker running, no
+    restart, no consumer) is found by the background scrub (storeScrubBytesPerSecond,
+    storeScrubPassInterval) and repaired from the master. Before the scrub it stayed there
+    until the slave, promoted, served a reader, or the master that held the good copy was
+    gone (docs/store.md "Not done")."""
+    seg = 64 * 1024
+    c = HaCluster(
+        tmp_path,
+        broker={
+            "storeRepairInterval": 200,
+            "mappedFileSizeCommitLog": seg,
+            "storeScrubBytesPerSecond": 64 << 20,
+            "storeScrubPassInterval": 300,
+        },
+    )
+    async with started(c):
+        m = await c.master()
+        await c.wait_sync_state_set(m, 3)
+        acked = Acked()
+        assert await send_values(c.ns_addrs[0], TOPIC, values(900), acked) == []
+        s = next(i for i in range(3) if i != m)
+        master_max = (await c.status(m) or {})["maxOffset"]
+        assert master_max > 3 * seg
+        with trio.fail_after(20):
+            while (await c.status(s) or {}).get("maxOffset") != master_max:
+                await trio.sleep(0.1)
+        path, phys = first_segment_record(tmp_path / f"broker-{s}" / "commitlog", 100)
+        good = path.read_bytes()
+        with open(path, "r+b") as f:  # under the running slave's mapping
+            f.seek(phys + 100)
+            b = f.read(1)
+            f.seek(phys + 100)
+            f.write(bytes([b[0] ^ 0x5A]))
+        h = await wait_health(
+            c.broker_addr(s),
+            lambda h: (
+                h["broker"]["scrubFound"] >= 1
+                and h["broker"]["repaired"] >= 1
+                and h["quarantined"] == []
+            ),
+            timeout_s=60,
+        )
+        assert h["status"]["quarantined_at_runtime"] >= 1
+        assert path.read_bytes() == good, "the master's bytes are back"
+
+
 async def test_a_record_damaged_on_the_master_is_repaired_and_the_consumer_gets_everything(
     tmp_path: Path,
 ) -> None:

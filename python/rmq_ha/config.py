@@ -288,6 +288,18 @@ class BrokerConfig(ServerKeys):
         1000,
         "ours: how often quarantined records are looked for and repairs from replicas tried",
     )
+    store_scrub_bytes_per_second: int = rmq(
+        "storeScrubBytesPerSecond",
+        8 << 20,
+        "ours: the background scrub's pace: after validating a commitlog segment it waits as "
+        "long as reading it at this rate takes; 0 turns the scrub off",
+    )
+    store_scrub_pass_interval_ms: int = rmq(
+        "storeScrubPassInterval",
+        86_400_000,
+        "ours: from the start of one scrub pass over the whole commitlog to the start of the "
+        "next (the first starts with the broker)",
+    )
     broker_role: BrokerRole = rmq("brokerRole", BrokerRole.ASYNC_MASTER)
     # -- replication (broker/ha): classic master/slave and controller mode ------------------
     broker_ip2: str = rmq("brokerIP2", "", "HA address host announced (default brokerIP1)")
@@ -768,6 +780,11 @@ def _validate_retention(record: BrokerConfig) -> None:
     ):
         if value <= 0:
             raise ConfigError(f"bad config {key}: must be > 0 (ms), not {value}", key)
+    if record.store_scrub_bytes_per_second < 0:
+        raise ConfigError(
+            "bad config storeScrubBytesPerSecond: must be >= 0 (0 turns the scrub off)",
+            "storeScrubBytesPerSecond",
+        )
     if record.damaged_record_wait_ms < 0:
         raise ConfigError(
             "bad config damagedRecordWaitMs: must be >= 0 (ms)", "damagedRecordWaitMs"

@@ -122,6 +122,9 @@ def render_health(h: dict[str, Any]) -> str:
         f"{b.get('waitingForRepair')}",
         f"disk full: {b.get('diskFull')}  retention: {b.get('retention')}  "
         f"deleted files: {b.get('retentionDeletedFiles')}",
+        f"scrub: {b.get('scrubPasses')} passes done, {b.get('scrubbedBytes')} bytes validated, "
+        f"{b.get('scrubFound')} damaged ranges found"
+        + (f", now at {b['scrubAt']}" if b.get("scrubAt") is not None else ""),
     ]
     if op.get("cut_offset") is not None:
         below = " (below the durable point: data lost)" if op.get("cut_below_durable") else ""

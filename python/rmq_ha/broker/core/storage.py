@@ -18,6 +18,11 @@ physical offset): for `wait_ms` after a reader first met it, readers stop before
 from a replica may still come); after that it is skipped — served past, counted and reported
 once. `wait_ms` 0 skips at once. Units skipped for any other reason (a consume-queue unit that
 names no record of its queue) are skipped at once: no replica's bytes can repair an index.
+
+**Scrub.** Damage in a segment nobody reads (an old segment of a slave, of a master whose
+consumers are caught up) would otherwise be found only when a read reaches it, perhaps after
+the replica holding a good copy is gone. `ScrubPass` walks the whole commitlog at a bounded
+pace, so what it quarantines is repaired from a replica while one still has it.
 """
 
 from __future__ import annotations
@@ -110,6 +115,50 @@ class DamagedReads:
     @property
     def waiting(self) -> int:
         return sum(1 for o in self.first_seen_ms if o not in self.skipped)
+
+
+@dataclass
+class ScrubPass:
+    """Where the background scrub stands (ours): one pass validates the commitlog from its
+    min offset to its max, a segment per call (`Store.scrub`), pausing after each as long as
+    reading it at `bytes_per_second` takes. The log moves under it: retention deletes ahead of
+    the cursor (it goes on from the new min), an HA truncation cuts below it (the pass ends),
+    and a cut then regrown log may leave it inside a record (it goes back to its segment's
+    start, a record boundary, or past a segment whose start is refused)."""
+
+    bytes_per_second: int
+    cursor: int | None = None  # None: no pass under way
+    #: Counters for the broker's status.
+    passes: int = 0
+    scrubbed_bytes: int = 0
+    found: int = 0
+
+    def begin(self, min_offset: int) -> None:
+        self.cursor = min_offset
+
+    def next_call(self, min_offset: int, max_offset: int) -> int | None:
+        """Where the next `scrub` call starts; None when the pass is over (counted)."""
+        if self.cursor is None:
+            return None
+        self.cursor = max(self.cursor, min_offset)
+        if self.cursor >= max_offset:
+            self.cursor = None
+            self.passes += 1
+            return None
+        return self.cursor
+
+    def scrubbed(self, start: int, end: int, found: int) -> float:
+        """A call validated [start, end) and quarantined `found` new ranges: the pause (s)
+        before the next call."""
+        self.cursor = end
+        self.scrubbed_bytes += max(0, end - start)
+        self.found += found
+        return max(0, end - start) / self.bytes_per_second
+
+    def not_a_boundary(self, at: int, segment_size: int) -> None:
+        """The store refused `at` as a record boundary."""
+        seg_start = at - at % segment_size
+        self.cursor = seg_start if seg_start != at else at + segment_size
 
 
 def record_queue_offset(buf: bytes | StoreBuffer) -> int:

@@ -15,6 +15,10 @@
   a master its in-sync replicas) with RMQHA_READ_COMMITLOG; the store checks the bytes
   (`repair_record`: CRCs, positions, sizes, queue) before writing them back. A range no
   replica has intact stays quarantined and is tried again later.
+* **Scrub** (ours): every `storeScrubPassInterval` a pass validates the whole commitlog, one
+  segment per `Store.scrub` call (in a worker thread), pausing after each as long as reading it
+  at `storeScrubBytesPerSecond` takes (`core.storage.ScrubPass`). What it quarantines goes to
+  the repair loop at once.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ import trio
 
 from rmq_ha._native import EpochFile, Store
 from rmq_ha.broker.core import events as ev
-from rmq_ha.broker.core.storage import DamagedReads, ReadVerdict, SkippedUnit
+from rmq_ha.broker.core.storage import DamagedReads, ReadVerdict, ScrubPass, SkippedUnit
 from rmq_ha.config import BrokerConfig
-from rmq_ha.errors import RemotingError, StoreError
+from rmq_ha.errors import InvalidArgumentError, OffsetOutOfRangeError, RemotingError, StoreError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import RequestCode as RC
 from rmq_ha.protocol.codes import ResponseCode as Resp
@@ -86,6 +90,7 @@ class StorageService:
         self.hour = hour
         self.policy = RetentionPolicy.from_config(cfg)
         self.damage = DamagedReads(cfg.damaged_record_wait_ms)
+        self.scrub = ScrubPass(cfg.store_scrub_bytes_per_second)
         self.disk_full = False
         self.last_round: dict[str, Any] = {}
         self.deleted_files = 0
@@ -108,6 +113,8 @@ class StorageService:
         async with trio.open_nursery() as n:
             n.start_soon(self._retention_loop)
             n.start_soon(self._repair_loop)
+            if self.cfg.store_scrub_bytes_per_second > 0:
+                n.start_soon(self._scrub_loop)
             task_status.started()
 
     async def _retention_loop(self) -> None:
@@ -395,6 +402,50 @@ class StorageService:
             return None
         return bytes(r.body)
 
+    # ---- scrub ----------------------------------------------------------------------------
+
+    async def _scrub_loop(self) -> None:
+        interval = self.cfg.store_scrub_pass_interval_ms / 1000
+        while True:
+            began = trio.current_time()
+            try:
+                await self.scrub_pass()
+            except StoreError as e:
+                log.error("scrub pass failed: %s (next pass in %.0f s)", e, interval)
+                self.scrub.cursor = None
+            await trio.sleep_until(began + interval)
+
+    async def scrub_pass(self) -> None:
+        """One pass over the commitlog, paced; returns when it reached the log's end."""
+        native = self.store.native
+        seg = self.cfg.commitlog_segment_bytes
+        self.scrub.begin(native.min_offset)
+        while (at := self.scrub.next_call(native.min_offset, native.max_offset)) is not None:
+            try:
+                end, added = await trio.to_thread.run_sync(native.scrub, at)
+            except InvalidArgumentError:
+                self.scrub.not_a_boundary(at, seg)  # a cut then regrown log moved records
+                continue
+            except OffsetOutOfRangeError:
+                continue  # retention or a truncation moved the log's ends: look again
+            if added:
+                log.error(
+                    "scrub: %d damaged range(s) in commitlog [%d, %d), quarantined; asking "
+                    "the replicas for good copies",
+                    len(added),
+                    at,
+                    end,
+                )
+                self.wake_repair()
+            await trio.sleep(self.scrub.scrubbed(at, end, len(added)))
+        log.info(
+            "scrub pass %d over the commitlog done: %d bytes validated since start, %d damaged "
+            "range(s) found since start",
+            self.scrub.passes,
+            self.scrub.scrubbed_bytes,
+            self.scrub.found,
+        )
+
     # ---- what the admin command and the status show ----------------------------------------
 
     def health(self) -> dict[str, Any]:
@@ -418,6 +469,10 @@ class StorageService:
             "retention": self.last_round,
             "minOffset": self.store.native.min_offset,
             "cut": self.store.native.open_report.get("cut_offset"),
+            "scrubPasses": self.scrub.passes,
+            "scrubbedBytes": self.scrub.scrubbed_bytes,
+            "scrubFound": self.scrub.found,
+            "scrubAt": self.scrub.cursor,
         }
 
 
