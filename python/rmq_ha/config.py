@@ -358,6 +358,12 @@ class BrokerConfig(ServerKeys):
         True,
         "a consumer group gets a default subscription-group config at its first heartbeat",
     )
+    clear_retry_topic_when_delete_topic: bool = rmq(
+        "clearRetryTopicWhenDeleteTopic",
+        True,
+        "deleting a topic deletes the pop retry topic (%RETRY%group_topic) of every group that "
+        "consumed it",
+    )
     default_topic_queue_nums: int = rmq("defaultTopicQueueNums", 4)
     max_message_size: int = rmq("maxMessageSize", 4 * 1024 * 1024)
     offset_check_in_slave: bool = rmq(

@@ -67,6 +67,7 @@ from rmq_ha.protocol.command import RemotingCommand
 from rmq_ha.protocol.json_compat import BodyDecodeError
 from rmq_ha.protocol.message import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, decode_properties
 from rmq_ha.protocol.models import MessageQueue
+from rmq_ha.protocol.pop import pop_retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,35 @@ def consumer_groups_of(p: Ports, topic: str) -> set[str]:
     return online | set(p.offsets.groups_of_topic(topic))
 
 
+def _delete_topic(p: Ports, topic: str) -> str | None:
+    """Deletes a topic's config, offsets, traffic counts and messages (RocketMQ destroys the
+    consume queues): a master appends the store's deletion marker, which replicates, so its
+    slaves drop them when they reach it; a topic created again under this name starts empty.
+    A slave only drops the config (its master's marker comes with the log). Returns why it
+    failed, or None."""
+    native = p.store.native
+    marker = None
+    if p.role.is_master and any(t == topic for t, _ in native.queues()):
+        try:
+            marker = native.delete_topic(topic)
+        except StoreError as e:
+            return f"deleting topic {topic}: {e}"
+    existed = p.topics.delete(topic)
+    dropped = p.offsets.remove(topic=topic)
+    p.traffic.forget(topic=topic)
+    p.clients.forget(topic=topic)
+    if existed:
+        p.topics.changed()
+    log.info(
+        "topic %s deleted (config %s, %d group offsets dropped, messages %s)",
+        topic,
+        "removed" if existed else "absent",
+        dropped,
+        "none" if marker is None else f"hidden below commitlog offset {marker}",
+    )
+    return None
+
+
 def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
     async def consumer_connections(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetConsumerConnectionListRequestHeader.from_ext(cmd.ext_fields)
@@ -278,30 +308,21 @@ def register(d: Dispatcher, p: Ports, groups: SubscriptionGroupManager) -> None:
                 Resp.SYSTEM_ERROR,
                 f"the topic {h.topic} is a system topic: it cannot be deleted",
             )
-        # its messages too (RocketMQ destroys the consume queues): a master appends the
-        # store's deletion marker, which replicates, so its slaves drop them when they reach
-        # it; a topic created again under this name starts empty. A slave only drops the
-        # config (its master's marker comes with the log).
-        native = p.store.native
-        marker = None
-        if p.role.is_master and any(t == h.topic for t, _ in native.queues()):
-            try:
-                marker = native.delete_topic(h.topic)
-            except StoreError as e:
-                return cmd.response(Resp.SYSTEM_ERROR, f"deleting topic {h.topic}: {e}")
-        existed = p.topics.delete(h.topic)
-        dropped = p.offsets.remove(topic=h.topic)
-        p.traffic.forget(topic=h.topic)
-        p.clients.forget(topic=h.topic)
-        if existed:
-            p.topics.changed()
-        log.info(
-            "topic %s deleted (config %s, %d group offsets dropped, messages %s)",
-            h.topic,
-            "removed" if existed else "absent",
-            dropped,
-            "none" if marker is None else f"hidden below commitlog offset {marker}",
-        )
+        # RocketMQ's clearRetryTopicWhenDeleteTopic: the pop retry topic of every group that
+        # consumed the topic goes with it (messages a group can no longer be subscribed to)
+        retries: list[str] = []
+        if p.cfg.clear_retry_topic_when_delete_topic:
+            retries = [
+                r
+                for r in sorted(
+                    {pop_retry_topic(h.topic, g) for g in p.offsets.groups_of_topic(h.topic)}
+                )
+                if p.topics.get(r) is not None
+            ]
+        for topic in [h.topic, *retries]:
+            why = _delete_topic(p, topic)
+            if why is not None:
+                return cmd.response(Resp.SYSTEM_ERROR, why)
         return cmd.response(Resp.SUCCESS)
 
     async def update_group(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
