@@ -1026,3 +1026,36 @@ async def test_a_changed_segment_size_is_refused_at_start_naming_the_key(tmp_pat
     async with cluster(tmp_path) as c:  # the recorded size opens as before
         r = await c.client.invoke(c.broker, pull_cmd("Seg", 0, 0))
         assert bodies_of(r.body) == [b"x"]
+
+
+async def test_missing_offset_files_beside_known_groups_are_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both consumerOffset.json and its .bak gone while subscriptionGroup.json lists groups
+    (a deleted or lost config file): every group would start again from consumeFromWhere, so
+    the start says so at WARNING naming the file. A fresh broker, or one whose offsets file is
+    there, says nothing."""
+    from rmq_ha.protocol.admin import SubscriptionGroupConfig
+
+    def said() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "consumerOffset.json" in r.getMessage()
+        ]
+
+    async with cluster(tmp_path) as c:
+        c.node.subgroups.update(SubscriptionGroupConfig(group_name="g1"))
+        c.node.offsets.commit("g1", "T", 0, 5)
+        c.node.offsets.persist(force=True)
+    assert said() == [], "a fresh broker"
+    conf = tmp_path / "store" / "config"
+    async with cluster(tmp_path):
+        pass
+    assert said() == [], "the offsets file is there"
+    for f in (conf / "consumerOffset.json", conf / "consumerOffset.json.bak"):
+        f.unlink(missing_ok=True)
+    async with cluster(tmp_path):
+        pass
+    (line,) = said()
+    assert "1 consumer groups" in line and "subscriptionGroup.json" in line

@@ -62,7 +62,7 @@ from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.clock import monotonic_ms
 from rmq_ha.config import BrokerConfig, BrokerRole, FlushDiskType
 from rmq_ha.config import rocketmq_items as config_items
-from rmq_ha.durable import persist_or_log
+from rmq_ha.durable import backup_path, persist_or_log
 from rmq_ha.errors import StoreError
 from rmq_ha.metrics import SnapshotCollector, endpoint, registry_of, serve_metrics
 from rmq_ha.net.client import RemotingClient
@@ -141,6 +141,22 @@ class Broker:
         self.clients = ClientManager()
         self.locks = QueueLocks(cfg.lock_expire_ms)
         self.subgroups = SubscriptionGroupManager(root / SUBGROUPS_FILE)
+        offsets_file = root / "consumerOffset.json"
+        if (
+            self.subgroups.table
+            and not self.offsets.table
+            and not any(f.exists() for f in (offsets_file, backup_path(offsets_file)))
+        ):
+            # a broker whose consumers heartbeated has their groups on record; with no
+            # offsets file (nor its backup) every group starts again from consumeFromWhere
+            log.warning(
+                "%s and its .bak are missing while %d consumer groups are on record in %s: "
+                "no consumer offsets, so each group starts from its consumeFromWhere "
+                "(re-delivering or skipping messages); restore the file if it was lost",
+                offsets_file,
+                len(self.subgroups.table),
+                root / SUBGROUPS_FILE,
+            )
         self.request_modes = RequestModes(root / "messageRequestMode.json")
         self.hold = PullHold()
         self.outbound = RemotingClient(signer=inner_signer(cfg), tls=client_context(cfg))
