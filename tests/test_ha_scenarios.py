@@ -326,3 +326,40 @@ async def test_a_deleted_topic_is_deleted_on_the_slave_too_and_comes_back_empty(
 def read_values(read: list[str]) -> set[str]:
     assert len(read) == len(set(read)), "a message read twice"
     return set(read)
+
+
+async def test_a_slave_copies_its_masters_subscription_groups(tmp_path: Path) -> None:
+    """RocketMQ's SlaveSynchronize copies subscription groups too: a group an admin created or
+    changed on the master (consumeEnable=false, retryMaxTimes) reaches the slave, and a
+    deleted one goes from it. Before, a slave kept none of them, so after a failover the new
+    master let a disabled group consume and forgot every group's settings."""
+    from rmq_ha.protocol.admin import SubscriptionGroupConfig
+
+    c = HaCluster(
+        tmp_path,
+        replicas=2,
+        controller_mode=False,
+        broker={"syncBrokerMetadataPeriod": 300},
+    )
+    async with started(c):
+        await slave_transferring(c)
+        async with Admin(c.ns_addrs[0], config=ClientConfig(client_ip="127.0.0.1")) as admin:
+            for name, enable in (("cg-off", False), ("cg-gone", True)):
+                cfg = SubscriptionGroupConfig(
+                    group_name=name, consume_enable=enable, retry_max_times=3
+                )
+                await admin.update_subscription_group(c.broker_addr(0), cfg)
+
+            async def on_slave() -> dict[str, SubscriptionGroupConfig]:
+                return await admin.subscription_groups(c.broker_addr(1))
+
+            with trio.fail_after(30):
+                while not {"cg-off", "cg-gone"} <= set(await on_slave()):
+                    await trio.sleep(0.1)
+            got = await on_slave()
+            assert got["cg-off"].consume_enable is False and got["cg-off"].retry_max_times == 3
+            await admin.delete_subscription_group(c.broker_addr(0), "cg-gone")
+            with trio.fail_after(30):
+                while "cg-gone" in await on_slave():
+                    await trio.sleep(0.1)
+            assert "cg-off" in await on_slave()

@@ -220,6 +220,7 @@ class Broker:
             ha_address=lambda: self.ha.ha_address,
             topics=self.topics,
             offsets=self.offsets,
+            subgroups=self.subgroups,
             delay=self.special.delay.offsets,
             delay_running=lambda: self.special.delay.running,
             adopt_topics=lambda: self.topics.adopt_queues(store.native.queues()),

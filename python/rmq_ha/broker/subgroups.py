@@ -107,6 +107,19 @@ class SubscriptionGroupManager:
         else:
             self.dirty = True
 
+    def adopt(self, raw: bytes) -> bool:
+        """A slave's copy of its master's table (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body;
+        RocketMQ's SlaveSynchronize.syncSubscriptionGroupConfig), taken whole when it differs
+        from this one; True when it changed. A group only this replica knew (a consumer's
+        heartbeat here made its default config) goes too: the next heartbeat makes it again."""
+        w = _parse_file(raw)
+        if w.subscription_group_table == self.table:
+            return False
+        self.table = dict(w.subscription_group_table)
+        self.data_version = w.data_version
+        self.persist()
+        return True
+
     def delete(self, group: str) -> bool:
         """True when the group had a config."""
         if self.table.pop(group, None) is None:

@@ -9,7 +9,8 @@ metadata sync from its master.
 * The light heartbeat (classic mode): BROKER_HEARTBEAT (904, oneway), or with
   compatibleWithOldNameSrv QUERY_DATA_VERSION (322), whose answer says whether to register
   again. In controller mode 904 is the controller's.
-* A slave copies topic configs, consumer offsets and delay progress from its master every
+* A slave copies topic configs, subscription groups, consumer offsets and delay progress from
+  its master every
   syncBrokerMetadataPeriod, so a new master (or a slave acting for a dead one) starts from
   recent metadata. Not while acting: then this slave's copy is the newer one, and the
   returning master pulls it back (pre-online).
@@ -27,6 +28,7 @@ import trio
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleCore
 from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.config import BrokerConfig
 from rmq_ha.errors import RemotingError
@@ -73,6 +75,7 @@ class NamesrvShell:
         ha_address: Callable[[], str],
         topics: TopicConfigManager,
         offsets: ConsumerOffsetManager,
+        subgroups: SubscriptionGroupManager,
         delay: DelayProgress,
         delay_running: Callable[[], bool],
         adopt_topics: Callable[[], object],
@@ -87,6 +90,7 @@ class NamesrvShell:
         self.ha_address = ha_address
         self.topics = topics
         self.offsets = offsets
+        self.subgroups = subgroups
         self.delay = delay
         self.delay_running = delay_running
         self.adopt_topics = adopt_topics
@@ -315,6 +319,18 @@ class NamesrvShell:
                     changed = True
             if changed:
                 self.topics.persist()
+        # Group configs: without them a new master refuses the groups an admin created on the
+        # old one (autoCreateSubscriptionGroup=false), or lets consume a group set to
+        # consumeEnable=false, or retries past its retryMaxTimes.
+        r = await out.invoke(
+            addr, RemotingCommand.request(RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 3.0
+        )
+        if r.code == Resp.SUCCESS and r.body and self.subgroups.adopt(r.body):
+            log.info(
+                "subscription groups copied from the master %s: %d groups",
+                addr,
+                len(self.subgroups.table),
+            )
         # Offsets and delay progress only from a master that has pulled ours back (acting
         # master: its 906 came first; RoleCore.copies_metadata).
         r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_CONSUMER_OFFSET), 3.0)
