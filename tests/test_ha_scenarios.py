@@ -4,6 +4,7 @@ master/slave replication."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -329,9 +330,10 @@ def read_values(read: list[str]) -> set[str]:
 
 
 async def test_a_slave_copies_its_masters_subscription_groups(tmp_path: Path) -> None:
-    """RocketMQ's SlaveSynchronize copies subscription groups too: a group an admin created or
-    changed on the master (consumeEnable=false, retryMaxTimes) reaches the slave, and a
-    deleted one goes from it. Before, a slave kept none of them, so after a failover the new
+    """RocketMQ's SlaveSynchronize copies subscription groups and message request modes too: a
+    group an admin created or changed on the master (consumeEnable=false, retryMaxTimes)
+    reaches the slave, a deleted one goes from it, and a group switched to pop is in pop mode
+    on the slave. Before, a slave kept none of them, so after a failover the new
     master let a disabled group consume and forgot every group's settings."""
     from rmq_ha.protocol.admin import SubscriptionGroupConfig
 
@@ -363,3 +365,25 @@ async def test_a_slave_copies_its_masters_subscription_groups(tmp_path: Path) ->
                 while "cg-gone" in await on_slave():
                     await trio.sleep(0.1)
             assert "cg-off" in await on_slave()
+        # message request modes (a group switched to pop) too
+        from rmq_ha.net.client import RemotingClient
+        from rmq_ha.protocol.codes import RequestCode as RC
+        from rmq_ha.protocol.command import RemotingCommand
+        from rmq_ha.protocol.models import SetMessageRequestModeRequestBody
+
+        body = SetMessageRequestModeRequestBody(
+            topic=TOPIC, consumer_group="cg-pop", mode="POP", pop_share_queue_num=2
+        )
+        async with RemotingClient() as rc:
+            set_mode = RemotingCommand.request(RC.SET_MESSAGE_REQUEST_MODE, None, body.to_json())
+            assert (await rc.invoke(c.broker_addr(0), set_mode, 5.0)).code == Resp.SUCCESS
+            get_all = RemotingCommand.request(RC.GET_ALL_MESSAGE_REQUEST_MODE)
+            with trio.fail_after(30):
+                while True:
+                    r = await rc.invoke(c.broker_addr(1), get_all, 5.0)
+                    assert r.code == Resp.SUCCESS, r.remark
+                    modes = json.loads(r.body or b"{}")["messageRequestModeMap"]
+                    if "cg-pop" in modes.get(TOPIC, {}):
+                        break
+                    await trio.sleep(0.1)
+            assert modes[TOPIC]["cg-pop"]["mode"] == "POP"

@@ -114,10 +114,24 @@ class RequestModes:
         self.table[(body.topic, body.consumer_group)] = body
         self.persist()
 
-    def persist(self) -> None:
+    def to_json(self) -> bytes:
+        """The table as RocketMQ's MessageRequestModeSerializeWrapper (the file's shape, and
+        GET_ALL_MESSAGE_REQUEST_MODE's body)."""
         modes: dict[str, dict[str, object]] = {}
         for (topic, group), m in sorted(self.table.items()):
             modes.setdefault(topic, {})[group] = m.to_obj()
+        return json.dumps({"messageRequestModeMap": modes}, sort_keys=True).encode()
+
+    def adopt(self, raw: bytes) -> bool:
+        """A slave's copy of its master's table (RocketMQ's syncMessageRequestMode), taken
+        whole; True when it changed. A bad body changes nothing (ValueError)."""
+        before = dict(self.table)
+        self._adopt(raw)
+        if self.table == before:
+            return False
+        self.persist()
+        return True
+
+    def persist(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"messageRequestModeMap": modes}
-        write_with_backup(self.path, json.dumps(doc, sort_keys=True).encode())
+        write_with_backup(self.path, self.to_json())

@@ -221,6 +221,7 @@ class Broker:
             topics=self.topics,
             offsets=self.offsets,
             subgroups=self.subgroups,
+            request_modes=self.request_modes,
             delay=self.special.delay.offsets,
             delay_running=lambda: self.special.delay.running,
             adopt_topics=lambda: self.topics.adopt_queues(store.native.queues()),

@@ -1,4 +1,5 @@
-"""QUERY_ASSIGNMENT (400) and SET_MESSAGE_REQUEST_MODE (401): server-side load balancing for
+"""QUERY_ASSIGNMENT (400), SET_MESSAGE_REQUEST_MODE (401) and GET_ALL_MESSAGE_REQUEST_MODE
+(402, what a slave copies from its master): server-side load balancing for
 consumers with clientRebalance=false and for groups switched to pop mode (see
 ``rmq_ha.broker.assignment``). The queues of a topic come from its route on the name servers
 (every broker of the topic, as the client would see them), or from this broker's own config
@@ -123,5 +124,9 @@ def register(d: Dispatcher, p: Ports, modes: RequestModes) -> None:
         )  # fmt: skip
         return cmd.response(Resp.SUCCESS)
 
+    async def all_request_modes(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(Resp.SUCCESS, None, None, modes.to_json())
+
+    d.register(RC.GET_ALL_MESSAGE_REQUEST_MODE, all_request_modes)
     d.register(RC.QUERY_ASSIGNMENT, query_assignment)
     d.register(RC.SET_MESSAGE_REQUEST_MODE, set_request_mode)

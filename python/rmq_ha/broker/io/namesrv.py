@@ -9,8 +9,8 @@ metadata sync from its master.
 * The light heartbeat (classic mode): BROKER_HEARTBEAT (904, oneway), or with
   compatibleWithOldNameSrv QUERY_DATA_VERSION (322), whose answer says whether to register
   again. In controller mode 904 is the controller's.
-* A slave copies topic configs, subscription groups, consumer offsets and delay progress from
-  its master every
+* A slave copies topic configs, subscription groups, message request modes, consumer offsets
+  and delay progress from its master every
   syncBrokerMetadataPeriod, so a new master (or a slave acting for a dead one) starts from
   recent metadata. Not while acting: then this slave's copy is the newer one, and the
   returning master pulls it back (pre-online).
@@ -25,6 +25,7 @@ from typing import Protocol
 
 import trio
 
+from rmq_ha.broker.assignment import RequestModes
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.role import RoleCore
 from rmq_ha.broker.offsets import ConsumerOffsetManager
@@ -76,6 +77,7 @@ class NamesrvShell:
         topics: TopicConfigManager,
         offsets: ConsumerOffsetManager,
         subgroups: SubscriptionGroupManager,
+        request_modes: RequestModes,
         delay: DelayProgress,
         delay_running: Callable[[], bool],
         adopt_topics: Callable[[], object],
@@ -91,6 +93,7 @@ class NamesrvShell:
         self.topics = topics
         self.offsets = offsets
         self.subgroups = subgroups
+        self.request_modes = request_modes
         self.delay = delay
         self.delay_running = delay_running
         self.adopt_topics = adopt_topics
@@ -330,6 +333,15 @@ class NamesrvShell:
                 "subscription groups copied from the master %s: %d groups",
                 addr,
                 len(self.subgroups.table),
+            )
+        # Pop or pull per group and topic: without them a new master answers pull mode to a
+        # group switched to pop (its clients go back to client-side rebalancing).
+        r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_MESSAGE_REQUEST_MODE), 3.0)
+        if r.code == Resp.SUCCESS and r.body and self.request_modes.adopt(r.body):
+            log.info(
+                "message request modes copied from the master %s: %d",
+                addr,
+                len(self.request_modes.table),
             )
         # Offsets and delay progress only from a master that has pulled ours back (acting
         # master: its 906 came first; RoleCore.copies_metadata).
