@@ -13,10 +13,10 @@ import trio.testing
 
 from rmq_ha._native import EpochFile, Message
 from rmq_ha.broker.core.storage import ScrubPass
-from rmq_ha.broker.io.storage import StorageService
+from rmq_ha.broker.io.storage import SCRUB_FILE, StorageService
 from rmq_ha.config import BrokerConfig
 from rmq_ha.net.client import RemotingClient
-from rmq_ha.store import open_store
+from rmq_ha.store import AsyncStore, open_store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,6 +62,63 @@ def _flip(path: Path, pos: int) -> None:
         b = f.read(1)
         f.seek(pos)
         f.write(bytes([b[0] ^ 0x5A]))
+
+
+def _service(
+    cfg: BrokerConfig, store: AsyncStore, root: Path, rc: RemotingClient
+) -> StorageService:
+    async def no_sources() -> list[str]:
+        return []
+
+    return StorageService(
+        cfg,
+        store,
+        epochs=EpochFile(root / "epochFileCheckpoint"),
+        feed=lambda _e: None,
+        outbound=rc,
+        replication_floor=lambda: None,
+        repair_sources=no_sources,
+        on_repaired=lambda _: None,
+    )
+
+
+async def test_a_restart_resumes_an_unfinished_pass_where_it_stopped(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scrub's progress is saved after each segment (`scrubProgress`): a broker restarted
+    in the middle of a pass goes on from there, not from the log's start (a broker restarted
+    more often than a pass takes never reached its newest segments), and the pass keeps its
+    start time. An unreadable progress file starts a new pass, with a WARNING."""
+    cfg = BrokerConfig(commitlog_segment_bytes=SEG, store_scrub_bytes_per_second=SEG)
+    async with open_store(tmp_path, segment_size=SEG) as store:
+        store.native.append_batch([Message("S", 0, b"y" * 300) for _ in range(1500)])
+        store.native.flush()
+        top = store.native.max_offset
+        assert top > 6 * SEG
+        store.native.close()
+    # damage in the last full segment: the resumed pass must still reach it
+    last_full = (top // SEG - 1) * SEG
+    _flip(tmp_path / "commitlog" / f"{last_full:020d}", 40 * 350 + 200)
+    async with open_store(tmp_path, segment_size=SEG) as store, RemotingClient() as rc:
+        svc = _service(cfg, store, tmp_path, rc)
+        async with trio.open_nursery() as n:
+            n.start_soon(svc.scrub_pass, None, 1234)
+            # stopped (the broker stopped) once three segments are on record as validated
+            while (svc.scrub_saved()[0] or 0) < 3 * SEG:
+                await trio.sleep(0.05)
+            n.cancel_scope.cancel()
+    async with open_store(tmp_path, segment_size=SEG) as store, RemotingClient() as rc:
+        svc = _service(cfg, store, tmp_path, rc)
+        cursor, started = svc.scrub_saved()
+        assert cursor is not None and 3 * SEG <= cursor < last_full and started == 1234
+        await svc.scrub_pass(resume_at=cursor, started_ms=started)
+        c = svc.counters()
+        assert c["scrubbedBytes"] == top - cursor, "from where it stopped"
+        assert c["scrubFound"] == 1 and len(store.native.quarantined()) == 1
+        assert svc.scrub_saved() == (None, 1234), "the pass is over"
+        (tmp_path / SCRUB_FILE).write_text('{"cursor": "x"}')
+        assert svc.scrub_saved() == (None, None)
+        assert any("scrub progress" in r.getMessage() for r in caplog.records)
 
 
 async def test_one_paced_pass_quarantines_damage_no_read_would_reach(

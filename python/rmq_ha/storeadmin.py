@@ -45,6 +45,7 @@ LOG_FILES = (
     "quarantine.bak",
     "haCatchUp",
     "commitlogSegmentSize",
+    "scrubProgress",
 )
 
 

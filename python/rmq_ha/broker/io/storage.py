@@ -18,11 +18,13 @@
 * **Scrub** (ours): every `storeScrubPassInterval` a pass validates the whole commitlog, one
   segment per `Store.scrub` call (in a worker thread), pausing after each as long as reading it
   at `storeScrubBytesPerSecond` takes (`core.storage.ScrubPass`). What it quarantines goes to
-  the repair loop at once.
+  the repair loop at once. Its progress is kept in `<root>/scrubProgress` (sealed JSON), so a
+  restart resumes an unfinished pass and keeps the interval between passes.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +36,9 @@ import trio
 from rmq_ha._native import EpochFile, Store
 from rmq_ha.broker.core import events as ev
 from rmq_ha.broker.core.storage import DamagedReads, ReadVerdict, ScrubPass, SkippedUnit
+from rmq_ha.clock import wall_ms
 from rmq_ha.config import BrokerConfig
+from rmq_ha.durable import seal, unseal, write_atomic
 from rmq_ha.errors import InvalidArgumentError, OffsetOutOfRangeError, RemotingError, StoreError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.protocol.codes import RequestCode as RC
@@ -54,6 +58,8 @@ log = logging.getLogger(__name__)
 
 #: A quarantined range no source could repair is asked again after this many repair intervals.
 RETRY_INTERVALS = 5
+#: The scrub's progress in the store root: where an unfinished pass stopped, when it began.
+SCRUB_FILE = "scrubProgress"
 #: Timeout of one RMQHA_READ_COMMITLOG request (s).
 READ_TIMEOUT_S = 5.0
 
@@ -405,21 +411,60 @@ class StorageService:
     # ---- scrub ----------------------------------------------------------------------------
 
     async def _scrub_loop(self) -> None:
-        interval = self.cfg.store_scrub_pass_interval_ms / 1000
+        interval_ms = self.cfg.store_scrub_pass_interval_ms
+        cursor, started_ms = self.scrub_saved()
+        if cursor is None and started_ms is not None:
+            # the last pass ended before this start: the next is due an interval after it began
+            await trio.sleep(_clamped_wait_ms(started_ms + interval_ms, interval_ms) / 1000)
+            started_ms = None
         while True:
-            began = trio.current_time()
+            started_ms = started_ms if cursor is not None and started_ms else wall_ms()
             try:
-                await self.scrub_pass()
-            except StoreError as e:
-                log.error("scrub pass failed: %s (next pass in %.0f s)", e, interval)
+                await self.scrub_pass(resume_at=cursor, started_ms=started_ms)
+            except (StoreError, OSError) as e:
+                log.error("scrub pass failed: %s (next pass in %d ms)", e, interval_ms)
                 self.scrub.cursor = None
-            await trio.sleep_until(began + interval)
+            cursor = None
+            await trio.sleep(_clamped_wait_ms(started_ms + interval_ms, interval_ms) / 1000)
+            started_ms = None
 
-    async def scrub_pass(self) -> None:
-        """One pass over the commitlog, paced; returns when it reached the log's end."""
+    def scrub_saved(self) -> tuple[int | None, int | None]:
+        """(where an unfinished pass stopped, when the last pass began, wall ms) as the file
+        `scrubProgress` keeps them; (None, None) without one, or when it cannot be read (a
+        WARNING: a new pass starts)."""
+        if self.store.root is None:
+            return None, None
+        path = self.store.root / SCRUB_FILE
+        try:
+            doc = json.loads(unseal(path.read_bytes()))
+            cursor, started = doc["cursor"], doc["passStartedMs"]
+            if not (cursor is None or type(cursor) is int) or type(started) is not int:
+                raise ValueError(f"cursor {cursor!r}, passStartedMs {started!r}")
+        except FileNotFoundError:
+            return None, None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("scrub progress %s unreadable (%s): a new scrub pass starts", path, e)
+            return None, None
+        return cursor, started
+
+    async def _save_scrub(self, started_ms: int) -> None:
+        if self.store.root is None:
+            return
+        doc = {"cursor": self.scrub.cursor, "passStartedMs": started_ms}
+        data = seal(json.dumps(doc).encode())
+        try:
+            await trio.to_thread.run_sync(write_atomic, self.store.root / SCRUB_FILE, data)
+        except OSError as e:  # a full disk: the scrub goes on, a restart starts over
+            log.warning("scrub progress not saved: %s", e)
+
+    async def scrub_pass(self, resume_at: int | None = None, started_ms: int | None = None) -> None:
+        """One pass over the commitlog, paced, from `resume_at` (where a pass that began at
+        wall ms `started_ms` stopped) or the log's start; returns when it reached the log's
+        end. Its progress is saved after each segment, so a restart resumes it."""
         native = self.store.native
         seg = self.cfg.commitlog_segment_bytes
-        self.scrub.begin(native.min_offset)
+        started = wall_ms() if started_ms is None else started_ms
+        self.scrub.begin(native.min_offset if resume_at is None else resume_at)
         while (at := self.scrub.next_call(native.min_offset, native.max_offset)) is not None:
             try:
                 end, added = await trio.to_thread.run_sync(native.scrub, at)
@@ -437,7 +482,10 @@ class StorageService:
                     end,
                 )
                 self.wake_repair()
-            await trio.sleep(self.scrub.scrubbed(at, end, len(added)))
+            pause = self.scrub.scrubbed(at, end, len(added))
+            await self._save_scrub(started)
+            await trio.sleep(pause)
+        await self._save_scrub(started)
         log.info(
             "scrub pass %d over the commitlog done: %d bytes validated since start, %d damaged "
             "range(s) found since start",
@@ -474,6 +522,12 @@ class StorageService:
             "scrubFound": self.scrub.found,
             "scrubAt": self.scrub.cursor,
         }
+
+
+def _clamped_wait_ms(due_wall_ms: int, most_ms: int) -> int:
+    """How long until a wall-clock time, never less than 0 nor more than `most_ms` (a wall
+    clock stepped back must not postpone the next pass for longer than one interval)."""
+    return max(0, min(most_ms, due_wall_ms - wall_ms()))
 
 
 def _delete_one(native: Store, d: RetentionDecision, floor: int | None) -> list[str]:
