@@ -194,6 +194,9 @@ def _unsealed(raw: bytes) -> bytes:
 DAMAGES = ["empty", "garbage", "cut", "missing", "too-deep", "overflow"]
 # damage that still parses: caught by the checksum, or (unsealed) by the table's key
 DAMAGES += ["digit", "key-sealed", "key-unsealed", "seal-key", "seal-digit"]
+# a digit off behind what JSON readers skip before the object (a newline, a BOM): the seal is
+# still checked (before, it was not found there and the file was read unchecked)
+DAMAGES += ["digit-after-newline", "digit-after-bom"]
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIG_FILES))
@@ -228,9 +231,11 @@ def test_a_damaged_config_file_is_read_from_its_backup(
             bad = re.sub(rb":\s*\d+(?=\s*[,}\]])", b":1e999", good)
             assert bad != good
             p.write_bytes(bad)
-        case "digit":  # the value written second, one digit off: still valid JSON
+        case "digit" | "digit-after-newline" | "digit-after-bom":
+            # the value written second, one digit off: still valid JSON
             at = good.rindex(b"2")
-            p.write_bytes(good[:at] + b"3" + good[at + 1 :])
+            lead = {"digit": b"", "digit-after-newline": b"\n", "digit-after-bom": b"\xef\xbb\xbf"}
+            p.write_bytes(lead[damage] + good[:at] + b"3" + good[at + 1 :])
         case "key-sealed" | "key-unsealed":  # the table's key misspelled: an empty table
             key = TABLE_KEYS[kind]
             bad = good.replace(key, key[:-1] + b"d")
@@ -265,6 +270,42 @@ def test_a_damaged_config_file_is_read_from_its_backup(
     p.unlink()
     bak.unlink()
     assert state(p) in ([], None, {})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1e30", "-5", "true", "250.9", '"-1"', "null", "9223372036854775808"],
+)
+def test_an_offset_that_is_not_an_offset_makes_the_file_damaged(
+    tmp_path: Path, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hand-edited (unsealed) consumerOffset.json is read unchecked, but each offset must be
+    a whole number from 0 to 2^63 - 1 (each queue id from 0 to 2^31 - 1, each key
+    topic@group): anything else is damage and the backup is read. Before, 1e30 was kept (every
+    client then failed to read it: not a Java long), -5 and true (as 1) re-delivered the
+    queue, and 250.9 was read as 250."""
+    p = tmp_path / "config" / "consumerOffset.json"
+    _offsets_write(p, 7)
+    _offsets_write(p, 250)
+    raw = _unsealed(p.read_bytes())
+    bad = raw.replace(b": 250", b": " + value.encode(), 1)
+    assert bad != raw
+    p.write_bytes(bad)
+    with caplog.at_level(logging.WARNING, logger="rmq_ha.durable"):
+        assert ConsumerOffsetManager(p).query("g", "T", 0) == 7
+    assert any(".bak" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("key", ["Tg", "@g", "T@"])
+def test_an_offsets_key_that_names_no_topic_and_group_makes_the_file_damaged(
+    tmp_path: Path, key: str
+) -> None:
+    p = tmp_path / "config" / "consumerOffset.json"
+    _offsets_write(p, 7)
+    _offsets_write(p, 250)
+    raw = _unsealed(p.read_bytes())
+    p.write_bytes(raw.replace(b'"T@g"', b'"' + key.encode() + b'"', 1))
+    assert ConsumerOffsetManager(p).query("g", "T", 0) == 7
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIG_FILES))
@@ -325,3 +366,20 @@ def test_runtime_config_damage_that_still_parses_reads_the_backup(tmp_path: Path
     assert with_runtime_overrides(cfg).max_message_size == 888888
     path.write_bytes(path.read_bytes().replace(b"maxMessageSize", b"maxMessageShze"))
     assert with_runtime_overrides(cfg).max_message_size == 999999
+
+
+@pytest.mark.parametrize("content", [b"banana", b"", "\u00b2".encode(), b"\xff\xfe", b"-1"])
+def test_a_damaged_segment_size_record_is_refused_in_one_line(
+    tmp_path: Path, content: bytes
+) -> None:
+    """commitlogSegmentSize holding anything but ASCII digits refuses the start with one line
+    naming the file and the key. Before, '²' (a digit to str.isdigit, not to int) and bytes
+    that are not UTF-8 stopped the broker with a traceback."""
+    from rmq_ha.errors import ConfigError
+    from rmq_ha.store import SEGMENT_SIZE_FILE, check_segment_size
+
+    (tmp_path / SEGMENT_SIZE_FILE).write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        check_segment_size(tmp_path, 1 << 20, "mappedFileSizeCommitLog")
+    assert e.value.key == "mappedFileSizeCommitLog"
+    assert SEGMENT_SIZE_FILE in str(e.value) and "does not hold a segment size" in str(e.value)

@@ -79,7 +79,9 @@ def unseal(raw: bytes) -> bytes:
     """The JSON a sealed file was written from, checked against its CRC (ValueError when it
     does not match); an unsealed file as it is. A file whose head is a few bytes off the seal's
     is damaged, not unsealed: that is where a flip in the key would otherwise turn the check
-    off."""
+    off. Leading whitespace and a UTF-8 BOM (which JSON readers skip) are skipped here too, so
+    they cannot hide a seal."""
+    raw = raw.removeprefix(b"\xef\xbb\xbf").lstrip()
     if raw.startswith(_SEAL):
         i = j = len(_SEAL)
         while j < len(raw) and j - i <= 10 and raw[j : j + 1].isdigit():

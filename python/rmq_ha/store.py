@@ -315,12 +315,13 @@ def check_segment_size(root: Path, size: int, key: str) -> None:
     old size then failed every second (operator probe)."""
     p = root / SEGMENT_SIZE_FILE
     try:
-        text = p.read_text().strip()
+        text = p.read_bytes().decode("ascii", errors="replace").strip()
     except FileNotFoundError:
         return
     except OSError as e:
         raise ConfigError(f"{p} cannot be read: {e.strerror or e}", key) from None
-    if not text.isdigit():
+    # ASCII digits only: str.isdigit also takes '²' and other digits int() refuses
+    if not (text.isascii() and text.isdigit()):
         raise ConfigError(
             f"{p} does not hold a segment size ({text[:40]!r}); fix or delete it", key
         )

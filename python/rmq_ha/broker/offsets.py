@@ -23,6 +23,33 @@ from pathlib import Path
 from rmq_ha.durable import ConfigFileWriter, read_with_backup, require_keys
 from rmq_ha.protocol.models import DataVersion
 
+LONG_MAX = (1 << 63) - 1
+
+
+def _offset(v: object) -> int:
+    """An offset as the file holds it: a whole number from 0 to 2^63 - 1 (a string of digits
+    too, as RocketMQ's reader takes it). Anything else (1e30, -5, true, 250.9) is damage: a
+    client cannot read it, or it rewinds or skips the group."""
+    if isinstance(v, str) and v.isascii() and v.isdigit():
+        v = int(v)
+    if type(v) is not int or not 0 <= v <= LONG_MAX:
+        raise ValueError(f"offset {v!r} is not a whole number from 0 to 2^63 - 1")
+    return v
+
+
+def _queue_id(q: object) -> int:
+    n = int(str(q)) if str(q).isascii() and str(q).isdigit() else -1
+    if not 0 <= n < 1 << 31:
+        raise ValueError(f"queue id {q!r} is not a whole number from 0 to 2^31 - 1")
+    return n
+
+
+def _table_key(key: object) -> str:
+    topic, sep, group = str(key).partition("@")
+    if not (sep and topic and group):
+        raise ValueError(f"key {key!r} is not topic@group")
+    return str(key)
+
 
 class ConsumerOffsetManager:
     def __init__(self, path: Path, version_step: int = 500) -> None:
@@ -48,7 +75,7 @@ class ConsumerOffsetManager:
         doc = require_keys(json.loads(raw), "offsetTable")
         # parsed whole before anything changes: a bad file leaves the table as it was
         table = {
-            str(key): {int(q): int(o) for q, o in queues.items()}
+            _table_key(key): {_queue_id(q): _offset(o) for q, o in queues.items()}
             for key, queues in doc.get("offsetTable", {}).items()
         }
         dv = doc.get("dataVersion") or {}
