@@ -275,3 +275,31 @@ def test_a_store_time_ahead_of_the_clock_is_delivered_now_not_never() -> None:
     assert deliver_at(now - 9_000, 5_000, now) == now - 4_000  # overdue: at once
     assert deliver_at(now + 600_000, 5_000, now) == now  # stored ahead of the clock
     assert deliver_at(now, 5_000, now) == now + 5_000  # stored just now: the full delay
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("stored", [1000, 2**63 - 1])
+async def test_progress_past_the_schedule_queues_end_goes_back_to_it(
+    tmp_path: Path, stored: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Storage probe 3: delayOffset.json holding an offset past the schedule queue's end (a
+    hand edit, damage that still parses, or a log cut since it was saved) left that level
+    waiting for offsets the queue never reached: every delayed message sent after it was
+    acknowledged and never delivered. The level goes back to the queue's end with a WARNING
+    (RocketMQ's correctDelayOffset), and delivers."""
+    async with special_cluster(tmp_path, message_delay_level="300ms 1s") as env:
+        await create_topic(env.namesrv, "PastT", queues=1)
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            await p.send("PastT", "before", properties={"DELAY": "1"})
+            await wait_arrival(env, "PastT", 1, 5)
+        await env.stop_broker()
+        path = env.cfg.store_root / "config" / "delayOffset.json"
+        path.write_text(json.dumps({"offsetTable": {"1": stored}}))  # unsealed, as by hand
+        path.with_name(path.name + ".bak").unlink(missing_ok=True)
+        await env.start_broker()
+        async with Producer("pg", env.namesrv, config=FAST_PRODUCER) as p:
+            for i in range(3):
+                await p.send("PastT", f"after{i}", properties={"DELAY": "1"})
+        await wait_arrival(env, "PastT", 4, 10)
+        assert env.broker.special.delay.offsets.table[1] == env.max_offset(SCHEDULE_TOPIC, 0)
+        assert any("past the end" in r.getMessage() for r in caplog.records)

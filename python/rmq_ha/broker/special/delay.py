@@ -38,7 +38,7 @@ from rmq_ha.broker.special.base import (
     SpecialService,
     real_destination,
 )
-from rmq_ha.broker.special.records import read_queue
+from rmq_ha.broker.special.records import progress_within, read_queue
 from rmq_ha.clock import wall_ms
 from rmq_ha.durable import (
     persist_or_log,
@@ -362,6 +362,10 @@ class DelayService(SpecialService):
         self.scans[level] = self.scans.get(level, 0) + 1
         delay_ms = self.levels_ms[qid]
         offset = self.offsets.get(level)
+        fixed = progress_within(store, SCHEDULE_TOPIC, qid, offset, f"delay level {level}")
+        if fixed != offset:
+            self.offsets.update(level, fixed)
+            offset = fixed
         recs, nxt = read_queue(
             store, SCHEDULE_TOPIC, qid, offset, BATCH, storage=self.ports.storage
         )

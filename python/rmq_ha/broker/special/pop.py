@@ -71,7 +71,7 @@ from rmq_ha._native import client_record
 from rmq_ha.broker.ports import Ports
 from rmq_ha.broker.special.base import InnerMessage, Peers, SpecialService
 from rmq_ha.broker.special.escape import GONE, EscapeBridge
-from rmq_ha.broker.special.records import Record, read_queue
+from rmq_ha.broker.special.records import Record, progress_within, read_queue
 from rmq_ha.broker.sqlfilter import SqlFilter, SqlFilterError, compile_sql
 from rmq_ha.broker.topics import RETRY_GROUP_TOPIC_PREFIX
 from rmq_ha.clock import wall_ms
@@ -805,7 +805,13 @@ class PopService(SpecialService):
         store = ports.store.native
         st = self._revive_queues[qid]
         if st.read_pos is None:
-            st.read_pos = ports.offsets.query(REVIVE_GROUP, self.revive_topic, qid) or 0
+            st.read_pos = progress_within(
+                store,
+                self.revive_topic,
+                qid,
+                ports.offsets.query(REVIVE_GROUP, self.revive_topic, qid) or 0,
+                "pop revive",
+            )
         while True:
             recs, nxt = read_queue(
                 store, self.revive_topic, qid, st.read_pos, REVIVE_BATCH, storage=self.ports.storage

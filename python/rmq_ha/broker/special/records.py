@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -13,6 +14,8 @@ from rmq_ha._native import Store, StoreBuffer, decode_stored_record
 from rmq_ha.broker.core.storage import record_queue_offset
 from rmq_ha.broker.ports import Storage
 from rmq_ha.errors import OffsetOutOfRangeError
+
+log = logging.getLogger(__name__)
 
 Record = dict[str, object]
 
@@ -37,6 +40,26 @@ def iter_records(bufs: Sequence[StoreBuffer]) -> Iterator[Record]:
             pos += size
             if "blank" not in rec:
                 yield rec
+
+
+def progress_within(store: Store, topic: str, queue_id: int, offset: int, what: str) -> int:
+    """A special service's progress in one of its queues, not past the queue's end. Progress
+    past it (a damaged or hand-edited delayOffset.json or consumerOffset.json, or a log cut
+    since it was saved) would wait for offsets the queue has not reached and skip every
+    message written below them: it goes back to the end, with a WARNING (RocketMQ's
+    ScheduleMessageService.correctDelayOffset)."""
+    qmax = store.queue_max_offset(topic, queue_id)
+    if offset <= qmax:
+        return offset
+    log.warning(
+        "%s: progress %d is past the end of %s queue %d (%d); going on from there",
+        what,
+        offset,
+        topic,
+        queue_id,
+        qmax,
+    )
+    return qmax
 
 
 def read_queue(

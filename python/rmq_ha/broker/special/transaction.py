@@ -74,7 +74,12 @@ from rmq_ha.broker.special.base import (
     SpecialService,
     real_destination,
 )
-from rmq_ha.broker.special.records import Record, encode_message_ext, read_queue
+from rmq_ha.broker.special.records import (
+    Record,
+    encode_message_ext,
+    progress_within,
+    read_queue,
+)
 from rmq_ha.clock import wall_ms
 from rmq_ha.net.connection import Connection
 from rmq_ha.net.dispatch import Dispatcher
@@ -302,7 +307,13 @@ class TransactionService(SpecialService):
     async def _read_ops(self) -> None:
         store = self.ports.store.native
         if self._op_read is None:
-            self._op_read = self.ports.offsets.query(SYS_GROUP, OP_TOPIC, 0) or 0
+            self._op_read = progress_within(
+                store,
+                OP_TOPIC,
+                0,
+                self.ports.offsets.query(SYS_GROUP, OP_TOPIC, 0) or 0,
+                "transaction op",
+            )
         while True:
             recs, nxt = read_queue(
                 store, OP_TOPIC, 0, self._op_read, BATCH, storage=self.ports.storage
@@ -338,6 +349,7 @@ class TransactionService(SpecialService):
         pos = self.ports.offsets.query(SYS_GROUP, HALF_TOPIC, 0)
         if pos is None:
             pos = store.queue_min_offset(HALF_TOPIC, 0)
+        pos = progress_within(store, HALF_TOPIC, 0, pos, "transaction check")
         # Only halves that existed when the run began: copies written by this run wait.
         end = store.queue_max_offset(HALF_TOPIC, 0)
         now = wall_ms()
