@@ -383,3 +383,23 @@ def test_a_damaged_segment_size_record_is_refused_in_one_line(
         check_segment_size(tmp_path, 1 << 20, "mappedFileSizeCommitLog")
     assert e.value.key == "mappedFileSizeCommitLog"
     assert SEGMENT_SIZE_FILE in str(e.value) and "does not hold a segment size" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("readQueueNums", "-3"), ("writeQueueNums", "-3"), ("perm", "999"), ("perm", "-1")],
+)
+def test_a_topic_config_no_admin_could_store_makes_topics_json_damaged(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    """Storage probe 8: an unsealed topics.json with a negative queue count or perm bits
+    beyond 1|2|4|8 was taken at start (every pull INVALID_PARAMETER, sends refused, the bad
+    perm published in the routes). It is damage now, as for the admin's updateTopic: the
+    backup is read."""
+    p = tmp_path / "config" / "topics.json"
+    _topic_write(p, 1)
+    _topic_write(p, 2)
+    doc = json.loads(_unsealed(p.read_bytes()))
+    doc["topicConfigTable"]["T2"][field] = int(value)
+    p.write_text(json.dumps(doc))  # unsealed, as by hand
+    assert _topic_state(p) == [("T1", 1)]

@@ -10,10 +10,12 @@ import pytest
 import trio
 import trio.testing
 
+from rmq_ha.broker.assignment import RequestModes
 from rmq_ha.broker.core import events as e
 from rmq_ha.broker.core.role import RoleConfig, RoleCore
 from rmq_ha.broker.io.namesrv import REGISTER_RETRY_S, NamesrvShell
 from rmq_ha.broker.offsets import ConsumerOffsetManager
+from rmq_ha.broker.subgroups import SubscriptionGroupManager
 from rmq_ha.broker.topics import TopicConfigManager
 from rmq_ha.config import BrokerConfig
 from rmq_ha.errors import RemotingTimeoutError
@@ -68,6 +70,8 @@ def _shell(tmp_path: Path, outbound: Outbound) -> NamesrvShell:
         ha_address=lambda: "10.0.0.1:10912",
         topics=topics,
         offsets=ConsumerOffsetManager(tmp_path / "offsets.json", 500),
+        subgroups=SubscriptionGroupManager(tmp_path / "subscriptionGroup.json"),
+        request_modes=RequestModes(tmp_path / "messageRequestMode.json"),
         delay=None,  # type: ignore[arg-type]
         delay_running=lambda: False,
         adopt_topics=lambda: None,

@@ -100,9 +100,17 @@ def reply_topic(cluster_name: str) -> str:
 
 
 def _parse_file(raw: bytes) -> TopicConfigSerializeWrapper:
-    """topics.json: a file without its table is damaged, not a broker without topics."""
+    """topics.json: a file without its table is damaged, not a broker without topics; so is
+    one with a config an admin could not have stored (negative queue counts, perm bits beyond
+    1|2|4|8: a hand edit or damage that still parses), which served every pull
+    INVALID_PARAMETER or published the bad perm in the routes."""
     require_keys(json_compat.loads(raw), "topicConfigTable")
-    return TopicConfigSerializeWrapper.from_json(raw)
+    w = TopicConfigSerializeWrapper.from_json(raw)
+    for tc in w.topic_config_table.values():
+        why = topic_config_problem(tc)
+        if why is not None:
+            raise ValueError(why)
+    return w
 
 
 class TopicConfigManager:
