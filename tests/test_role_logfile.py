@@ -115,3 +115,34 @@ def test_bad_log_options_are_refused_at_start(
     )
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_fatal_signal_is_named_on_stderr_with_the_stacks(tmp_path: Path) -> None:
+    """A role killed by SIGBUS (a store file cut under its mapping: the storage probe saw the
+    broker die with nothing logged) says so on stderr, with its threads' Python stacks, even
+    when it logs to a file."""
+    ns = Proc(
+        "namesrv",
+        [
+            *RMQ_HA,
+            "namesrv",
+            "--listen-port",
+            "0",
+            "--ready-file",
+            str(tmp_path / "ns"),
+            "--log-file",
+            str(tmp_path / "ns.log"),
+        ],
+        tmp_path / "ns.stderr",
+        ReadyFile(tmp_path / "ns"),
+    )
+    ns.start()
+    try:
+        ns.wait_ready_sync(20)
+        ns.signal(signal.SIGBUS)
+        assert ns.wait(10) == -signal.SIGBUS
+    finally:
+        kill_all([ns])
+    err = (tmp_path / "ns.stderr").read_text()
+    assert "Fatal Python error: Bus error" in err and "Current thread" in err, err

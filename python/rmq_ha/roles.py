@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import faulthandler
 import functools
 import json
 import logging
@@ -210,7 +211,13 @@ _REFUSALS = (RmqHaError, OSError)
 
 def _serve(role: str, serve: Any, cfg: Any, args: argparse.Namespace) -> int:
     """Runs the role until SIGINT/SIGTERM (exit 0). Stopped by a refusal (``_REFUSALS``): one
-    line per cause on stderr, the traceback at DEBUG, exit 1; anything else is raised."""
+    line per cause on stderr, the traceback at DEBUG, exit 1; anything else is raised.
+
+    A fatal signal (SIGBUS from a store file cut under the running process's mapping, SIGSEGV,
+    SIGABRT) kills the process where no Python handler can run: faulthandler writes which
+    signal it was and every thread's Python stack to stderr first (before, the process died
+    with nothing said: storage probe)."""
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     try:
         trio.run(_run, serve, cfg, args.ready_file, args.metrics_file)
     except BaseException as e:
