@@ -267,3 +267,31 @@ def test_reset_replica_leaves_a_debt_so_the_emptied_replica_is_not_elected(tmp_p
     debt = catchup.load(tmp_path)
     assert debt is not None and (debt.offset, debt.epoch) == (catchup.UNKNOWN_OFFSET, 0)
     assert backup.name in debt.reason
+
+
+@pytest.mark.parametrize("role", ["ASYNC_MASTER", "SYNC_MASTER"])
+def test_reset_replica_refuses_a_classic_masters_store(tmp_path: Path, role: str) -> None:
+    """Storage probe: reset-replica moved a classic master's log away. That master starts
+    again empty and stays master, and its slaves cut their logs to it at the handshake:
+    every copy goes. Only a slave (or any replica in controller mode) is reset."""
+    from rmq_ha.config import BrokerConfig, from_mapping
+    from rmq_ha.storeadmin import ResetRefusedError, reset_replica
+
+    (tmp_path / "commitlog").mkdir()
+    cfg, _ = from_mapping(
+        BrokerConfig, {"storePathRootDir": str(tmp_path), "brokerRole": role, "listenPort": "1"}
+    )
+    with pytest.raises(ResetRefusedError, match="classic master"):
+        reset_replica(cfg, confirm=True)
+    assert (tmp_path / "commitlog").is_dir(), "nothing moved"
+    slave, _ = from_mapping(
+        BrokerConfig,
+        {
+            "storePathRootDir": str(tmp_path),
+            "brokerRole": "SLAVE",
+            "brokerId": "1",
+            "listenPort": "1",
+        },
+    )
+    moved, _ = reset_replica(slave, confirm=True)
+    assert "commitlog" in moved

@@ -31,7 +31,7 @@ import trio
 
 from rmq_ha.broker.ha import catchup
 from rmq_ha.cliargs import positive_seconds
-from rmq_ha.config import BrokerConfig, load
+from rmq_ha.config import BrokerConfig, BrokerRole, load
 from rmq_ha.errors import RmqHaError, leaf_errors
 from rmq_ha.security import cliopts
 
@@ -203,6 +203,15 @@ def reset_replica(cfg: BrokerConfig, *, confirm: bool) -> tuple[list[str], Path]
         raise ResetRefusedError(
             f"refusing to reset the replica at {root} without --confirm: this moves its whole "
             "log away (to a backup directory) and it re-syncs from the master"
+        )
+    if not cfg.enable_controller_mode and cfg.broker_role is not BrokerRole.SLAVE:
+        # a classic master restarted empty stays master, and its slaves are cut to its empty
+        # log at their next handshake: every replica's copy would go (storage probe)
+        raise ResetRefusedError(
+            f"{root} is a classic master's store (brokerRole={cfg.broker_role.value}, brokerId"
+            f"={cfg.broker_id}): reset only a slave; a master started empty would make its "
+            "slaves cut their logs to it. To replace the master's log, make a slave that holds "
+            "the data the master first (docs/ha.md)"
         )
     if _listening(cfg.broker_ip, cfg.listen_port):
         raise ResetRefusedError(
