@@ -457,11 +457,16 @@ class Workloads:
                     topic, str(v), execute, keys=gen.txn_key(v)
                 )
         except (RmqHaError, trio.TooSlowError, OSError) as e:
-            # The half may be stored (info): the broker will ask, and the plan answers.
+            # The half may be stored (info): the broker will ask, and the plan answers. The
+            # plan stays on the invoke only: `txn` on a completion is a fate the producer
+            # decided, and a failed send decided none (a committing "fate" on a fail is a
+            # record no producer writes: the checker failed the run on it, fault probe).
             self.txn_fate[v] = plan
             self.stats.note(e)
             type_, definite = _outcome(e)
-            self.rec.complete(inv, type_, error=repr(e)[:500], definite=definite)
+            self.rec.complete(
+                inv, type_, Value(topic=topic, value=v), error=repr(e)[:500], definite=definite
+            )
             return self.pids.fresh() if type_ == "info" else proc
         if r.local_state is LocalTransactionState.COMMIT_MESSAGE:
             fate = "commit"

@@ -579,17 +579,35 @@ def loads(line: str) -> Any:
     return json.loads(line, object_pairs_hook=_no_duplicates)
 
 
+#: What a blank line may hold (skipped by both readers): ASCII whitespace only, the same set in
+#: Spark's reader (rmq_check.load); another character alone on a line is not JSON.
+BLANK: Final = " \t\n\r\f\v"
+
+
+def is_utf8(line: str) -> bool:
+    """Whether a line read with errors="surrogateescape" was valid UTF-8 (an invalid byte
+    becomes a lone surrogate, which does not encode)."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read(path: str | Path) -> Iterator[Op]:
     """Parse a JSONL history, validating every line (its fields' types, the rules above) and
     the invoke / completion pairing of each process; errors name the file and line number."""
     pairing = Pairing()
     unique = Unique()
-    # utf-8-sig: a byte-order mark some editors write is skipped (Spark's reader skips it too)
-    with open(path, encoding="utf-8-sig") as f:
+    # utf-8-sig: a byte-order mark some editors write is skipped (Spark's reader skips it too);
+    # bytes that are not UTF-8 are kept as surrogates, so the line can be refused by number
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
+            if not line.strip(BLANK):
                 continue
             try:
+                if not is_utf8(line):
+                    raise HistoryError("is not valid UTF-8 text")
                 try:
                     d = loads(line)
                 except DuplicateField as e:

@@ -142,6 +142,8 @@ class Frames:
         self._looked: dict[int, int] = {}
         self._drain_lo: dict[int, int] = {}
         self._drain_moved: dict[int, tuple[int, int, int]] = {}
+        #: fault windows from the nemesis ops (availability.faults; delay reads them too)
+        self.fault_windows: list[dict[str, Any]] | None = None
 
     def persist(self, df: DataFrame) -> DataFrame:
         df = df.persist(self.cfg.persist)

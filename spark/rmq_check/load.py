@@ -7,7 +7,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from rmq_check.validate import CORRUPT, DUP, EXTRA, POS, RAW
+from rmq_check.validate import CORRUPT, DUP, EXTRA, POS, RAW, UTF8
 
 from rmq_ha import history as h
 from rmq_ha.history import SPARK_DDL
@@ -169,7 +169,9 @@ def load(spark: Any, path: str | Path) -> DataFrame:
                 F.col("_metadata.row_index").alias("row"),
             ).alias(POS),
         )
-    t = text_lines(spark, p).where(F.trim(F.col("line")) != "")
+    # blank lines (rmq_ha.history.BLANK only, as its reader skips them) take no part
+    blank = "[" + "".join(f"\\u{ord(ch):04x}" for ch in h.BLANK) + "]"
+    t = text_lines(spark, p).where(F.regexp_replace(F.col("line"), blank, "") != "")
     j = F.from_json(
         F.col("line"),
         SPARK_DDL + ", _corrupt_record string",
@@ -186,7 +188,13 @@ def load(spark: Any, path: str | Path) -> DataFrame:
         *[F.col("j." + n).alias(n) for n, _ in h.OP_FIELDS],
         POS,
         F.col("line").alias(RAW),
-        (F.col("j._corrupt_record").isNotNull() | ~one_json_value(F.col("line"))).alias(CORRUPT),
+        # bytes that are not UTF-8 are read as U+FFFD: two such topics would be one
+        F.is_valid_utf8(F.col("line")).alias(UTF8),
+        (
+            F.col("j._corrupt_record").isNotNull()
+            | ~one_json_value(F.col("line"))
+            | ~F.is_valid_utf8(F.col("line"))
+        ).alias(CORRUPT),
         _unknown_keys(F.col("line")).alias(EXTRA),
         _duplicate_keys(F.col("line")).alias(DUP),
     )

@@ -35,7 +35,8 @@ SHOWN = 5
 #: Columns the loader adds beside the schema's (see ``rmq_check.load``).
 POS = "_pos"  # struct<file: string, split: bigint, row: bigint>: orders rows like the file
 RAW = "_raw"  # the line's text (JSONL)
-CORRUPT = "_corrupt"  # the line did not parse against the schema (JSONL)
+CORRUPT = "_corrupt"  # the line did not parse against the schema, or is not UTF-8 (JSONL)
+UTF8 = "_utf8"  # the line's bytes are valid UTF-8 (JSONL; Spark reads others with U+FFFD)
 EXTRA = "_extra"  # unknown JSON fields of the line, its value, or a message ("" if none)
 DUP = "_dup"  # where the line names a JSON field twice (the op, value, a message; "" if none)
 
@@ -78,6 +79,7 @@ def line_rules(has_raw: bool) -> list[tuple[Column, Column]]:
 
     out: list[tuple[Column, Column]] = []
     if has_raw:
+        out.append((~c(UTF8), F.lit("is not valid UTF-8 text")))
         out.append((c(CORRUPT), F.lit("does not parse against the history schema")))
         out.append((c(DUP) != F.lit(""), _msg("has a field twice (in %s): ambiguous JSON", c(DUP))))
         out.append(

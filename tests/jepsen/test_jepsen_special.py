@@ -216,3 +216,48 @@ def test_a_popped_retry_message_is_read_where_it_was_popped():
         7,
         42,
     )
+
+
+@pytest.mark.parametrize(
+    ("error", "type_"),
+    [("route", "fail"), ("timeout", "info")],
+)
+async def test_a_failed_half_send_records_its_plan_on_the_invoke_only(tmp_path, error, type_):
+    """Fault probe D1: a transactional send that failed before its half was stored (no route,
+    a slave refusing the put) completed with the invoke's value, plan included: a `fail` with
+    a committing `txn`, a record no producer writes, so the checker failed every transaction
+    campaign with such a send (333 in one run, nothing lost). docs/history.md: a failed half
+    send has `txn` only on its invoke."""
+    import json
+
+    from rmq_jepsen.recorder import Recorder
+    from rmq_jepsen.workload import Workloads
+
+    from rmq_ha import history as h
+    from rmq_ha.client.errors import RouteNotFoundError
+
+    class FakeDB:
+        def namesrv_addr(self) -> str:
+            return "127.0.0.1:1"
+
+    class FailingProducer:
+        async def send_message_in_transaction(self, *a: Any, **kw: Any) -> Any:
+            if error == "route":
+                raise RouteNotFoundError("no route info of this topic: T", "T")
+            raise trio.TooSlowError
+
+    rec = Recorder(tmp_path / "history.jsonl")
+    w = Workloads(WorkloadOptions(kinds=("transaction",)), FakeDB(), None, rec)  # type: ignore[arg-type]
+    w._txp = FailingProducer()  # type: ignore[assignment]
+    plans = set()
+    for _ in range(25):  # every plan comes up (11/20 commit)
+        await w._send_txn(0, "T")
+    rec.close()
+    ops = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    for inv, done in zip(ops[::2], ops[1::2], strict=True):
+        assert inv["type"] == "invoke" and inv["value"]["txn"] is not None
+        plans.add(inv["value"]["txn"])
+        assert done["type"] == type_
+        assert done["value"].get("txn") is None, done
+    assert {"commit", "rollback"} <= plans
+    assert len(list(h.read(tmp_path / "history.jsonl"))) == len(ops)

@@ -196,12 +196,12 @@ class Hist:
         self.op(p, "invoke", "metadata", h.Value(broker=broker))
         self.op(p, "ok", "metadata", h.Value(broker=broker, master=master, epoch=epoch))
 
-    def fault(self, fid: int, start_ms: float, stop_ms: float | None) -> None:
+    def fault(self, fid: int, start_ms: float, stop_ms: float | None, kind: str = "kill") -> None:
         self.op(
             -1,
             "info",
             "fault-start",
-            h.Value(fault="kill", fault_id=fid, targets=["n1"]),
+            h.Value(fault=kind, fault_id=fid, targets=["n1"]),
             at_ms=start_ms,
         )
         if stop_ms is not None:
@@ -209,7 +209,7 @@ class Hist:
                 -1,
                 "info",
                 "fault-stop",
-                h.Value(fault="kill", fault_id=fid, targets=["n1"]),
+                h.Value(fault=kind, fault_id=fid, targets=["n1"]),
                 at_ms=stop_ms,
             )
 

@@ -175,6 +175,42 @@ def test_delay_early_delivery_is_an_anomaly(hist, run_check):
     assert (r["valid"], r["early"]["count"]) == (True, 0)
 
 
+@pytest.mark.parametrize(
+    ("kind", "window", "excused"),
+    [
+        ("clock", (1_200, 1_300), True),  # inside the wait [400, 1400]
+        ("clock", (100, 450), True),  # began before the invoke, ended during the wait
+        ("clock", (1_500, 2_000), False),  # after the due time: not the cause
+        ("kill", (1_200, 1_300), False),  # another fault moves no clock
+    ],
+)
+def test_delay_early_delivery_through_a_clock_fault_fails_nothing(
+    hist, run_check, kind, window, excused
+):
+    """Fault probe D2: a clock fault moves the broker's clock, on which it counts a delay, so
+    a message can come early through the fault. An early read of a value whose wait
+    [invoke, due] a clock fault overlapped is counted apart (early.during_clock_faults) and
+    fails nothing; any other early read still fails the analysis."""
+    valid_delays(hist)
+    delayed(hist, 2, 4, 1000, (400, 410))  # due at 1400
+    read(hist, 11, [(1, 0, 4)], group="gd", at=1_100)  # 300 ms early
+    drain(hist, [(1, 0, 4)], at=9_100)
+    hist.fault(1, *window, kind=kind)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    if excused:
+        assert (r["valid"], r["early"]["count"], r["early"]["during_clock_faults"]) == (
+            True,
+            0,
+            1,
+        )
+    else:
+        assert (r["valid"], r["early"]["count"], r["early"]["during_clock_faults"]) == (
+            False,
+            1,
+            0,
+        )
+
+
 def test_delay_early_delivery_to_the_drain_counts_too(hist, run_check):
     delayed(hist, 1, 1, 60_000, (100, 110))
     drain(hist, [(0, 0, 1)], at=5_000)

@@ -794,3 +794,34 @@ def test_pairing_names_the_line_and_orders_several_files_by_name(spark, tmp_path
     write("part-a.parquet", [op(0, 2, "invoke"), op(2, 1, "invoke")])
     write("part-b.parquet", [op(3, 1, "ok"), op(4, 2, "ok")])
     validate.check(load(spark, d))
+
+
+def test_a_line_that_is_not_utf8_is_refused_by_both_readers(spark, tmp_path, capsys):
+    """Checker probe D1: Spark read bytes that are not UTF-8 as U+FFFD, so topics "A\\xff" and
+    "A\\xfe" became one queue and a send acknowledged on one and drained from the other was
+    VALID; the schema's own reader stopped with a bare UnicodeDecodeError. Both now refuse the
+    line, by number."""
+    d, p = _run(tmp_path, _lost_send_history())
+    raw = p.read_bytes().splitlines(keepends=True)
+    assert b'"T"' in raw[1]
+    raw[1] = raw[1].replace(b'"T"', b'"T\xff"', 1)
+    p.write_bytes(b"".join(raw))
+    with pytest.raises(h.HistoryError, match=r":2: is not valid UTF-8"):
+        list(h.read(p))
+    rc, out, err = check_cli(capsys, d)
+    assert rc == 2, out + err
+    first = err.strip().splitlines()[0]
+    assert f"{p}:2: " in first and "UTF-8" in first, err
+    _no_trace(out + err)
+
+
+@pytest.mark.parametrize("blank", ["\t", "\f", " \t \r", "\v"])
+def test_a_line_of_whitespace_is_skipped_by_both_readers(spark, tmp_path, capsys, blank):
+    """Checker probe D2: a line holding only a tab or a form feed was skipped by the schema's
+    reader and refused ("not JSON") by Spark's, which dropped only lines of spaces. Both skip
+    every line of ASCII whitespace (rmq_ha.history.BLANK)."""
+    lines = _lost_send_history()
+    d, p = _run(tmp_path, [lines[0], blank, *lines[1:]])
+    assert len(list(h.read(p))) == len(lines)
+    rc, out, err = check_cli(capsys, d)
+    assert rc == 1 and "lost" in out, out + err

@@ -60,7 +60,14 @@ def completions(fr: Frames) -> DataFrame:
 
 
 def faults(fr: Frames) -> list[dict[str, Any]]:
-    """Fault windows from nemesis ops, paired by fault_id (bounded: at most 10,000 ops)."""
+    """Fault windows from nemesis ops, paired by fault_id (bounded: at most 10,000 ops); one
+    scan per check (kept on the Frames)."""
+    if fr.fault_windows is None:
+        fr.fault_windows = _faults(fr)
+    return fr.fault_windows
+
+
+def _faults(fr: Frames) -> list[dict[str, Any]]:
     rows = (
         fr.ops.where(F.col("process") < 0)
         .select(

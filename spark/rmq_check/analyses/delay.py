@@ -7,7 +7,10 @@ correct broker may deliver it.
 
 * *early* (safety): a delivery (any poll or the final drain) before ``due - tolerance``
   (``--delay-tolerance-ms``, default 250 ms: RocketMQ timers are precise to their timer
-  precision, ours deliver up to 50 ms ahead).
+  precision, ours deliver up to 50 ms ahead). Not when a clock fault (``fault`` "clock")
+  overlapped the value's wait [invoke, due]: the broker counts the delay on its own clock,
+  which the fault moved; those are counted as ``early.during_clock_faults`` and fail
+  nothing.
 * *lost* (safety): an acknowledged (SEND_OK) delayed send that no one read, the drain
   included; ``unknown`` where lost would say so (``core.undecided``: without a complete final
   drain, for an acknowledgment naming no queue or acknowledged after the drain's max query
@@ -31,8 +34,12 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result
+from rmq_check.analyses.availability import faults
 from rmq_check.analyses.special import count_if, quantiles, timed_reads
 from rmq_check.core import Frames, acked_ok, due_ns, example_rows, undecided_of
+
+#: The nemesis family whose faults move a node's clock (history.md: fault-start's `fault`).
+CLOCK_FAULT = "clock"
 
 
 def run(fr: Frames) -> dict[str, Any]:
@@ -95,6 +102,7 @@ def run(fr: Frames) -> dict[str, Any]:
         sends.join(per_v, "v", "left").select(
             "v",
             "inv_idx",
+            "inv_t",
             "delay_ms",
             "how",
             "acked",
@@ -114,11 +122,31 @@ def run(fr: Frames) -> dict[str, Any]:
     early = F.coalesce(
         c("first_read_t") < F.try_subtract(c("due_t"), F.lit(tol_ns).cast("long")), F.lit(False)
     )
+    # A clock fault moves the broker's clock, and the broker counts a delay on its own clock:
+    # a value whose wait [invoke, due] a clock fault overlapped can come early through the
+    # fault, not a broker bug. Such early reads are counted apart and fail nothing.
+    clock = [w for w in faults(fr) if w["fault"] == CLOCK_FAULT]
+    excused: Column = F.lit(False)
+    if clock:
+        spans = F.array(
+            *[
+                F.struct(
+                    F.lit(int(w["start_ns"])).cast("long").alias("s"),
+                    F.lit(int(w["stop_ns"])).cast("long").alias("e"),
+                )
+                for w in clock
+            ]
+        )
+        # interpreted per row, but only early rows (few) reach it
+        excused = F.exists(spans, lambda w: (c("inv_t") <= w["e"]) & (c("due_t") >= w["s"]))
+    early_clock = early & excused
+    early = early & ~excused
     lost = (c("acked") == 1) & c("first_read_t").isNull()
     start = fr.drain_start_ns()
     not_due = c("due_t") > F.lit(start).cast("long") if start is not None else F.lit(False)
     row = x.agg(
         count_if(early).alias("early"),
+        count_if(early_clock).alias("early_clock"),
         count_if(lost).alias("lost"),
         count_if(lost & not_due).alias("lost_not_due"),
         count_if(
@@ -169,7 +197,12 @@ def run(fr: Frames) -> dict[str, Any]:
         delayed_sends=n_sends,
         timers=int(row["timers"] or 0),
         acknowledged=int(row["acked"] or 0),
-        early={"count": n_early, "examples": early_ex, "tolerance_ms": fr.cfg.delay_tolerance_ms},
+        early={
+            "count": n_early,
+            "examples": early_ex,
+            "tolerance_ms": fr.cfg.delay_tolerance_ms,
+            "during_clock_faults": int(row["early_clock"] or 0),
+        },
         lost={
             "count": n_lost,
             "examples": lost_ex,
