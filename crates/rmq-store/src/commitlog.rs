@@ -20,9 +20,11 @@
 //!   an end-of-segment filler): its byte range is reported for quarantine and validation goes on.
 //!   Without a trusted checkpoint (no durable point known) every bad record that a sync point
 //!   follows is skipped the same way: a valid record after it shows it is not a torn tail.
-//!   A bad record at or past the durable point, or one that nothing valid follows, is a torn
-//!   tail: the rest of that segment is zeroed and later segments are deleted, durably, before
-//!   the store is used. Non-zero bytes after the valid end are cut too, so an old record can
+//!   A bad record below the durable point that nothing valid follows is damage to the last
+//!   durable records: the durable point, the log's end when the checkpoint was written, is its
+//!   sync point. A bad record at or past the durable point, or one that nothing valid follows
+//!   without a durable point after it, is a torn tail: the rest of that segment is zeroed and
+//!   later segments are deleted, durably, before the store is used. Non-zero bytes after the valid end are cut too, so an old record can
 //!   never be resurrected behind new appends.
 //! * [`CommitLog::truncate_to`] is crash-safe (RocketMQ #10666): later segments are deleted and
 //!   the tail is zeroed and synced before it returns.
@@ -1495,6 +1497,16 @@ fn sync_at(seg: &Segment, pos: usize) -> bool {
 /// The first sync point after `from` (exclusive) and below `bound`, searching across
 /// segments; a segment start counts when a valid record or filler begins there. None when
 /// there is none before `bound`.
+/// Whether the segment files hold bytes up to `offset` (the segment ending at or holding
+/// it is not shorter than that).
+fn written_up_to(segs: &[Arc<Segment>], offset: u64) -> bool {
+    let idx = segs.partition_point(|s| s.start < offset);
+    match idx.checked_sub(1).map(|i| &segs[i]) {
+        Some(seg) => offset <= seg.start + seg.scan_end() as u64,
+        None => false,
+    }
+}
+
 fn find_sync(segs: &[Arc<Segment>], from: u64, bound: u64) -> Option<u64> {
     let mut idx = segs.partition_point(|s| s.start <= from).checked_sub(1)?;
     let mut pos = (from - segs[idx].start) as usize + 1;
@@ -1620,6 +1632,18 @@ fn walk(
         let resume = match find_sync(segs, at, bound) {
             Some(q) => q,
             None if bound < u64::MAX && (to.is_some() || next_known == bound) => bound,
+            // Nothing valid follows, but the durable point does: it was the log's end when
+            // the checkpoint was written, a record boundary, and the bytes before it were
+            // fsynced. So the bad bytes are damage to the last records, not a torn tail:
+            // quarantined (their queue offsets kept), not cut (storage probe: one flipped
+            // bit in the newest record cut it, and the next send took its queue offset, so
+            // a consumer already past it never saw that send).
+            // Not for zeros where a record should start: that is a log cut below an older
+            // checkpoint (a truncation zeroes from a record boundary), whose end is where
+            // the zeros begin; nor past the bytes the segment file holds.
+            None if reason != END_OF_DATA && durable <= bound && written_up_to(segs, durable) => {
+                durable
+            }
             None => {
                 v.stop = Some((at, reason));
                 return v;
