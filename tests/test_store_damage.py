@@ -670,6 +670,32 @@ def test_a_damaged_unit_in_the_middle_is_found_again_and_rewritten(
     assert s.status()["cq_units_repaired"] == 0
 
 
+@pytest.mark.parametrize("size", [2**31 - 1, 0])
+def test_a_unit_of_impossible_size_found_while_running_is_rewritten(
+    open_native: StoreFactory, tmp_path: Path, size: int
+) -> None:
+    """Storage probe 2: a consume-queue unit given a size no dispatch writes (here while the
+    store runs: open's checks would have rebuilt the queue) failed the whole read, so every
+    pull from below it answered SYSTEM_ERROR until a restart. The unit is judged like one that
+    names no record of its queue: its record is found again, the unit rewritten, and the read
+    serves everything."""
+    root = tmp_path / "store"
+    s = open_native(root, segment_size=MIB)
+    recs = write(s, 400)
+    s.flush()
+    s.checkpoint()  # the units reach their file (not read from the write buffer)
+    q1 = {r.queue_offset: r for r in recs if r.queue_id == 1}
+    before = _units(root, 1)
+    _point_unit(root, 1, 20, q1[20].offset, size)
+    bufs, nxt, _, _, skipped = s.read_queue(TOPIC, 1, 18, 8)
+    assert skipped == []
+    assert [b.tobytes() for b in bufs] == [q1[i].raw for i in range(18, 26)]
+    assert nxt == 26
+    assert s.status()["cq_units_repaired"] == 1
+    s.close()
+    assert _units(root, 1) == before, "the rewritten unit reached the file"
+
+
 def test_get_messages_keeps_failing_where_a_damaged_unit_cannot_be_found_again(
     open_native: StoreFactory, tmp_path: Path
 ) -> None:

@@ -84,6 +84,12 @@ impl CqUnit {
     }
 }
 
+impl From<CqUnit> for (CqUnit, Option<String>) {
+    fn from(u: CqUnit) -> Self {
+        (u, None)
+    }
+}
+
 /// What `ConsumeQueue::open` had to discard.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CqRecovery {
@@ -359,6 +365,31 @@ impl ConsumeQueue {
     /// Up to `max_count` units starting at `index`, stopping at max. `index == max` gives an
     /// empty Vec; `OffsetOutOfRange` when `index < min` or `index > max`.
     pub fn get_range(&self, index: u64, max_count: usize) -> Result<Vec<CqUnit>> {
+        self.range_with(index, max_count, checked_unit)
+    }
+
+    /// As [`ConsumeQueue::get_range`], but a unit whose shape is impossible (a size outside
+    /// (0, 64 MiB], a physical offset past i64) comes back with the reason instead of failing
+    /// the whole range: a reader skips that one unit (consume-queue damage found while
+    /// running) and serves the others.
+    pub fn get_range_lenient(
+        &self,
+        index: u64,
+        max_count: usize,
+    ) -> Result<Vec<(CqUnit, Option<String>)>> {
+        self.range_with(index, max_count, |chunk, _| {
+            let u = CqUnit::decode(chunk);
+            let why = u.shape_error();
+            Ok((u, why))
+        })
+    }
+
+    fn range_with<T: From<CqUnit>>(
+        &self,
+        index: u64,
+        max_count: usize,
+        unit: impl Fn(&[u8], u64) -> Result<T>,
+    ) -> Result<Vec<T>> {
         if index < self.min || index > self.max {
             return Err(self.out_of_range(index));
         }
@@ -369,7 +400,7 @@ impl ConsumeQueue {
         let mut i = index;
         while i < end {
             if let Some(u) = self.buffered(i) {
-                out.push(u);
+                out.push(T::from(u));
                 i += 1;
                 continue;
             }
@@ -384,7 +415,7 @@ impl ConsumeQueue {
                 .read_exact_at(&mut buf, (i - seg.start) * CQ_UNIT_SIZE)
                 .at(&seg.path)?;
             for (j, chunk) in buf.chunks_exact(CQ_UNIT_SIZE as usize).enumerate() {
-                out.push(checked_unit(chunk, i + j as u64)?);
+                out.push(unit(chunk, i + j as u64)?);
             }
             i += n;
         }

@@ -2455,18 +2455,50 @@ fn read_queue_locked(
     'scan: while next < max && records.len() < max_count && scanned < MAX_FILTER_SCAN {
         let chunk = if tag_codes.is_some() { 256 } else { max_count };
         let units = match inner.cqs.get(&key) {
-            Some(q) => q.get_range(next, chunk.min(max_count.max(1) * 4).max(1))?,
+            Some(q) => q.get_range_lenient(next, chunk.min(max_count.max(1) * 4).max(1))?,
             None => break,
         };
         if units.is_empty() {
             break;
         }
-        for u in units {
+        for (u, shape) in units {
             if records.len() >= max_count {
                 break 'scan;
             }
             scanned += 1;
             let mut u = u;
+            if let Some(why) = shape {
+                // A unit no dispatch writes (consume-queue damage while running): skipped, and
+                // its records looked for between the nearest good units, as for a unit that
+                // names no record of its queue. Before, the whole read failed, on every pull
+                // from below it until a restart rebuilt the queue (storage probe).
+                inner.stats.cq_mismatches += 1;
+                let sk = SkippedUnit {
+                    queue_offset: next,
+                    phys_offset: u.phys_offset,
+                    size: u64::from(u.size),
+                    reason: format!("damaged consume-queue unit: {why}"),
+                };
+                if relocated_at != Some(next) && next >= no_relocation_below {
+                    match relocate_units(inner, &key, next, dispatched)? {
+                        Ok(()) => {
+                            relocated_at = Some(next);
+                            scanned -= 1;
+                            continue 'scan;
+                        }
+                        Err(until) => no_relocation_below = until,
+                    }
+                }
+                if stop_at_skip {
+                    if records.is_empty() {
+                        skipped.push(sk);
+                    }
+                    break 'scan;
+                }
+                skipped.push(sk);
+                next += 1;
+                continue;
+            }
             if u.phys_offset < inner.log.min_offset() {
                 next += 1; // retention: skip
                 continue;
@@ -2623,7 +2655,11 @@ fn unit_good(inner: &Inner, key: &(String, i32), index: u64) -> Result<Option<Cq
     let Some(q) = inner.cqs.get(key) else {
         return Ok(None);
     };
-    let u = q.get(index)?;
+    let u = match q.get(index) {
+        Ok(u) => u,
+        Err(StoreError::CorruptRecord { .. }) => return Ok(None), // a unit of impossible shape
+        Err(e) => return Err(e),
+    };
     if u.phys_offset < inner.log.min_offset()
         || inner.quarantine.containing(u.phys_offset).is_some()
     {
