@@ -174,14 +174,17 @@ async def test_send_auto_creates_the_topic_and_pull_reads_it_back(tmp_path: Path
         assert bodies_of(r.body) == [b"m1"]
 
 
+@pytest.mark.parametrize("trigger", ["send", "heartbeat"])
 async def test_a_topic_auto_created_by_a_send_is_routed_when_the_send_is_answered(
-    tmp_path: Path,
+    tmp_path: Path, trigger: str
 ) -> None:
     """RocketMQ registers a topic its send auto-created before it answers the send, so a
     consumer started on the answer finds the route (a Go push consumer's Start() failed
     here with "route info not found" when the name server heard of it a moment later). The
     name server below holds that registration until the test lets it go: the send must not
-    be answered before."""
+    be answered before. The same for the retry topic a new consumer group's first heartbeat
+    creates (Go probe: a consumer that looked its route up too early pulled no retried
+    message for up to 30 s)."""
     from rmq_ha.net.connection import Connection
 
     held, arrived, release = [False], trio.Event(), trio.Event()
@@ -204,8 +207,27 @@ async def test_a_topic_auto_created_by_a_send_is_routed_when_the_send_is_answere
             held[0] = True
             answers: list[RemotingCommand] = []
 
+            topic = "Fresh" if trigger == "send" else "%RETRY%fresh-group"
+            hb = HeartbeatData(
+                client_id="c-1",
+                consumer_data_set=[
+                    ConsumerData(
+                        group_name="fresh-group",
+                        consume_type="CONSUME_PASSIVELY",
+                        message_model="CLUSTERING",
+                        consume_from_where="CONSUME_FROM_LAST_OFFSET",
+                        subscription_data_set=[SubscriptionData(topic="Fresh", sub_string="*")],
+                    )
+                ],
+            )
+            cmd = (
+                send_cmd("Fresh", b"x")
+                if trigger == "send"
+                else RemotingCommand.request(RC.HEART_BEAT, body=hb.to_json())
+            )
+
             async def send() -> None:
-                answers.append(await c.invoke(node.address, send_cmd("Fresh", b"x")))
+                answers.append(await c.invoke(node.address, cmd))
 
             n.start_soon(send)
             with trio.fail_after(10):
@@ -220,7 +242,7 @@ async def test_a_topic_auto_created_by_a_send_is_routed_when_the_send_is_answere
             await wait_until(lambda: bool(answers))
             assert answers[0].code == Resp.SUCCESS, answers[0].remark
             q = await c.invoke(
-                ns.address, RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "Fresh"})
+                ns.address, RemotingCommand.request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             )
             assert q.code == Resp.SUCCESS, q.remark
         n.cancel_scope.cancel()

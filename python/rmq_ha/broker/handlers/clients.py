@@ -61,6 +61,10 @@ async def expire(p: Ports) -> None:
         await notify_consumer_ids_changed(p, group)
 
 
+#: How long a heartbeat that created a retry topic waits for its registration: well inside
+#: the clients' heartbeat timeout (3 s) even when a name server does not answer.
+HEARTBEAT_ANNOUNCE_S = 1.0
+
 #: Broker2Client.callClient's wait for a client's answer.
 CALL_CLIENT_TIMEOUT_S = 10.0
 
@@ -71,6 +75,7 @@ def register(d: Dispatcher, p: Ports) -> None:
         info = ClientInfo(hb.client_id, conn, cmd.language, cmd.version, now_ms())
         for prod in hb.producer_data_set:
             p.clients.register_producer(prod.group_name, info)
+        new_retry = False
         for c in hb.consumer_data_set:
             # A new group's default config and retry topic are written by the broker's
             # housekeeping off the event loop (written here, each cost every request a stall
@@ -79,9 +84,16 @@ def register(d: Dispatcher, p: Ports) -> None:
             if p.cfg.auto_create_subscription_group and check_topic_name(c.group_name) is None:
                 p.subgroups.ensure(c.group_name, persist_now=False)
             # Every consumer group has a retry topic its members subscribe to.
-            p.topics.system(RETRY_GROUP_TOPIC_PREFIX + c.group_name, persist_now=False)
+            retry = RETRY_GROUP_TOPIC_PREFIX + c.group_name
+            new_retry = new_retry or p.topics.get(retry) is None
+            p.topics.system(retry, persist_now=False)
             if p.clients.register_consumer(c, info):
                 await notify_consumer_ids_changed(p, c.group_name)
+        if new_retry:
+            # A new retry topic is routed before the answer (as a send's auto-created topic
+            # is): a client looks its route up once it started and then every 30 s, and one
+            # that looked too early pulled no retried message for up to 30 s (Go probe).
+            await p.topics.announced(HEARTBEAT_ANNOUNCE_S)
         return cmd.response(Resp.SUCCESS)
 
     async def unregister_client(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
