@@ -79,6 +79,22 @@ async def cluster(tmp_path: Path, **broker_kw: object) -> AsyncIterator[Cluster]
         n.cancel_scope.cancel()
 
 
+def consumer_heartbeat(client_id: str, group: str, topic: str) -> HeartbeatData:
+    """A heartbeat of one clustering consumer of `group` subscribed to all of `topic`."""
+    return HeartbeatData(
+        client_id=client_id,
+        consumer_data_set=[
+            ConsumerData(
+                group_name=group,
+                consume_type="CONSUME_PASSIVELY",
+                message_model="CLUSTERING",
+                consume_from_where="CONSUME_FROM_LAST_OFFSET",
+                subscription_data_set=[SubscriptionData(topic=topic, sub_string="*")],
+            )
+        ],
+    )
+
+
 def send_cmd(
     topic: str,
     body: bytes,
@@ -208,18 +224,7 @@ async def test_a_topic_auto_created_by_a_send_is_routed_when_the_send_is_answere
             answers: list[RemotingCommand] = []
 
             topic = "Fresh" if trigger == "send" else "%RETRY%fresh-group"
-            hb = HeartbeatData(
-                client_id="c-1",
-                consumer_data_set=[
-                    ConsumerData(
-                        group_name="fresh-group",
-                        consume_type="CONSUME_PASSIVELY",
-                        message_model="CLUSTERING",
-                        consume_from_where="CONSUME_FROM_LAST_OFFSET",
-                        subscription_data_set=[SubscriptionData(topic="Fresh", sub_string="*")],
-                    )
-                ],
-            )
+            hb = consumer_heartbeat("c-1", "fresh-group", "Fresh")
             cmd = (
                 send_cmd("Fresh", b"x")
                 if trigger == "send"
@@ -395,18 +400,7 @@ async def test_consumer_offsets_heartbeat_consumer_list_and_locks(tmp_path: Path
         await c.client.invoke(c.broker, pull_cmd("CO", 0, 1, group="g", commit=7))
         assert (await c.client.invoke(c.broker, q)).ext_fields["offset"] == "7"
 
-        hb = HeartbeatData(
-            client_id="client-1",
-            consumer_data_set=[
-                ConsumerData(
-                    group_name="g",
-                    consume_type="CONSUME_PASSIVELY",
-                    message_model="CLUSTERING",
-                    consume_from_where="CONSUME_FROM_LAST_OFFSET",
-                    subscription_data_set=[SubscriptionData(topic="CO", sub_string="*")],
-                )
-            ],
-        )
+        hb = consumer_heartbeat("client-1", "g", "CO")
         r = await c.client.invoke(
             c.broker, RemotingCommand.request(RC.HEART_BEAT, body=hb.to_json())
         )

@@ -60,26 +60,20 @@ def test_a_log_file_that_cannot_be_opened_names_the_option(tmp_path: Path) -> No
         roles._setup_logging("info", "text", str(blocker / "x.log"))
 
 
-@pytest.mark.timeout(60)
-def test_a_role_started_with_a_log_file_logs_there_and_not_on_stderr(tmp_path: Path) -> None:
-    log = tmp_path / "logs" / "namesrv.log"
-    ns = Proc(
+def _namesrv(tmp_path: Path, *args: str) -> Proc:
+    """A name server process on a free port, its stderr in ns.stderr."""
+    return Proc(
         "namesrv",
-        [
-            *RMQ_HA,
-            "namesrv",
-            "--listen-port",
-            "0",
-            "--ready-file",
-            str(tmp_path / "ns"),
-            "--log-file",
-            str(log),
-            "--log-format",
-            "json",
-        ],
+        [*RMQ_HA, "namesrv", "--listen-port", "0", "--ready-file", str(tmp_path / "ns"), *args],
         tmp_path / "ns.stderr",
         ReadyFile(tmp_path / "ns"),
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_role_started_with_a_log_file_logs_there_and_not_on_stderr(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "namesrv.log"
+    ns = _namesrv(tmp_path, "--log-file", str(log), "--log-format", "json")
     ns.start()
     try:
         ns.wait_ready_sync(20)
@@ -122,21 +116,7 @@ def test_a_fatal_signal_is_named_on_stderr_with_the_stacks(tmp_path: Path) -> No
     """A role killed by SIGBUS (a store file cut under its mapping: the storage probe saw the
     broker die with nothing logged) says so on stderr, with its threads' Python stacks, even
     when it logs to a file."""
-    ns = Proc(
-        "namesrv",
-        [
-            *RMQ_HA,
-            "namesrv",
-            "--listen-port",
-            "0",
-            "--ready-file",
-            str(tmp_path / "ns"),
-            "--log-file",
-            str(tmp_path / "ns.log"),
-        ],
-        tmp_path / "ns.stderr",
-        ReadyFile(tmp_path / "ns"),
-    )
+    ns = _namesrv(tmp_path, "--log-file", str(tmp_path / "ns.log"))
     ns.start()
     try:
         ns.wait_ready_sync(20)

@@ -139,20 +139,7 @@ async def test_one_paced_pass_quarantines_damage_no_read_would_reach(
     _flip(first, 20 * 350 + 200)
     async with open_store(tmp_path, segment_size=SEG) as store, RemotingClient() as rc:
         assert store.native.quarantined() == []
-
-        async def no_sources() -> list[str]:
-            return []
-
-        svc = StorageService(
-            cfg,
-            store,
-            epochs=EpochFile(tmp_path / "epochFileCheckpoint"),
-            feed=lambda _e: None,
-            outbound=rc,
-            replication_floor=lambda: None,
-            repair_sources=no_sources,
-            on_repaired=lambda _: None,
-        )
+        svc = _service(cfg, store, tmp_path, rc)
         t0 = trio.current_time()
         await svc.scrub_pass()
         took = trio.current_time() - t0

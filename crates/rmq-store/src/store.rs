@@ -2467,43 +2467,24 @@ fn read_queue_locked(
             }
             scanned += 1;
             let mut u = u;
-            if let Some(why) = shape {
-                // A unit no dispatch writes (consume-queue damage while running): skipped, and
-                // its records looked for between the nearest good units, as for a unit that
-                // names no record of its queue. Before, the whole read failed, on every pull
-                // from below it until a restart rebuilt the queue (storage probe).
+            // A unit no dispatch writes (consume-queue damage while running) is skipped, and
+            // its records looked for between the nearest good units, as for a unit that names
+            // no record of its queue. Before, the whole read failed, on every pull from below
+            // it until a restart rebuilt the queue (storage probe).
+            let shape_skip = shape.map(|why| {
                 inner.stats.cq_mismatches += 1;
-                let sk = SkippedUnit {
+                SkippedUnit {
                     queue_offset: next,
                     phys_offset: u.phys_offset,
                     size: u64::from(u.size),
                     reason: format!("damaged consume-queue unit: {why}"),
-                };
-                if relocated_at != Some(next) && next >= no_relocation_below {
-                    match relocate_units(inner, &key, next, dispatched)? {
-                        Ok(()) => {
-                            relocated_at = Some(next);
-                            scanned -= 1;
-                            continue 'scan;
-                        }
-                        Err(until) => no_relocation_below = until,
-                    }
                 }
-                if stop_at_skip {
-                    if records.is_empty() {
-                        skipped.push(sk);
-                    }
-                    break 'scan;
-                }
-                skipped.push(sk);
-                next += 1;
-                continue;
-            }
-            if u.phys_offset < inner.log.min_offset() {
+            });
+            if shape_skip.is_none() && u.phys_offset < inner.log.min_offset() {
                 next += 1; // retention: skip
                 continue;
             }
-            if let Some(tags) = tag_codes {
+            if let Some(tags) = tag_codes.filter(|_| shape_skip.is_none()) {
                 if !tags.contains(&u.tag_code) {
                     // A filtered-out unit is checked against its record, so a damaged tag code
                     // cannot hide the message from this filter for good: once per position per
@@ -2534,6 +2515,7 @@ fn read_queue_locked(
                 }
             }
             let skip = match inner.quarantine.containing(u.phys_offset) {
+                _ if shape_skip.is_some() => shape_skip,
                 Some(e) => Some(skipped_for(next, e)),
                 None => match inner.log.read_record(u.phys_offset) {
                     Ok(r) => match record_mismatch(&key, next, &u, &r) {

@@ -322,27 +322,28 @@ class NamesrvShell:
                     changed = True
             if changed:
                 self.topics.persist()
-        # Group configs: without them a new master refuses the groups an admin created on the
-        # old one (autoCreateSubscriptionGroup=false), or lets consume a group set to
-        # consumeEnable=false, or retries past its retryMaxTimes.
-        r = await out.invoke(
-            addr, RemotingCommand.request(RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 3.0
+        # Group configs (without them a new master refuses the groups an admin created on the
+        # old one with autoCreateSubscriptionGroup=false, lets consume a group set to
+        # consumeEnable=false, retries past retryMaxTimes), and pop or pull per group and
+        # topic (without them it answers pull mode to a group switched to pop): taken whole.
+        tables: tuple[tuple[int, Callable[[bytes], bool], str, Callable[[], int]], ...] = (
+            (
+                RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+                self.subgroups.adopt,
+                "subscription groups",
+                lambda: len(self.subgroups.table),
+            ),
+            (
+                RC.GET_ALL_MESSAGE_REQUEST_MODE,
+                self.request_modes.adopt,
+                "message request modes",
+                lambda: len(self.request_modes.table),
+            ),
         )
-        if r.code == Resp.SUCCESS and r.body and self.subgroups.adopt(r.body):
-            log.info(
-                "subscription groups copied from the master %s: %d groups",
-                addr,
-                len(self.subgroups.table),
-            )
-        # Pop or pull per group and topic: without them a new master answers pull mode to a
-        # group switched to pop (its clients go back to client-side rebalancing).
-        r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_MESSAGE_REQUEST_MODE), 3.0)
-        if r.code == Resp.SUCCESS and r.body and self.request_modes.adopt(r.body):
-            log.info(
-                "message request modes copied from the master %s: %d",
-                addr,
-                len(self.request_modes.table),
-            )
+        for code, adopt, what, size in tables:
+            r = await out.invoke(addr, RemotingCommand.request(code), 3.0)
+            if r.code == Resp.SUCCESS and r.body and adopt(r.body):
+                log.info("%s copied from the master %s: %d", what, addr, size())
         # Offsets and delay progress only from a master that has pulled ours back (acting
         # master: its 906 came first; RoleCore.copies_metadata).
         r = await out.invoke(addr, RemotingCommand.request(RC.GET_ALL_CONSUMER_OFFSET), 3.0)
