@@ -244,57 +244,40 @@ def test_flipped_body_in_an_old_segment_is_read_around_and_reported(
     assert [x["offset"] for x in s.quarantined()] == [bad.offset]
 
 
-@pytest.mark.parametrize("damage", ["flip-newest", "zero-inside-a-record", "cut-inside-a-record"])
-def test_damage_to_the_last_durable_records_is_quarantined_not_cut(
-    open_native: StoreFactory, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+def test_a_flipped_bit_in_the_newest_record_is_quarantined_not_cut(
+    open_native: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Storage probe 1: one flipped bit in the newest record of a cleanly closed store cut the
     log there (nothing valid follows it), so the next append took that record's queue offset
     and a consumer already past it never saw the new message (acknowledged, never delivered).
-    The checkpoint's durable point is the log's end and a record boundary, and the bytes
-    before it were fsynced: bad bytes that start a record there are damage. The records are
-    quarantined with their queue offsets kept (a replica can repair them), nothing is cut,
-    and the next append goes on after them. The same for the last 64 KiB zeroed, or the file
-    cut, from inside a record (zeros from a record boundary are a cut log: see below)."""
+    A bad record that is one whole record ending exactly at the checkpoint's durable point (its
+    header claims that size, its last bytes are there) was fsynced whole: it is damage, not a
+    torn tail. It is quarantined with its queue offset kept (a replica can repair it), nothing
+    is cut, and the next append goes on after it. A zeroed or cut tail is still cut (below)."""
     root = tmp_path / "store"
     s = open_native(root, segment_size=GIB)
     recs = write(s, 2_000)
     end = s.max_offset
     s.close()
-    seg0 = segment_path(root, 0)
-    if damage == "flip-newest":
-        flip(seg0, recs[-1].offset + 100, 1)  # a body byte
-        hit = recs[-1:]
-    else:
-        at = end - 65536
-        hit = [r for r in recs if r.end > at]
-        assert hit[0].offset < at, "inside a record"
-        if damage == "zero-inside-a-record":
-            write_at(seg0, at, bytes(end - at))
-        else:
-            os.truncate(seg0, at)
+    last = recs[-1]
+    flip(segment_path(root, 0), last.offset + 100, 1)  # a body byte
     s = open_native(root, segment_size=GIB)
     assert s.max_offset == end
     report = s.open_report
     assert report["cut_offset"] is None and report["missing_durable"] is None
     q = s.quarantined()
-    assert [(e["offset"], e["queue_offset"]) for e in q] == [
-        (r.offset, r.queue_offset) for r in hit
+    assert [(e["offset"], e["size"], e["queue_offset"]) for e in q] == [
+        (last.offset, last.size, last.queue_offset)
     ]
-    assert q[-1]["offset"] + q[-1]["size"] == end
     with caplog.at_level(logging.INFO, logger="rmq_ha.store"):
         assert log_open_report(report, store="s") >= 1
     got, skipped = read_back(s)
-    assert sorted(skipped) == sorted((r.queue_id, r.queue_offset) for r in hit)
-    assert len(got) == len(recs) - len(hit)
-    last = hit[-1]
+    assert skipped == [(last.queue_id, last.queue_offset)] and len(got) == len(recs) - 1
     (nxt,) = s.append_batch([Message(TOPIC, last.queue_id, b"after")])
     assert nxt[0] == end and nxt[2] == last.queue_offset + 1, "its queue offset is not reused"
 
 
-@pytest.mark.parametrize(
-    "damage", ["zero-from-a-record", "truncate-at-a-record", "corrupt-checkpoint"]
-)
+@pytest.mark.parametrize("damage", ["zero-last-64k", "truncate-mid-record", "corrupt-checkpoint"])
 def test_damaged_end_of_the_log_is_cut_to_the_last_valid_record_and_reported(
     open_native: StoreFactory, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -308,15 +291,11 @@ def test_damaged_end_of_the_log_is_cut_to_the_last_valid_record_and_reported(
     end = s.max_offset
     s.close()
     seg0 = segment_path(root, 0)
-    if damage == "zero-from-a-record":
-        # zeros from a record boundary: what a log cut below an older checkpoint leaves
-        # (from inside a record it is damage, quarantined:
-        # test_damage_to_the_last_durable_records_is_quarantined_not_cut)
-        first = next(r for r in recs if r.offset >= end - 65536)
-        write_at(seg0, first.offset, bytes(end - first.offset))
-        survivors = [r for r in recs if r.end <= first.offset]
-    elif damage == "truncate-at-a-record":
-        os.truncate(seg0, recs[15_000].offset)
+    if damage == "zero-last-64k":
+        write_at(seg0, end - 65536, bytes(65536))
+        survivors = [r for r in recs if r.end <= end - 65536]
+    elif damage == "truncate-mid-record":
+        os.truncate(seg0, recs[15_000].offset + 77)
         survivors = recs[:15_000]
     else:
         ck = bytearray(read_file(root / "checkpoint"))
@@ -336,14 +315,15 @@ def test_damaged_end_of_the_log_is_cut_to_the_last_valid_record_and_reported(
         assert report["cut_offset"] is None
         assert loud == 1 and "checkpoint corrupt" in messages[0]
     else:
+        assert report["cut_offset"] == last
+        assert report["cut_bytes"] > 0
+        assert report["cut_below_durable"] is True
         assert report["missing_durable"] == (last, end)
         assert report["durable_offset"] == end
         assert any(f"{end - last} bytes of fsynced data are missing" in m for m in messages)
+        assert any(f"cut the commitlog at {last}" in m for m in messages)
         assert any("confirm offset" in m for m in messages)
-        # only zeros after the end: nothing to cut; the missing durable bytes and the
-        # clamped confirm offset are said
-        assert report["cut_offset"] is None
-        assert loud == 2
+        assert loud == 3  # the cut, the missing durable bytes, the clamped confirm offset
     got, skipped = read_back(s)
     assert not skipped and len(got) == len(survivors)
 

@@ -20,11 +20,11 @@
 //!   an end-of-segment filler): its byte range is reported for quarantine and validation goes on.
 //!   Without a trusted checkpoint (no durable point known) every bad record that a sync point
 //!   follows is skipped the same way: a valid record after it shows it is not a torn tail.
-//!   A bad record below the durable point that nothing valid follows is damage to the last
-//!   durable records: the durable point, the log's end when the checkpoint was written, is its
-//!   sync point. A bad record at or past the durable point, or one that nothing valid follows
-//!   without a durable point after it, is a torn tail: the rest of that segment is zeroed and
-//!   later segments are deleted, durably, before the store is used. Non-zero bytes after the valid end are cut too, so an old record can
+//!   A bad record below the durable point that nothing valid follows is damage to the newest
+//!   record when it is one whole record ending exactly at the durable point (the log's end when
+//!   the checkpoint was written): the durable point is its sync point. Any other bad record at
+//!   or past the durable point, or one that nothing valid follows, is a torn tail: the rest of
+//!   that segment is zeroed and later segments are deleted, durably, before the store is used. Non-zero bytes after the valid end are cut too, so an old record can
 //!   never be resurrected behind new appends.
 //! * [`CommitLog::truncate_to`] is crash-safe (RocketMQ #10666): later segments are deleted and
 //!   the tail is zeroed and synced before it returns.
@@ -1497,13 +1497,23 @@ fn sync_at(seg: &Segment, pos: usize) -> bool {
 /// The first sync point after `from` (exclusive) and below `bound`, searching across
 /// segments; a segment start counts when a valid record or filler begins there. None when
 /// there is none before `bound`.
-/// Whether the segment files hold bytes up to `offset` (the segment ending at or holding
-/// it is not shorter than that).
-fn written_up_to(segs: &[Arc<Segment>], offset: u64) -> bool {
-    let idx = segs.partition_point(|s| s.start < offset);
-    match idx.checked_sub(1).map(|i| &segs[i]) {
-        Some(seg) => offset <= seg.start + seg.scan_end() as u64,
-        None => false,
+/// Whether the bytes at `at` are one record, in one segment, whose header claims exactly the
+/// size up to `end` and whose last 4 bytes (its CRC trailer) are not zeros: a record damaged
+/// in place, not a tail zeroed or cut.
+fn last_record_damaged_in_place(segs: &[Arc<Segment>], at: u64, end: u64) -> bool {
+    let idx = segs.partition_point(|s| s.start <= at);
+    let Some(seg) = idx.checked_sub(1).map(|i| &segs[i]) else {
+        return false;
+    };
+    let avail = seg.scan_end() as u64;
+    if end <= at + 8 || end > seg.start + avail {
+        return false;
+    }
+    let data = seg.bytes();
+    let (pos, stop) = ((at - seg.start) as usize, (end - seg.start) as usize);
+    match peek_header(&data[pos..stop]) {
+        Ok((size, _)) if size == (end - at) as i64 => data[stop - 4..stop].iter().any(|&b| b != 0),
+        _ => false,
     }
 }
 
@@ -1632,18 +1642,14 @@ fn walk(
         let resume = match find_sync(segs, at, bound) {
             Some(q) => q,
             None if bound < u64::MAX && (to.is_some() || next_known == bound) => bound,
-            // Nothing valid follows, but the durable point does: it was the log's end when
-            // the checkpoint was written, a record boundary, and the bytes before it were
-            // fsynced. So the bad bytes are damage to the last records, not a torn tail:
-            // quarantined (their queue offsets kept), not cut (storage probe: one flipped
-            // bit in the newest record cut it, and the next send took its queue offset, so
-            // a consumer already past it never saw that send).
-            // Not for zeros where a record should start: that is a log cut below an older
-            // checkpoint (a truncation zeroes from a record boundary), whose end is where
-            // the zeros begin; nor past the bytes the segment file holds.
-            None if reason != END_OF_DATA && durable <= bound && written_up_to(segs, durable) => {
-                durable
-            }
+            // Nothing valid follows, but the bad bytes are exactly one whole record ending at
+            // the durable point (the log's end when the checkpoint was written; fsynced):
+            // its header claims that size and its last bytes are there. That is damage to
+            // the newest record (a flipped bit), not a torn tail: quarantined with its queue
+            // offset, not cut (storage probe: the cut gave its queue offset to the next send,
+            // so a consumer already past it never saw that message). Zeros, a shorter file
+            // or several records (a zeroed or cut tail) are still cut below.
+            None if durable <= bound && last_record_damaged_in_place(segs, at, durable) => durable,
             None => {
                 v.stop = Some((at, reason));
                 return v;

@@ -330,7 +330,7 @@ fn damaged_header_in_an_old_segment_is_resynchronised_exactly() {
 /// valid record and reports the cut and that durable bytes were lost.
 #[test]
 fn damaged_end_of_the_log_is_cut_to_the_last_valid_record_with_a_report() {
-    for case in ["zero-from-a-record", "truncate-at-a-record", "checkpoint"] {
+    for case in ["zero-64k", "truncate-mid-record", "checkpoint"] {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path();
         let seg = 1 << 20;
@@ -340,28 +340,17 @@ fn damaged_end_of_the_log_is_cut_to_the_last_valid_record_with_a_report() {
         store.close().expect("close");
         drop(store);
         let survivors: Vec<&Rec> = match case {
-            "zero-from-a-record" => {
-                // zeros from a record boundary: what a log cut below an older checkpoint
-                // leaves (from inside a record it is damage: the test below)
-                let first = recs
-                    .iter()
-                    .find(|r| r.offset >= end - 65536)
-                    .expect("a record");
-                write_at(
-                    root,
-                    seg,
-                    first.offset,
-                    &vec![0u8; (end - first.offset) as usize],
-                );
-                recs.iter().filter(|r| r.end() <= first.offset).collect()
+            "zero-64k" => {
+                write_at(root, seg, end - 65536, &vec![0u8; 65536]);
+                recs.iter().filter(|r| r.end() <= end - 65536).collect()
             }
-            "truncate-at-a-record" => {
+            "truncate-mid-record" => {
                 let r = &recs[1200];
                 let f = OpenOptions::new()
                     .write(true)
                     .open(seg_path(root, seg, 0))
                     .expect("open");
-                f.set_len(r.offset).expect("set_len");
+                f.set_len(r.offset + r.size / 2).expect("set_len");
                 recs[..1200].iter().collect()
             }
             _ => {
@@ -376,13 +365,17 @@ fn damaged_end_of_the_log_is_cut_to_the_last_valid_record_with_a_report() {
         let last = survivors.last().expect("survivors").end();
         assert_eq!(store.max_offset(), last, "{case}");
         let c = &report.commitlog;
-        assert_eq!(c.cut_offset, None, "{case}: only zeros after the end");
         if case == "checkpoint" {
             assert!(matches!(
                 report.checkpoint,
                 rmq_store::checkpoint::CheckpointLoad::Corrupt(_)
             ));
+            assert_eq!(c.cut_offset, None);
         } else {
+            assert_eq!(c.cut_offset, Some(last), "{case}");
+            assert!(c.cut_to.is_some_and(|t| t > last), "{case}");
+            assert!(c.cut_bytes > 0, "{case}");
+            assert!(c.cut_below_durable, "{case}");
             assert_eq!(c.missing_durable, Some((last, end)), "{case}");
         }
         let (got, skipped) = read_all(&store);
@@ -394,55 +387,32 @@ fn damaged_end_of_the_log_is_cut_to_the_last_valid_record_with_a_report() {
     }
 }
 
-/// Storage probe: bad bytes that start inside the last durable records (a flipped bit in the
-/// newest record, the tail zeroed or the file cut from inside a record) were cut as a torn
-/// tail, and the next append took the lost records' queue offsets. Below the durable point
-/// (the log's end at the checkpoint, a record boundary) they are damage: quarantined, queue
-/// offsets kept, nothing cut.
+/// Storage probe: a flipped bit in the newest record was cut as a torn tail, and the next
+/// append took its queue offset. One whole record ending exactly at the durable point (its
+/// header claims that size, its last bytes are there) was fsynced whole: quarantined, its
+/// queue offset kept, nothing cut.
 #[test]
-fn damage_to_the_last_durable_records_is_quarantined_not_cut() {
-    for case in ["flip-newest", "zero-inside-a-record", "cut-inside-a-record"] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path();
-        let seg = 1 << 20;
-        let (store, _) = open(root, seg);
-        let recs = fill(&store, 1500, |i| 180 + i % 50);
-        let end = store.max_offset();
-        store.close().expect("close");
-        drop(store);
-        let hit: Vec<&Rec> = match case {
-            "flip-newest" => {
-                let r = recs.last().expect("a record");
-                let at = r.offset + 100;
-                let old = fs::read(seg_path(root, seg, at)).expect("read")[(at % seg) as usize];
-                write_at(root, seg, at, &[old ^ 0x5A]);
-                vec![r]
-            }
-            _ => {
-                let at = end - 65536;
-                let hit: Vec<&Rec> = recs.iter().filter(|r| r.end() > at).collect();
-                assert!(hit[0].offset < at, "inside a record");
-                if case == "zero-inside-a-record" {
-                    write_at(root, seg, at, &vec![0u8; 65536]);
-                } else {
-                    let f = OpenOptions::new()
-                        .write(true)
-                        .open(seg_path(root, seg, 0))
-                        .expect("open");
-                    f.set_len(at).expect("set_len");
-                }
-                hit
-            }
-        };
-        let (store, report) = open(root, seg);
-        assert_eq!(store.max_offset(), end, "{case}");
-        let c = &report.commitlog;
-        assert_eq!(c.cut_offset, None, "{case}");
-        assert_eq!(c.missing_durable, None, "{case}");
-        let (got, skipped) = read_all(&store);
-        assert_eq!(skipped.len(), hit.len(), "{case}");
-        assert_eq!(got.len(), recs.len() - hit.len(), "{case}");
-    }
+fn a_flipped_bit_in_the_newest_record_is_quarantined_not_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let seg = 1 << 20;
+    let (store, _) = open(root, seg);
+    let recs = fill(&store, 1500, |i| 180 + i % 50);
+    let end = store.max_offset();
+    store.close().expect("close");
+    drop(store);
+    let r = recs.last().expect("a record");
+    let at = r.offset + 100;
+    let old = fs::read(seg_path(root, seg, at)).expect("read")[(at % seg) as usize];
+    write_at(root, seg, at, &[old ^ 0x5A]);
+    let (store, report) = open(root, seg);
+    assert_eq!(store.max_offset(), end);
+    let c = &report.commitlog;
+    assert_eq!(c.cut_offset, None);
+    assert_eq!(c.missing_durable, None);
+    let (got, skipped) = read_all(&store);
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(got.len(), recs.len() - 1);
 }
 
 /// A damaged record with no trusted checkpoint (corrupt or deleted): nothing says what was
@@ -924,8 +894,8 @@ proptest! {
 
     /// Damage anywhere below the durable point of a cleanly closed store (any segment): every
     /// record whose bytes are intact stays readable, byte for byte, at its queue offset, unless
-    /// nothing valid follows the damage and it starts with zeros where a record should (then
-    /// the log is cut before the first damaged record);
+    /// nothing valid follows the damage (then the log is cut before the first damaged record,
+    /// except for the newest record damaged in place, which is quarantined);
     /// a damaged record is never served; queue max offsets never move (except by that cut).
     #[test]
     fn damage_below_the_durable_point_keeps_every_intact_record(
@@ -984,15 +954,18 @@ proptest! {
         while tail_from > 0 && damaged[tail_from - 1] && recs[tail_from - 1].offset >= last_seg {
             tail_from -= 1;
         }
-        // Cut only when the tail's first damaged record starts with zeros (END_OF_DATA: what a
-        // log cut below an older checkpoint leaves); other bad bytes below the durable point
-        // are damage to the last records, quarantined with their offsets (storage probe).
+        // Not cut when the tail's first damaged record is one whole record ending at the log's
+        // end, damaged in place: its header claims that size and its last 4 bytes are not
+        // zeros (storage probe: quarantined with its queue offset).
         let tail = tail_from < recs.len() && {
             let r = &recs[tail_from];
             let f = OpenOptions::new().read(true).open(seg_path(root, SEG, r.offset)).expect("open");
-            let mut b = [0u8; 8];
-            f.read_exact_at(&mut b, r.offset % SEG).expect("read");
-            b == [0u8; 8]
+            let mut head = [0u8; 4];
+            f.read_exact_at(&mut head, r.offset % SEG).expect("read");
+            let mut trailer = [0u8; 4];
+            f.read_exact_at(&mut trailer, (end - 4) % SEG).expect("read");
+            let claims = i64::from(i32::from_be_bytes(head)) == (end - r.offset) as i64;
+            !(claims && r.offset + 8 < end && trailer != [0u8; 4])
         };
         let _ = first_bad;
         let cut_at = recs.get(tail_from).map_or(end, |r| r.offset);
