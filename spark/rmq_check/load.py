@@ -183,17 +183,15 @@ def load(spark: Any, path: str | Path) -> DataFrame:
             "allowNonNumericNumbers": "false",
         },
     )
-    t = t.select(j.alias("j"), "line", POS)
+    # bytes that are not UTF-8 are read as U+FFFD: two such topics would be one
+    t = t.select(j.alias("j"), "line", POS, F.is_valid_utf8(F.col("line")).alias(UTF8))
     return t.select(
         *[F.col("j." + n).alias(n) for n, _ in h.OP_FIELDS],
         POS,
         F.col("line").alias(RAW),
-        # bytes that are not UTF-8 are read as U+FFFD: two such topics would be one
-        F.is_valid_utf8(F.col("line")).alias(UTF8),
+        UTF8,
         (
-            F.col("j._corrupt_record").isNotNull()
-            | ~one_json_value(F.col("line"))
-            | ~F.is_valid_utf8(F.col("line"))
+            F.col("j._corrupt_record").isNotNull() | ~one_json_value(F.col("line")) | ~F.col(UTF8)
         ).alias(CORRUPT),
         _unknown_keys(F.col("line")).alias(EXTRA),
         _duplicate_keys(F.col("line")).alias(DUP),

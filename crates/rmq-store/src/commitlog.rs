@@ -24,8 +24,9 @@
 //!   record when it is one whole record ending exactly at the durable point (the log's end when
 //!   the checkpoint was written): the durable point is its sync point. Any other bad record at
 //!   or past the durable point, or one that nothing valid follows, is a torn tail: the rest of
-//!   that segment is zeroed and later segments are deleted, durably, before the store is used. Non-zero bytes after the valid end are cut too, so an old record can
-//!   never be resurrected behind new appends.
+//!   that segment is zeroed and later segments are deleted, durably, before the store is used.
+//!   Non-zero bytes after the valid end are cut too, so an old record can never be resurrected
+//!   behind new appends.
 //! * [`CommitLog::truncate_to`] is crash-safe (RocketMQ #10666): later segments are deleted and
 //!   the tail is zeroed and synced before it returns.
 
@@ -1494,9 +1495,6 @@ fn sync_at(seg: &Segment, pos: usize) -> bool {
     }
 }
 
-/// The first sync point after `from` (exclusive) and below `bound`, searching across
-/// segments; a segment start counts when a valid record or filler begins there. None when
-/// there is none before `bound`.
 /// Whether the bytes at `at` are one record, in one segment, whose header claims exactly the
 /// size up to `end` and whose last 4 bytes (its CRC trailer) are not zeros: a record damaged
 /// in place, not a tail zeroed or cut.
@@ -1517,6 +1515,9 @@ fn last_record_damaged_in_place(segs: &[Arc<Segment>], at: u64, end: u64) -> boo
     }
 }
 
+/// The first sync point after `from` (exclusive) and below `bound`, searching across
+/// segments; a segment start counts when a valid record or filler begins there. None when
+/// there is none before `bound`.
 fn find_sync(segs: &[Arc<Segment>], from: u64, bound: u64) -> Option<u64> {
     let mut idx = segs.partition_point(|s| s.start <= from).checked_sub(1)?;
     let mut pos = (from - segs[idx].start) as usize + 1;
