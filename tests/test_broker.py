@@ -419,6 +419,45 @@ async def test_consumer_offsets_heartbeat_consumer_list_and_locks(tmp_path: Path
             assert len(json.loads(r.body or b"")["lockOKMQSet"]) == expect, client
 
 
+async def test_two_connections_with_one_client_id_are_two_members(tmp_path: Path) -> None:
+    """Two processes with one client id (the same instanceName twice, Go probe): one of them
+    leaving (its connection closes, or it unregisters) does not take the other out of the
+    group. RocketMQ keys consumers by channel; the id list names each id once."""
+
+    async def ids(client: RemotingClient, broker: str) -> list[str]:
+        r = await client.invoke(
+            broker, RemotingCommand.request(RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g"})
+        )
+        return list(json.loads(r.body or b"{}").get("consumerIdList") or [])
+
+    async def beat(client: RemotingClient, broker: str, cid: str) -> None:
+        hb = consumer_heartbeat(cid, "g", "DUP")
+        r = await client.invoke(broker, RemotingCommand.request(RC.HEART_BEAT, body=hb.to_json()))
+        assert r.code == Resp.SUCCESS
+
+    async with cluster(tmp_path) as c:
+        await beat(c.client, c.broker, "other")
+        async with RemotingClient() as second:
+            await beat(second, c.broker, "dup")
+            async with RemotingClient() as first:
+                await beat(first, c.broker, "dup")
+                await beat(first, c.broker, "first-only")
+                assert await ids(c.client, c.broker) == ["dup", "first-only", "other"]
+            # `first` closed its connection; once the broker has seen that ("first-only" is
+            # gone with it), `second` is still a member
+            with trio.fail_after(10):
+                while "first-only" in (got := await ids(c.client, c.broker)):
+                    await trio.sleep(0.02)
+            assert got == ["dup", "other"]
+            # an unregistration on another connection leaves it alone too
+            h = {"clientID": "dup", "consumerGroup": "g"}
+            r = await c.client.invoke(c.broker, RemotingCommand.request(RC.UNREGISTER_CLIENT, h))
+            assert r.code == Resp.SUCCESS
+            assert await ids(c.client, c.broker) == ["dup", "other"]
+            r = await second.invoke(c.broker, RemotingCommand.request(RC.UNREGISTER_CLIENT, h))
+            assert await ids(c.client, c.broker) == ["other"]
+
+
 async def test_send_back_goes_to_retry_then_dead_letter(tmp_path: Path) -> None:
     # Retries wait their delay level (3 + reconsume times): short levels keep this quick.
     async with cluster(tmp_path, message_delay_level="100ms 100ms 100ms") as c:

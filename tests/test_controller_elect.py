@@ -455,3 +455,61 @@ def test_a_broker_that_lost_data_does_not_win_the_first_election() -> None:
     ctl.set_live(C, A, 2, catch_up_offset=10, catch_up_epoch=1)
     result = handle(ctl.state, ElectMasterRequest.of_broker_trigger(C, A, 2), ctl.live)
     assert result.response.code == Code.CONTROLLER_ELECT_MASTER_FAILED
+
+
+def deaf(epoch: int = 0, offset: int = 0) -> BrokerLiveInfo:
+    """A replica whose heartbeats arrive but whose controller's answers do not reach it."""
+    return BrokerLiveInfo(alive=True, epoch=epoch, max_offset=offset, hears_controller=False)
+
+
+def test_a_replica_that_cannot_hear_the_controller_is_no_new_master() -> None:
+    """One-way partition (fault probe, session 16): the best-ranked replica cannot hear the
+    controller; electing it would leave the group masterless (it never learns, and the new
+    SyncStateSet is itself alone). The next best is chosen; none left: nobody, and the
+    remark says why. A deaf live old master stays (no needless failover)."""
+    live = {1: deaf(epoch=3, offset=900), 2: up(epoch=3, offset=500)}
+    assert policy(live, {1, 2}) == 2
+    assert policy({1: deaf(epoch=3)}, {1, 2}) is None
+    assert policy(live, {1, 2}, old=1) == 1
+    assert policy(live, {1, 2}, prefer=1) is None
+    assert policy({1: deaf(), 3: up()}, {1}, everyone={1, 3}) == 3
+    why = default_elect_policy(
+        sync_state_set={1},
+        replicas={1},
+        unclean=False,
+        old_master=None,
+        prefer_broker_id=None,
+        live_info={1: deaf()}.get,
+    ).why_none
+    assert "does not hear this controller" in why
+
+
+def test_a_deaf_member_blocks_a_recovery_election_and_is_no_recovery_candidate() -> None:
+    """A clean member that cannot hear is still alive and still holds what it holds: no
+    replica outside the set is elected over it; a replica owing a catch-up never was."""
+    owes = BrokerLiveInfo(alive=True, epoch=2, max_offset=10, catch_up_offset=50, catch_up_epoch=2)
+    assert (
+        policy({1: deaf(epoch=2, offset=50), 2: owes, 3: up(2, 60)}, {1, 2}, everyone={1, 2, 3})
+        == 3
+    )
+    got = default_elect_policy(
+        sync_state_set={1, 2},
+        replicas={1, 2, 3},
+        unclean=False,
+        old_master=None,
+        prefer_broker_id=None,
+        live_info={1: deaf(epoch=2, offset=50), 2: owes, 3: up(2, 60)}.get,
+    )
+    assert got.master is None
+    # Every member owes a catch-up: the recovery election skips a deaf coverer.
+    owes1 = BrokerLiveInfo(alive=True, epoch=2, max_offset=10, catch_up_offset=50, catch_up_epoch=2)
+    live = {1: owes1, 2: owes, 3: deaf(2, 60), 4: up(2, 55)}
+    got = default_elect_policy(
+        sync_state_set={1, 2},
+        replicas={1, 2, 3, 4},
+        unclean=False,
+        old_master=None,
+        prefer_broker_id=None,
+        live_info=live.get,
+    )
+    assert (got.master, got.recovery) == (4, True)

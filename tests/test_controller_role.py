@@ -15,6 +15,7 @@ from controllerutil import controller_config, free_ports, wait_for, wait_leader
 from rmq_ha import config
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient
+from rmq_ha.controller.elect import BrokerLiveInfo
 from rmq_ha.controller.events import ApplyBrokerIdEvent, encode_events
 from rmq_ha.controller.heartbeat import HeartbeatTable
 from rmq_ha.controller.role import ControllerNode, ControllerStateMachine
@@ -414,3 +415,28 @@ async def test_a_broker_the_controller_does_not_know_says_what_to_do(
         assert "brokerIdentity" in line and "restore" in line, line
         meta = await g.cc.request(m.GetReplicaInfoRequest("broker-a"))
         assert meta.code == Code.CONTROLLER_BROKER_METADATA_NOT_EXIST  # not registered again
+
+
+def test_heartbeat_table_a_broker_that_stopped_hearing_is_alive_but_no_candidate() -> None:
+    """`unansweredMs` over half the broker's heartbeat timeout: alive (it may be a serving
+    master), not a candidate for a new master. Absent (RocketMQ's brokers): hears."""
+    table = HeartbeatTable(lambda: 1000)
+
+    def beat(unanswered: int | None) -> BrokerLiveInfo:
+        h = BrokerHeartbeatRequestHeader(
+            cluster_name="c", broker_addr="a:1", broker_name="b", broker_id=1, epoch=1,
+            max_offset=0, confirm_offset=0, heartbeat_timeout_mills=4000,
+            unanswered_ms=unanswered,
+        )  # fmt: skip
+        table.on_heartbeat(h)
+        return next(iter(table.view().values()))
+
+    assert beat(None).candidate
+    assert beat(2000).candidate
+    info = beat(2001)
+    assert info.alive and info.electable and not info.candidate
+    assert beat(0).candidate, "the latest heartbeat decides"
+    h = BrokerHeartbeatRequestHeader(
+        cluster_name="c", broker_addr="a:1", broker_name="b", broker_id=1, unanswered_ms=77
+    )
+    assert BrokerHeartbeatRequestHeader.from_ext(h.to_ext()).unanswered_ms == 77

@@ -888,3 +888,22 @@ def test_a_slave_keeps_its_delay_progress_until_the_master_pulled_it(tmp_path: P
     restarted.adopt(master.to_json())
     assert restarted.get(1) == 9
     assert b"localUpdates" not in restarted.to_json(), "never on the wire"
+
+
+#: A one-way partition (fault probe, session 16): a slave stops hearing the controller (its
+#: heartbeats still arrive) a while before the master dies (long enough for its heartbeats
+#: to show it: half the heartbeat timeout and a heartbeat more). The controller must elect a
+#: replica that hears it; one that cannot would never learn it was elected, and as the new
+#: master's SyncStateSet is itself alone, the group would stay masterless until the heal.
+#: Both slaves in turn, so the deaf one is at some point the one the ranking prefers.
+DEAF_SLAVE_HEAL_MS = 12_000
+
+
+@pytest.mark.parametrize("which", [-1, -2])
+def test_a_slave_that_cannot_hear_the_controller_is_not_elected(which: int) -> None:
+    cfg = GroupConfig(min_in_sync_replicas=1, loss=0.0, heal_ms=DEAF_SLAVE_HEAL_MS)
+    script = [(1200, "deaf", which), (2500, "kill", 0)]
+    result = run_group_seed(3, cfg=cfg, script=script)
+    assert result.ok, result.error
+    assert result.failover_ms is not None
+    assert 2500 + result.failover_ms < DEAF_SLAVE_HEAL_MS, result.failover_ms

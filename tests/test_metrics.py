@@ -691,7 +691,7 @@ def test_a_deleted_topic_or_group_leaves_no_counts_and_no_empty_producer_group()
     for i in range(30):
         c.register_producer(f"p{i}", ClientInfo(f"c{i}", conn, 0, 0, 0))  # type: ignore[arg-type]
     for i in range(15):
-        c.unregister(f"c{i}", f"p{i}", None)
+        c.unregister(f"c{i}", f"p{i}", None, conn)  # type: ignore[arg-type]
     c.drop_connection(conn)  # type: ignore[arg-type]
     assert c.producers == {}
     c.compensate("g1", SubscriptionData(topic="T1"))

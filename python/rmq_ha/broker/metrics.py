@@ -532,7 +532,7 @@ def families(s: BrokerSnapshot, traffic: Traffic, base: dict[str, str]) -> list[
     if s.controller_heartbeat_age_ms is not None:
         f.gauge(
             "rmq_ha_controller_heartbeat_age_ms",
-            "Controller mode: ms since a heartbeat last reached a controller's socket",
+            "Controller mode: ms since a controller last answered a heartbeat",
             s.controller_heartbeat_age_ms,
         )
     f.gauge(

@@ -19,6 +19,15 @@ of the SyncStateSet is alive but must catch up, the group is not left masterless
 is known to have held (its last epoch at least the member's catch-up epoch, its max offset at
 least the member's catch-up offset). If a member is down, the group waits for it (it may hold
 acknowledged writes nobody else has), as it does when the whole set is down.
+
+Hearing (ours): a replica whose heartbeats reach the controller but whose answers do not come
+back (a one-way partition) says so in its heartbeat (`unansweredMs`, how long this controller
+has not answered it). It is not chosen as a *new* master while that exceeds half its heartbeat
+timeout: it would never learn that it was elected, and since the new master's SyncStateSet is
+itself alone, nobody else could then be elected either, so the group would stay masterless for
+as long as the partition lasts. A live old master that cannot hear stays master (electing
+another would not reach it either, and it may be serving); such a replica is still alive, so
+it still blocks a recovery election as a member of the set.
 """
 
 from __future__ import annotations
@@ -47,10 +56,18 @@ class BrokerLiveInfo:
     catch_up_offset: int | None = None
     #: The epoch of the last byte below `catch_up_offset` in the replica's epoch history.
     catch_up_epoch: int = 0
+    #: False when the replica reports that this controller's answers stopped reaching it
+    #: (see the module doc): alive, but not a candidate for a new master.
+    hears_controller: bool = True
 
     @property
     def electable(self) -> bool:
         return self.alive and self.catch_up_offset is None
+
+    @property
+    def candidate(self) -> bool:
+        """Electable, and would learn that it was elected."""
+        return self.electable and self.hears_controller
 
     def covers(self, other: BrokerLiveInfo) -> bool:
         """Whether this replica's log holds what `other` must catch up to: the same history
@@ -140,7 +157,7 @@ def _recovery_elect(
         i: info
         for i in replicas
         if (info := live_info(i)) is not None
-        and info.electable
+        and info.candidate
         and all(info.covers(m) for m in members)
     }
     if not pool:
@@ -165,6 +182,11 @@ def _why_none(
                 f"{info.catch_up_offset} (epoch {info.catch_up_epoch}); it is at "
                 f"{info.max_offset} (epoch {info.epoch})"
             )
+        elif not info.hears_controller:
+            parts.append(
+                f"SyncStateSet member {i} does not hear this controller (its heartbeats "
+                "arrive, the answers do not reach it: a one-way partition?)"
+            )
     if not sync_state_set:
         parts.append("the SyncStateSet is empty")
     others = []
@@ -187,11 +209,13 @@ def _try_elect(
     live_info: LiveInfoFn,
 ) -> int | None:
     alive = {i: info for i in pool if (info := live_info(i)) is not None and info.electable}
-    if not alive:
-        return None
     # A live old master stays unless an admin designated someone else: no needless failover.
     if old_master in alive and prefer in (None, old_master):
         return old_master
+    # A new master must be able to hear that it was elected (module doc).
+    alive = {i: info for i, info in alive.items() if info.hears_controller}
+    if not alive:
+        return None
     # A designated broker is honoured only if it is a candidate; otherwise nobody is.
     if prefer is not None:
         return prefer if prefer in alive else None

@@ -6,7 +6,9 @@ elected leader, already knows who is alive. An entry is alive while `now - last 
 triple only moves forward: it is replaced when the heartbeat's epoch is larger, or equal with a
 larger maxOffset, on one connection; a heartbeat on a new connection (a restarted broker, whose
 log may now be shorter) replaces it, since the old values describe a log that may no longer
-exist. The catch-up position (issue 13) always comes from the latest heartbeat. Not-alive
+exist. The catch-up position (issue 13) and whether the broker hears this controller (its
+`unansweredMs` at most half its timeout, see elect.py) always come from the latest heartbeat.
+Not-alive
 entries are dropped by `expire` (the periodic scan) and when the broker's connection closes
 (`drop_connection`, RocketMQ's BrokerHousekeepingService).
 
@@ -48,6 +50,8 @@ class LiveEntry:
     conn: object | None = None
     catch_up_offset: int | None = None
     catch_up_epoch: int = 0
+    #: How long this controller had not answered the broker when it sent the last heartbeat.
+    unanswered_ms: int | None = None
 
     def alive(self, now_ms: int) -> bool:
         return now_ms - self.last_update_ms <= self.timeout_ms
@@ -62,7 +66,16 @@ class LiveEntry:
             last_heartbeat_ms=self.last_update_ms,
             catch_up_offset=self.catch_up_offset,
             catch_up_epoch=self.catch_up_epoch,
+            hears_controller=hears(self.unanswered_ms, self.timeout_ms),
         )
+
+
+def hears(unanswered_ms: int | None, timeout_ms: int) -> bool:
+    """Whether a broker that reports `unanswered_ms` still hears this controller: yes while it
+    is at most half the broker's heartbeat timeout, so a broker that stopped hearing is known
+    before its master's heartbeats would expire (a heartbeat lost now and then is not enough).
+    None (a broker that does not report it): yes."""
+    return unanswered_ms is None or unanswered_ms <= timeout_ms // 2
 
 
 def _or(value: int | None, default: int) -> int:
@@ -116,12 +129,14 @@ class HeartbeatTable:
                 conn,
                 h.catch_up_offset,
                 _or(h.catch_up_epoch, 0),
+                h.unanswered_ms,
             )
             return True
         same_conn = conn is None or prev.conn is conn
         prev.broker_addr, prev.last_update_ms, prev.timeout_ms = h.broker_addr, now, timeout
         prev.election_priority, prev.conn = priority, conn
         prev.catch_up_offset, prev.catch_up_epoch = h.catch_up_offset, _or(h.catch_up_epoch, 0)
+        prev.unanswered_ms = h.unanswered_ms
         forward = epoch > prev.epoch or (epoch == prev.epoch and max_offset > prev.max_offset)
         if forward or not same_conn:
             prev.epoch, prev.max_offset = epoch, max_offset

@@ -698,6 +698,10 @@ class BrokerHeartbeatRequestHeader(CommandHeader):
     #: not electable until it holds them again. Absent from RocketMQ's brokers: electable.
     catch_up_offset: int | None = None
     catch_up_epoch: I32 | None = None
+    #: Ours: how long (ms, the sender's clock) the receiving controller has not answered the
+    #: sender's heartbeats; large under a one-way partition (controller/elect.py). Absent
+    #: from RocketMQ's brokers (their heartbeats are oneway): assumed to hear.
+    unanswered_ms: int | None = None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -409,6 +409,9 @@ class Replica:
     #: role core only ever sees its own clock).
     clock_base: int = 0
     clock_rate: float = 1.0
+    #: (incarnation, its clock) when the controller last answered one of its heartbeats, or
+    #: when it sent its first one.
+    answered: tuple[int, int] | None = None
 
     def clock(self, now: int) -> int:
         return self.clock_base + int(now * self.clock_rate)
@@ -649,6 +652,7 @@ class GroupSim:
         # The consumer: its own draws, so that modelling it left every other draw (and so the
         # seeds that found earlier bugs) as it was.
         self.crng = random.Random(f"group-consumer-{seed}")
+        self.arng = random.Random(f"group-heartbeat-answers-{seed}")
         self.next_offset = dict.fromkeys(QUEUES, 0)
         #: Per consumer-offset link: the last sequence number sent, the last delivered, and
         #: those that arrived early.
@@ -674,18 +678,25 @@ class GroupSim:
         if self.tracing:
             self.result.trace.append(f"{self.now:>7} {text}")
 
-    def _delay(self) -> int:
+    def _delay(self, rng: random.Random | None = None) -> int:
+        rng = rng or self.rng
         lo, hi = self.cfg.delay_ms
-        d = self.rng.randint(lo, hi)
-        if self.rng.random() < self.cfg.reorder:
-            d += self.rng.randint(0, 200)
+        d = rng.randint(lo, hi)
+        if rng.random() < self.cfg.reorder:
+            d += rng.randint(0, 200)
         return d
 
     def send(self, src: str, dst: str, fn: Callable[..., None], *args: Any) -> None:
         """A lossy, delayed, reordering message (RPCs, heartbeats, notices)."""
-        if (src, dst) in self.blocked or self.rng.random() < self.loss:
+        self.send_with(self.rng, src, dst, fn, *args)
+
+    def send_with(
+        self, rng: random.Random, src: str, dst: str, fn: Callable[..., None], *args: Any
+    ) -> None:
+        """`send`, its loss and delay drawn from `rng`."""
+        if (src, dst) in self.blocked or rng.random() < self.loss:
             return
-        self.at(self.now + self._delay(), self._deliver, dst, fn, args)
+        self.at(self.now + self._delay(rng), self._deliver, dst, fn, args)
 
     def _deliver(self, dst: str, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         if dst.startswith("b"):
@@ -855,6 +866,12 @@ class GroupSim:
         self._apply_fault(what, r)
 
     def _scripted(self, what: str, bid: int) -> None:
+        """A scripted fault on broker `bid`; 0: the controller's master; -k: the k-th replica
+        by id other than the controller's master."""
+        if bid < 0:
+            m = self._current_master()
+            others = sorted(i for i in self.replicas if m is None or i != m.bid)
+            bid = others[-bid - 1]
         if bid == 0:
             m = self._current_master()
             if m is None:
@@ -894,6 +911,9 @@ class GroupSim:
             others = [CTL, CLIENT, *(f"b{i}" for i in self.replicas if i != r.bid)]
             o = rng.choice(others)
             self.blocked.add((r.name, o) if rng.random() < 0.5 else (o, r.name))
+        elif what == "deaf":
+            # Scripts only: the controller's messages stop reaching `r`, its own reach it.
+            self.blocked.add((CTL, r.name))
         elif what == "heal":
             self.blocked.clear()
 
@@ -1171,7 +1191,11 @@ class GroupSim:
             catch_up_offset=None if debt is None else debt.offset,
             catch_up_epoch=None if debt is None else debt.epoch,
         )
-        self.send(r.name, CTL, self._ctl_heartbeat, h, r.token)
+        local = r.clock(self.now)
+        if r.answered is None or r.answered[0] != inc:
+            r.answered = (inc, local)
+        h.unanswered_ms = local - r.answered[1]
+        self.send(r.name, CTL, self._ctl_heartbeat, h, r.token, r, inc)
         self.at(self.now + self.cfg.heartbeat_ms, self._timer, r, inc, self._heartbeat, r, inc)
 
     def _poll(self, r: Replica, inc: int) -> None:
@@ -1266,11 +1290,20 @@ class GroupSim:
             self._after_elect(resp)
         self.send(CTL, src, answer, resp)
 
-    def _ctl_heartbeat(self, h: BrokerHeartbeatRequestHeader, token: object) -> None:
+    def _ctl_heartbeat(
+        self, h: BrokerHeartbeatRequestHeader, token: object, r: Replica, inc: int
+    ) -> None:
         self.live.on_heartbeat(h, token)
+        # Its own draws, like the consumer's: modelling the answers left every other draw
+        # (and so the seeds that found earlier bugs) as it was.
+        self.send_with(self.arng, CTL, r.name, self._heartbeat_answered, r, inc)
         if h.catch_up_offset is not None:
             assert h.broker_id is not None
             self._on_broker_inactive(h.broker_id)
+
+    def _heartbeat_answered(self, r: Replica, inc: int) -> None:
+        if r.incarnation == inc:
+            r.answered = (inc, r.clock(self.now))
 
     def _ctl_conn_closed(self, token: object) -> None:
         for key in self.live.drop_connection(token):

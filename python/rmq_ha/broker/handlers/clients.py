@@ -98,7 +98,7 @@ def register(d: Dispatcher, p: Ports) -> None:
 
     async def unregister_client(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         h = UnregisterClientRequestHeader.from_ext(cmd.ext_fields)
-        for group in p.clients.unregister(h.client_id, h.producer_group, h.consumer_group):
+        for group in p.clients.unregister(h.client_id, h.producer_group, h.consumer_group, conn):
             await notify_consumer_ids_changed(p, group)
         return cmd.response(Resp.SUCCESS)
 
@@ -199,7 +199,7 @@ def register(d: Dispatcher, p: Ports) -> None:
             )
         ask_ext = GetConsumerStatusRequestHeader(topic=h.topic, group=h.group).to_ext()
         table = {}
-        for cid, info in sorted(g.clients.items()):
+        for (cid, _), info in sorted(g.clients.items()):
             if h.client_addr and h.client_addr != cid:
                 continue
             ask = RemotingCommand.request(RC.GET_CONSUMER_STATUS_FROM_CLIENT, ask_ext)

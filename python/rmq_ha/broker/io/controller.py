@@ -72,10 +72,13 @@ class ControllerShell:
         self.running = trio.Event()
         self._poll_soon = trio.Event()
         self.replica_addrs: dict[int, str] = {}
-        #: monotonic ms of the controller's last answer and of the last heartbeat written to
-        #: a controller's socket (heartbeats are oneway: they have no answer); for metrics.
+        #: monotonic ms of the controller's last answer (to a poll, an election, a
+        #: registration) and of the last heartbeat a controller answered; for metrics.
         self.last_answer_ms: int | None = None
         self.last_heartbeat_ms: int | None = None
+        #: Per controller address: when (trio's clock, s) it last answered a heartbeat, or
+        #: the first heartbeat was sent to it.
+        self._answered: dict[str, float] = {}
 
     # ---- identity -----------------------------------------------------------------------
 
@@ -238,21 +241,49 @@ class ControllerShell:
         )
 
     async def heartbeat_once(self) -> None:
-        ext = self.heartbeat_header().to_ext()
+        """One heartbeat to every controller, waiting for their answers."""
+        async with trio.open_nursery() as n:
+            self._send_heartbeats(n)
+
+    def _send_heartbeats(self, n: trio.Nursery) -> None:
         for addr in self.cc.addrs:
-            cmd = RemotingCommand.request(RC.BROKER_HEARTBEAT, ext, oneway=True)
-            try:
-                with trio.fail_after(1.0):
-                    await self.outbound.invoke_oneway(addr, cmd)
-                self.last_heartbeat_ms = monotonic_ms()
-            except (RemotingError, trio.TooSlowError, OSError) as e:
-                log.debug("heartbeat to controller %s failed: %s", addr, e)
-                self.outbound.close_connection(addr)
+            n.start_soon(self._heartbeat_to, addr)
+
+    async def _heartbeat_to(self, addr: str) -> None:
+        """BROKER_HEARTBEAT to one controller, as a request (RocketMQ's brokers send it
+        oneway): it carries how long this controller has not answered (`unansweredMs`), so a
+        controller whose answers stop reaching this broker (a one-way partition) does not
+        elect it a master that would never learn it (controller/elect.py)."""
+        now = trio.current_time()
+        h = self.heartbeat_header()
+        h.unanswered_ms = int((now - self._answered.setdefault(addr, now)) * 1000)
+        cmd = RemotingCommand.request(RC.BROKER_HEARTBEAT, h.to_ext())
+        wait = self._heartbeat_wait_s()
+        try:
+            with trio.fail_after(wait):
+                resp = await self.outbound.invoke(addr, cmd, timeout_s=wait)
+        except (RemotingError, trio.TooSlowError, OSError) as e:
+            log.debug("heartbeat to controller %s failed: %s", addr, e)
+            self.outbound.close_connection(addr)
+            return
+        # Any answer, even a refusal, shows that this controller's messages reach us.
+        log.debug("heartbeat to controller %s answered: %s", addr, resp.code)
+        self._answered[addr] = trio.current_time()
+        self.last_heartbeat_ms = monotonic_ms()
+
+    def _heartbeat_wait_s(self) -> float:
+        """How long a heartbeat waits for its answer: a few intervals, and less than the time
+        after which the controller counts this broker as not hearing it."""
+        half = self.cfg.controller_heartbeat_timeout_ms / 2000
+        return max(0.2, min(3 * self.cfg.broker_heartbeat_interval_ms / 1000, half))
 
     async def _heartbeat_loop(self) -> None:
-        while True:
-            await trio.sleep(self.cfg.broker_heartbeat_interval_ms / 1000)
-            await self.heartbeat_once()
+        # Heartbeats do not wait for one another: a controller that does not answer must
+        # not delay the heartbeats to the others.
+        async with trio.open_nursery() as n:
+            while True:
+                await trio.sleep(self.cfg.broker_heartbeat_interval_ms / 1000)
+                self._send_heartbeats(n)
 
     def poll_now(self) -> None:
         """Poll GET_REPLICA_INFO at once (a name server refused our registration)."""
