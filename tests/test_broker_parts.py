@@ -368,6 +368,33 @@ def test_runtime_config_damage_that_still_parses_reads_the_backup(tmp_path: Path
     assert with_runtime_overrides(cfg).max_message_size == 999999
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b'{"maxMessageSize": 5}', "key 'maxMessageSize': the value 5 is not a string"),
+        (b'["maxMessageSize"]', "not a JSON object of strings but list"),
+        (b"\0" * 64, "holds NUL bytes"),
+    ],
+)
+def test_runtime_config_damage_names_the_key_or_the_zeroes(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    """Storage probe (session 16): a non-string value in runtimeConfig.json was refused as
+    "not an object of strings" without naming the key, and an all-NUL file as a UTF-32 decode
+    error. With no backup the start is refused, saying which key or that it is zeroed."""
+    from rmq_ha.broker.handlers.config import overrides_path, with_runtime_overrides
+    from rmq_ha.config import BrokerConfig
+    from rmq_ha.errors import CorruptFileError
+
+    cfg = BrokerConfig(store_path_root_dir=str(tmp_path / "store"))
+    path = overrides_path(cfg)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    with pytest.raises(CorruptFileError) as e:
+        with_runtime_overrides(cfg)
+    assert says in str(e.value) and str(path) in str(e.value)
+
+
 @pytest.mark.parametrize("content", [b"banana", b"", "\u00b2".encode(), b"\xff\xfe", b"-1"])
 def test_a_damaged_segment_size_record_is_refused_in_one_line(
     tmp_path: Path, content: bytes

@@ -150,6 +150,11 @@ def read_with_backup(path: Path, parse: Callable[[bytes], T], what: str) -> T | 
         if not raw.strip():
             problems.append(f"{p} is empty")
             continue
+        if b"\0" in raw:
+            # JSON text never holds a NUL byte; without this, json guesses UTF-32 from them
+            # and says so, which points nowhere near zeroed blocks
+            problems.append(f"{p} is damaged: it holds NUL bytes (zeroed blocks?)")
+            continue
         try:
             out = parse(unseal(raw))
         except (

@@ -59,10 +59,12 @@ def overrides_path(cfg: BrokerConfig) -> Path:
 
 def _parse_overrides(raw: bytes) -> dict[str, str]:
     doc = json.loads(raw)
-    if not isinstance(doc, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in doc.items()
-    ):
-        raise ValueError("not an object of strings")
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object of strings but {type(doc).__name__}")
+    for k, v in doc.items():
+        if not isinstance(v, str):
+            # keys of a JSON object are always strings: only the value can be wrong
+            raise ValueError(f"key {k!r}: the value {v!r} is not a string")
     return doc
 
 
