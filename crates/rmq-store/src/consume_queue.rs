@@ -111,6 +111,32 @@ struct Segment {
     dirty: bool,
 }
 
+impl Segment {
+    /// Fills `buf` with the units from the file's unit `first` on. A file found shorter than
+    /// the units it must hold (cut under the running store: damage) is reported as such,
+    /// naming the file and what heals it, instead of as a bare short read; nothing is made up
+    /// for the missing units (a reader must not skip records the commitlog still holds).
+    fn read_units(&self, buf: &mut [u8], first: u64) -> Result<()> {
+        let pos = first * CQ_UNIT_SIZE;
+        match self.file.read_exact_at(buf, pos) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                let len = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+                Err(StoreError::CorruptFile {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "the file is {len} bytes, shorter than the units it holds (bytes {pos} \
+                         to {}): it was cut while the store ran; the records are still in the \
+                         commitlog, and a restart of the store rebuilds the queue from them",
+                        pos + buf.len() as u64
+                    ),
+                })
+            }
+            Err(e) => Err(e).at(&self.path),
+        }
+    }
+}
+
 /// The consume queue of one (topic, queue id).
 #[derive(Debug)]
 pub struct ConsumeQueue {
@@ -411,9 +437,7 @@ impl ConsumeQueue {
             }
             let n = file_end - i;
             buf.resize(usize::try_from(n * CQ_UNIT_SIZE).unwrap_or(0), 0);
-            seg.file
-                .read_exact_at(&mut buf, (i - seg.start) * CQ_UNIT_SIZE)
-                .at(&seg.path)?;
+            seg.read_units(&mut buf, i - seg.start)?;
             for (j, chunk) in buf.chunks_exact(CQ_UNIT_SIZE as usize).enumerate() {
                 out.push(unit(chunk, i + j as u64)?);
             }
@@ -647,9 +671,7 @@ impl ConsumeQueue {
         }
         let seg = self.segment_of(index)?;
         let mut b = [0u8; CQ_UNIT_SIZE as usize];
-        seg.file
-            .read_exact_at(&mut b, (index - seg.start) * CQ_UNIT_SIZE)
-            .at(&seg.path)?;
+        seg.read_units(&mut b, index - seg.start)?;
         checked_unit(&b, index)
     }
 
