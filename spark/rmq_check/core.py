@@ -403,6 +403,14 @@ class Frames:
             # drain reads inside the final drain's [min, max) of their queue: the final
             # drain's; one read past a later round's end was there and is gone
             F.sum(F.when((k == DRAIN_READ) & final_range, 1).otherwise(0)).alias("n_drain_fin"),
+            # the queues the final drain read it on: least, greatest, and as bits (hash mod
+            # 64), so that a value the drain found only on another queue of its topic is not
+            # taken for one it found on its own (probe: that hid a loss)
+            F.min(F.when((k == DRAIN_READ) & final_range, F.col("qh"))).alias("fd_qmin"),
+            F.max(F.when((k == DRAIN_READ) & final_range, F.col("qh"))).alias("fd_qmax"),
+            F.bit_or(F.when((k == DRAIN_READ) & final_range, topic_bit(F.col("qh")))).alias(
+                "fd_qbits"
+            ),
             F.bit_or(
                 F.when(
                     is_read, F.expr(f"shiftleft(CAST(1 AS BIGINT), least(gid, {MAX_GROUPS + 1}))")
@@ -936,12 +944,29 @@ def value_flags(fr: Frames) -> dict[str, Column]:
         from_lo = F.coalesce(c("ack_off") >= lo, F.lit(False))
     else:
         from_lo = F.lit(False)
+    # the final drain read the value on its acknowledged queue: exact with one or two drain
+    # reads (the least and the greatest queue); with three or more (a duplicate anyway) and
+    # the acknowledged queue between them, by its bit (another queue's bit may stand for it)
+    drained_own = F.coalesce(
+        (c("n_drain_fin") > 0)
+        & (
+            (c("fd_qmin") == c("ack_qh"))
+            | (c("fd_qmax") == c("ack_qh"))
+            | (
+                (c("n_drain_fin") > 2)
+                & (c("fd_qmin") < c("ack_qh"))
+                & (c("ack_qh") < c("fd_qmax"))
+                & (c("fd_qbits").bitwiseAND(topic_bit(c("ack_qh"))) != F.lit(0))
+            )
+        ),
+        F.lit(False),
+    )
     vanished = (
         nonnull
         & acked
         & read_any
         & ~foreign_only
-        & (c("n_drain_fin") == 0)
+        & ~drained_own
         & from_lo
         & ~F.coalesce(undecided(fr), F.lit(False))
     )

@@ -113,3 +113,37 @@ def test_a_read_that_completed_before_its_send_was_invoked_is_unexpected(hist, r
     u = r["analyses"]["unexpected"]
     assert (u["valid"], u["count"]) == (False, 1)
     assert r["valid"] is False
+
+
+@pytest.mark.parametrize("reader", ["drain", "consumer"])
+def test_a_value_found_only_on_another_queue_of_its_topic_is_lost_from_its_own(
+    hist, run_check, reader: str
+) -> None:
+    """Probe (session 17): v1 acknowledged on queue 0 at offset 0; the final drain read queue 0
+    from 0 to its end without it, and found it on queue 1. It vanished from where it was
+    acknowledged: lost (and at two positions). When the drain was the one to read it on queue
+    1 it passed as valid (any final drain read of the value counted as its own queue's); a
+    consumer's read there was already judged lost."""
+    hist.send(1, 1, off=0)
+    hist.send(1, 2, off=1)
+    if reader == "consumer":
+        hist.poll(5, [(1, 0, 1)])
+        hist.drain(20, [(0, 1, 2), (1, 0, 1)], ends={0: 2, 1: 1})
+    else:
+        hist.drain(20, [(0, 1, 2), (1, 0, 1)], ends={0: 2, 1: 1})
+    r = run_check(hist)
+    lost = r["analyses"]["lost"]
+    assert (lost["count"], lost["definite"]) == (1, 1), lost
+    assert r["valid"] is False
+
+
+def test_a_value_the_drain_read_twice_on_its_own_queue_and_elsewhere_is_not_lost(
+    hist, run_check
+) -> None:
+    """The other way round: the drain found the value on its own queue (and once more on
+    another): duplicated, not lost."""
+    hist.send(1, 1, off=0)
+    hist.drain(20, [(0, 0, 1), (1, 0, 1), (2, 0, 1)], ends={0: 1, 1: 1, 2: 1})
+    r = run_check(hist)
+    assert r["analyses"]["lost"]["count"] == 0
+    assert r["analyses"]["duplicated"]["count"] == 1
