@@ -418,9 +418,11 @@ async def test_a_broker_the_controller_does_not_know_says_what_to_do(
 
 
 def test_heartbeat_table_a_broker_that_stopped_hearing_is_alive_but_no_candidate() -> None:
-    """`unansweredMs` over half the broker's heartbeat timeout: alive (it may be a serving
-    master), not a candidate for a new master. Absent (RocketMQ's brokers): hears."""
-    table = HeartbeatTable(lambda: 1000)
+    """`unansweredMs` over half the broker's heartbeat timeout, or a last heartbeat older than
+    that: alive (it may be a serving master), not a candidate for a new master. Absent
+    (RocketMQ's brokers): hears."""
+    now = [1000]
+    table = HeartbeatTable(lambda: now[0])
 
     def beat(unanswered: int | None) -> BrokerLiveInfo:
         h = BrokerHeartbeatRequestHeader(
@@ -436,6 +438,11 @@ def test_heartbeat_table_a_broker_that_stopped_hearing_is_alive_but_no_candidate
     info = beat(2001)
     assert info.alive and info.electable and not info.candidate
     assert beat(0).candidate, "the latest heartbeat decides"
+    now[0] += 2000
+    assert next(iter(table.view().values())).candidate
+    now[0] += 1
+    info = next(iter(table.view().values()))
+    assert info.alive and not info.candidate, "a heartbeat over half the timeout old"
     h = BrokerHeartbeatRequestHeader(
         cluster_name="c", broker_addr="a:1", broker_name="b", broker_id=1, unanswered_ms=77
     )

@@ -148,11 +148,13 @@ def test_checker_catches_a_demoted_master_that_drops_its_own_offsets() -> None:
     """An offset never goes backwards after a committed update survived a failover: a
     master demoted without a restart whose metadata sync takes the new master's older table
     whole (over the commits it acknowledged itself) serves again without them. It takes a
-    demoted master elected again before the consumer commits that queue anew: seed 38 of
-    0-299 (the correct code keeps them: `merge_from_json` keeps its own commits while they
-    are ahead of the master's)."""
-    assert run_group_seed(38).ok
-    result = run_group_seed(38, "sync-overwrites-own-commits")
+    demoted master elected again before the consumer commits that queue anew: seed 1713,
+    the first of 0-3999 since session 17's election rule (a new master must have heard the
+    controller lately) changed which replicas are elected; it was seed 38 before (the correct
+    code keeps them: `merge_from_json` keeps its own commits while they are ahead of the
+    master's)."""
+    assert run_group_seed(1713).ok
+    result = run_group_seed(1713, "sync-overwrites-own-commits")
     assert not result.ok and result.error is not None
     assert "consumer offset went back" in result.error
 
@@ -907,3 +909,24 @@ def test_a_slave_that_cannot_hear_the_controller_is_not_elected(which: int) -> N
     assert result.ok, result.error
     assert result.failover_ms is not None
     assert 2500 + result.failover_ms < DEAF_SLAVE_HEAL_MS, result.failover_ms
+
+
+@pytest.mark.parametrize("which", [-1, -2])
+def test_a_slave_the_controller_no_longer_hears_is_not_elected(which: int) -> None:
+    """The cut the other way (second fault probe): a slave's heartbeats stop reaching the
+    controller, so it stays alive there until its heartbeat expires; the master dies within
+    that time. Elected, it would never learn it (the group masterless until the heal); its
+    last heartbeat, older than half the timeout, rules it out. Writes are rare here (none
+    between the cut and the kill), so both
+    slaves report the same offsets and the ranking does not already prefer the other one for
+    its fresher heartbeat."""
+    cfg = GroupConfig(
+        min_in_sync_replicas=1, loss=0.0, heal_ms=DEAF_SLAVE_HEAL_MS, produce_every_ms=3000
+    )
+    script = [(2000, "mute", which), (2000 + 900, "kill", 0)]
+    result = run_group_seed(3, cfg=cfg, script=script, trace=True)
+    assert result.ok, result.error
+    muted = next(line.split()[-1] for line in result.trace if "FAULT mute" in line)
+    first = next(line for line in result.trace if "ctl: elected" in line and "epoch 1" not in line)
+    assert f"elected {muted[1:]} " not in first, (muted, first)
+    assert "elected None" not in first, first

@@ -194,7 +194,7 @@ def required_only(cls: type[CommandHeader]) -> dict[str, str]:
 #: them): the catch-up position of a replica that lost data (issue 13, docs/ha.md); a name
 #: server's refusal of a registration from an older epoch (docs/ha.md, role changes).
 OUR_FIELDS: dict[str, set[str]] = {
-    "BrokerHeartbeatRequestHeader": {"catchUpOffset", "catchUpEpoch"},
+    "BrokerHeartbeatRequestHeader": {"catchUpOffset", "catchUpEpoch", "unansweredMs"},
     "RegisterBrokerResponseHeader": {"registerRefused"},
 }
 

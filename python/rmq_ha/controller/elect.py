@@ -23,9 +23,11 @@ acknowledged writes nobody else has), as it does when the whole set is down.
 Hearing (ours): a replica whose heartbeats reach the controller but whose answers do not come
 back (a one-way partition) says so in its heartbeat (`unansweredMs`, how long this controller
 has not answered it). It is not chosen as a *new* master while that exceeds half its heartbeat
-timeout: it would never learn that it was elected, and since the new master's SyncStateSet is
-itself alone, nobody else could then be elected either, so the group would stay masterless for
-as long as the partition lasts. A live old master that cannot hear stays master (electing
+timeout, nor while its last heartbeat is older than that (the other side of a one-way cut: its
+heartbeats stopped arriving, and it counts as alive until it expires): it would never learn
+that it was elected, and since the new master's SyncStateSet is itself alone, nobody else
+could then be elected either, so the group would stay masterless for as long as the partition
+lasts. A live old master that cannot hear stays master (electing
 another would not reach it either, and it may be serving); such a replica is still alive, so
 it still blocks a recovery election as a member of the set.
 """
@@ -184,8 +186,8 @@ def _why_none(
             )
         elif not info.hears_controller:
             parts.append(
-                f"SyncStateSet member {i} does not hear this controller (its heartbeats "
-                "arrive, the answers do not reach it: a one-way partition?)"
+                f"SyncStateSet member {i} does not hear this controller (its last heartbeat "
+                "is old, or says our answers do not reach it: a one-way partition?)"
             )
     if not sync_state_set:
         parts.append("the SyncStateSet is empty")

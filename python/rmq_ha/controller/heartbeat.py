@@ -56,7 +56,7 @@ class LiveEntry:
     def alive(self, now_ms: int) -> bool:
         return now_ms - self.last_update_ms <= self.timeout_ms
 
-    def info(self) -> BrokerLiveInfo:
+    def info(self, now_ms: int) -> BrokerLiveInfo:
         return BrokerLiveInfo(
             alive=True,
             epoch=self.epoch,
@@ -66,7 +66,8 @@ class LiveEntry:
             last_heartbeat_ms=self.last_update_ms,
             catch_up_offset=self.catch_up_offset,
             catch_up_epoch=self.catch_up_epoch,
-            hears_controller=hears(self.unanswered_ms, self.timeout_ms),
+            hears_controller=hears(self.unanswered_ms, self.timeout_ms)
+            and now_ms - self.last_update_ms <= self.timeout_ms // 2,
         )
 
 
@@ -74,7 +75,10 @@ def hears(unanswered_ms: int | None, timeout_ms: int) -> bool:
     """Whether a broker that reports `unanswered_ms` still hears this controller: yes while it
     is at most half the broker's heartbeat timeout, so a broker that stopped hearing is known
     before its master's heartbeats would expire (a heartbeat lost now and then is not enough).
-    None (a broker that does not report it): yes."""
+    None (a broker that does not report it): yes. `LiveEntry.info` also wants its last
+    heartbeat at most half the timeout old: a broker whose heartbeats stopped arriving (this
+    controller's side of a one-way cut) is still alive until it expires, but was elected in
+    that time and never learnt it (fault probe, session 17)."""
     return unanswered_ms is None or unanswered_ms <= timeout_ms // 2
 
 
@@ -150,7 +154,7 @@ class HeartbeatTable:
     def view(self) -> dict[BrokerKey, BrokerLiveInfo]:
         """The live entries, as the state machine's election policy reads them."""
         now = self.now()
-        return {k: e.info() for k, e in self.entries.items() if e.alive(now)}
+        return {k: e.info(now) for k, e in self.entries.items() if e.alive(now)}
 
     def expire(self) -> list[BrokerKey]:
         """Drops and returns the entries whose heartbeat timed out."""

@@ -914,6 +914,9 @@ class GroupSim:
         elif what == "deaf":
             # Scripts only: the controller's messages stop reaching `r`, its own reach it.
             self.blocked.add((CTL, r.name))
+        elif what == "mute":
+            # Scripts only: `r`'s messages stop reaching the controller, its own reach `r`.
+            self.blocked.add((r.name, CTL))
         elif what == "heal":
             self.blocked.clear()
 
