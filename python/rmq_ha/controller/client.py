@@ -9,7 +9,6 @@ applied only if its premise still holds, so a duplicate is refused or is a no-op
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,10 @@ log = logging.getLogger(__name__)
 def split_addrs(text: str) -> list[str]:
     """ "host:port;host:port" (RocketMQ's controllerAddr) as a list."""
     return [a.strip() for a in text.replace(",", ";").split(";") if a.strip()]
+
+
+#: The least time one try of a controller request is given, even past its deadline.
+MIN_TRY_S = 0.2
 
 
 class NoLeaderError(RemotingError):
@@ -56,38 +59,61 @@ class ControllerClient:
 
     async def find_leader(self) -> str:
         """The address of a node that says it serves as leader; NoLeaderError if none does
-        (naming the last error, e.g. an ACL refusal)."""
-        last = ""
-        for addr in self.addrs:
+        (naming the last error, e.g. an ACL refusal). Every node is asked at once and the
+        first leader to answer wins: asked one after the other, a node that cannot be reached
+        (a partition drops its packets) cost a connect timeout each before the next was asked
+        (fault probe: a SyncStateSet change took 10.7 s to fail this way)."""
+        found: list[str] = []
+        errors: list[str] = []
+
+        async def ask(addr: str, done: trio.CancelScope) -> None:
             try:
                 meta = await self.metadata(addr)
             except RemotingError as e:
                 log.debug("controller %s: %s", addr, e)
-                last = f" (last error: {e})"
-                continue
-            if meta.is_leader:
-                self.leader = addr
-                return addr
+                errors.append(f"{addr}: {e}")
+                return
+            if meta.is_leader and not found:
+                found.append(addr)
+                done.cancel()
+
+        async with trio.open_nursery() as n:
+            for addr in self.addrs:
+                n.start_soon(ask, addr, n.cancel_scope)
+        if found:
+            self.leader = found[0]
+            return found[0]
+        last = f" (last error: {errors[-1]})" if errors else ""
         raise NoLeaderError(f"no serving controller leader among {';'.join(self.addrs)}{last}")
 
     async def invoke(
         self, cmd: RemotingCommand, deadline_s: float | None = None
     ) -> RemotingCommand:
         """Sends `cmd` to the leader, following 2007 answers and failovers until `deadline_s`
-        seconds have passed (default: the request timeout). Each try uses a fresh opaque."""
-        end = time.monotonic() + (self.timeout_s if deadline_s is None else deadline_s)
+        seconds have passed (default: the request timeout). Each try uses a fresh opaque and
+        lasts at most the request timeout, and none outlives the deadline (a connect to an
+        unreachable node is cut short too)."""
+        end = trio.current_time() + (self.timeout_s if deadline_s is None else deadline_s)
         last: Exception | None = None
         while True:
             try:
-                addr = self.leader or await self.find_leader()
-                resp = await self.client.invoke(addr, _again(cmd), self.timeout_s)
+                left = min(end - trio.current_time(), self.timeout_s)
+                with trio.fail_after(max(left, MIN_TRY_S)):
+                    addr = self.leader or await self.find_leader()
+                    resp = await self.client.invoke(addr, _again(cmd), self.timeout_s)
                 if resp.code != Code.CONTROLLER_NOT_LEADER:
                     return resp
                 self.leader = None
                 last = NoLeaderError(resp.remark or "not leader")
             except RemotingError as e:
                 self.leader, last = None, e
-            if time.monotonic() >= end:
+            except trio.TooSlowError:
+                self.leader = None
+                last = RemotingTimeoutError(
+                    f"no controller answer within {self.timeout_s} s"
+                    + (f" (before: {last})" if last is not None else "")
+                )
+            if trio.current_time() >= end:
                 raise last if isinstance(last, RemotingError) else RemotingTimeoutError(str(last))
             await trio.sleep(0.05)
 
