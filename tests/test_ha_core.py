@@ -326,3 +326,27 @@ async def test_writes_waiting_without_a_task_are_released_in_batches_and_expire(
         m.woke()
         assert got[-1] == (10, True)
         n.cancel_scope.cancel()
+
+
+def test_a_refused_expansion_is_not_proposed_again_on_every_ack() -> None:
+    """Fault probe (one-way cut): a slave that replicates fine but whose heartbeats do not
+    reach the controller ("replica 3 is not alive") drew a refused ALTER_SYNC_STATE_SET on
+    every ack, 40 in 0.4 s. After a refusal, acks propose it again only a while later; a
+    stale or unanswered proposal is not a refusal, and a refused shrink holds nothing back."""
+    from rmq_ha.broker.ha.core import REFUSED_EXPANSION_BACKOFF_MS as WAIT
+
+    c = core({1})
+    c.connected(3, False, 0)
+    assert c.acked(3, 0, 0, 10) == frozenset({1, 3})
+    c.cancel_proposal(refused_at_ms=10)
+    for t in range(11, 10 + WAIT, 50):
+        assert c.acked(3, 0, 0, t) is None, t
+    assert c.acked(3, 0, 0, 10 + WAIT) == frozenset({1, 3})
+    c.cancel_proposal()  # not a refusal (stale, or no answer): the next ack proposes again
+    assert c.acked(3, 0, 0, 11 + WAIT) == frozenset({1, 3})
+    # a refused shrink does not delay expansions
+    d = core({1, 2})
+    d.connected(3, False, 0)
+    d.proposed = frozenset({1})
+    d.cancel_proposal(refused_at_ms=5)
+    assert d.acked(3, 0, 0, 6) == frozenset({1, 2, 3})

@@ -335,7 +335,7 @@ class RoleCore:
                 if s.role is Role.SLAVE and event.epoch == s.epoch and not s.acting:
                     self._follow(event.ha_addr, out)
             case e.ProposalAnswered():
-                self._proposal_answered(event, out)
+                self._proposal_answered(event, now_ms, out)
             case e.SlaveConnected():
                 # A new HA connection: the slave may have restarted, and acted, since we
                 # pulled its metadata; it is handed back again (found by the acting-master
@@ -652,13 +652,13 @@ class RoleCore:
         self._proposed_at_ms = now_ms
         out.append(a.ProposeSyncStateSet(members, self.state.epoch, self.ha.sync_state_set_epoch))
 
-    def _proposal_answered(self, ev: e.ProposalAnswered, out: list[a.Action]) -> None:
+    def _proposal_answered(self, ev: e.ProposalAnswered, now_ms: int, out: list[a.Action]) -> None:
         if ev.unknown:
             return  # keep the union until the replica-info poll tells
         if ev.accepted and ev.sync_state_set_epoch > self.ha.sync_state_set_epoch:
             self._apply_set(ev.members, ev.sync_state_set_epoch, out)
         elif not ev.accepted:
-            self.ha.cancel_proposal()
+            self.ha.cancel_proposal(refused_at_ms=now_ms)
 
     # ---- replication (master side) ---------------------------------------------------------
 

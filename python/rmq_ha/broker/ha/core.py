@@ -38,6 +38,11 @@ class Replica:
     last_transfer_ms: int = 0
 
 
+#: After the controller refused an expansion, acks propose none for this long (the periodic
+#: check, every checkSyncStateSetPeriod, still may).
+REFUSED_EXPANSION_BACKOFF_MS = 1000
+
+
 @dataclass
 class HaCore:
     self_id: int
@@ -56,6 +61,8 @@ class HaCore:
     epoch: int = 0
     confirm: int = 0
     replicas: dict[int, Replica] = field(default_factory=dict)
+    #: No expansion is proposed from an ack before this (monotonic ms; see cancel_proposal).
+    expand_after_ms: int = 0
 
     # ---- the set ------------------------------------------------------------------------
 
@@ -81,7 +88,18 @@ class HaCore:
         self.recompute_confirm(master_max)
         return True
 
-    def cancel_proposal(self) -> None:
+    def cancel_proposal(self, refused_at_ms: int | None = None) -> None:
+        """Forgets the pending proposal; `refused_at_ms`: the controller refused it (not a
+        stale or unanswered one), and a refused expansion is not proposed again from acks for
+        REFUSED_EXPANSION_BACKOFF_MS. Before, each ack proposed it anew: a slave whose
+        heartbeats did not reach the controller (replica not alive there) but who replicated
+        fine drew 40 refused ALTER_SYNC_STATE_SET in 0.4 s (fault probe, one-way cut)."""
+        if (
+            refused_at_ms is not None
+            and self.proposed is not None
+            and not self.proposed <= self.sync_state_set
+        ):
+            self.expand_after_ms = refused_at_ms + REFUSED_EXPANSION_BACKOFF_MS
         self.proposed = None
 
     # ---- connections --------------------------------------------------------------------
@@ -120,6 +138,7 @@ class HaCore:
             and self.proposed is None
             and r.ack >= self.confirm
             and r.ack >= self.epoch_start_offset
+            and now_ms >= self.expand_after_ms
         ):
             self.proposed = self.sync_state_set | {broker_id}
             return self.proposed
