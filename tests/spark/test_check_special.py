@@ -211,6 +211,60 @@ def test_delay_early_delivery_through_a_clock_fault_fails_nothing(
         )
 
 
+def _stop(hist: Any, fid: int, at_ms: float) -> None:
+    from rmq_ha import history as hh
+
+    hist.op(-1, "info", "fault-stop", hh.Value(fault="clock", fault_id=fid, targets=["n1"]),
+            at_ms=at_ms)  # fmt: skip
+
+
+def _start(hist: Any, fid: int, at_ms: float) -> None:
+    from rmq_ha import history as hh
+
+    hist.op(-1, "info", "fault-start", hh.Value(fault="clock", fault_id=fid, targets=["n1"]),
+            at_ms=at_ms)  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["stopped-twice", "id-reused", "past-10000-nemesis-ops"])
+def test_a_clock_window_is_its_own_start_to_its_own_stop(hist, run_check, case):
+    """Probe (session 17): a second fault-stop of one fault_id moved the window's end past
+    the early read (excused it); a start that reused the id replaced the earlier window (an
+    early read inside it failed); nemesis ops past the 10,000th were dropped, so a clock
+    window closed by the 10,001st stayed open to the end of the history (excused it). The
+    early read at 1,100 (due at 1,400) is after the clock fault [100, 300] and inside none."""
+    if case == "past-10000-nemesis-ops":
+        # 9,999 nemesis ops before the clock fault's start (the 10,000th) and stop
+        for i in range(4_999):
+            hist.fault(10_000 + i, 1 + i / 10_000, 2 + i / 10_000)
+        hist.fault(99_999, 3, None)
+    valid_delays(hist)
+    delayed(hist, 2, 4, 1000, (400, 410))  # due at 1400
+    read(hist, 11, [(1, 0, 4)], group="gd", at=1_100)  # 300 ms early
+    drain(hist, [(1, 0, 4)], at=9_100)
+    _start(hist, 1, 100)
+    _stop(hist, 1, 300)
+    if case == "stopped-twice":
+        _stop(hist, 1, 5_000)
+    elif case == "id-reused":
+        _start(hist, 1, 6_000)
+        _stop(hist, 1, 6_100)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert (r["valid"], r["early"]["count"], r["early"]["during_clock_faults"]) == (False, 1, 0)
+
+
+def test_a_clock_window_reused_later_still_excuses_its_own_reads(hist, run_check):
+    valid_delays(hist)
+    delayed(hist, 2, 4, 1000, (400, 410))  # due at 1400
+    read(hist, 11, [(1, 0, 4)], group="gd", at=1_100)  # 300 ms early, inside [1,000, 1,200]
+    drain(hist, [(1, 0, 4)], at=9_100)
+    _start(hist, 1, 1_000)
+    _stop(hist, 1, 1_200)
+    _start(hist, 1, 6_000)  # the id used again later
+    _stop(hist, 1, 6_100)
+    r = run_check(hist, only=["delay"])["analyses"]["delay"]
+    assert (r["valid"], r["early"]["count"], r["early"]["during_clock_faults"]) == (True, 0, 1)
+
+
 def test_delay_early_delivery_to_the_drain_counts_too(hist, run_check):
     delayed(hist, 1, 1, 60_000, (100, 110))
     drain(hist, [(0, 0, 1)], at=5_000)
