@@ -155,6 +155,8 @@ def test_delay_valid_history_reports_lateness(hist, run_check):
     assert (q["count"], q["p50"], q["max"]) == (3, pytest.approx(50), pytest.approx(100))
     assert r["early"]["count"] == 0 and r["lost"]["count"] == 0
     assert r["delivered_to_group"] == 3 and r["delivered_only_by_drain"] == 0
+    # each read once by its group, and once more by the final drain: not read more than once
+    assert r["read_more_than_once"] == 0
     assert r["latest"][0]["v"] == 2
     # the generic analyses accept sends without an acknowledged position
     assert res["valid"] is True and res["safety_failed"] == []

@@ -182,6 +182,25 @@ def test_key_order_ignores_keys_spread_over_queues_in_auto_mode(hist, run_check)
     assert (r["valid"], r["count"]) == (False, 1)
 
 
+def test_key_order_on_does_not_judge_a_key_over_queues_by_the_drains_order(hist, run_check):
+    """Probe (session 17): with --order on, a consumer read a key's values in send order over
+    two queues, and the final drain, reading queue 1 before queue 0, failed the history. The
+    drain's order across queues says nothing; within one queue it still counts."""
+    hist.send(1, 1, key="a", q=0, off=0)
+    hist.send(1, 2, key="a", q=1, off=0)
+    hist.poll(10, [(0, 0, 1), (1, 0, 2)], key="a")
+    hist.drain(20, [(1, 0, 2), (0, 0, 1)])
+    r = run_check(hist, only=["ordering"], order="on")["analyses"]["ordering"]["key_order"]
+    assert (r["valid"], r["count"]) == (True, 0), r
+    # one queue, the drain reading it backwards: still a violation
+    hist2 = type(hist)()
+    hist2.send(1, 1, key="b", off=0)
+    hist2.send(1, 2, key="b", off=1)
+    hist2.drain(20, [(0, 1, 2), (0, 0, 1)])
+    r = run_check(hist2, only=["ordering"], order="on")["analyses"]["ordering"]["key_order"]
+    assert (r["valid"], r["count"]) == (False, 1), r
+
+
 def test_nonmonotonic_and_poll_skip_per_consumer_and_queue(hist, run_check):
     for v in range(6):
         hist.send(1, v, off=v)
