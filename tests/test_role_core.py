@@ -12,6 +12,7 @@ from rmq_ha.broker.core import Role, RoleConfig, RoleCore
 from rmq_ha.broker.core import actions as a
 from rmq_ha.broker.core import events as e
 from rmq_ha.broker.ha.catchup import UNKNOWN_OFFSET, CatchUp
+from rmq_ha.broker.ha.core import REFUSED_EXPANSION_BACKOFF_MS
 
 ADDR = "10.0.0.1:10911"
 
@@ -138,8 +139,8 @@ def test_an_epoch_the_file_refuses_fences_instead_of_crashing() -> None:
 
 def test_proposals_apply_only_when_accepted_and_stale_ones_are_dropped() -> None:
     """#5663: a proposal is not applied until the controller accepts it (the union rule holds
-    meanwhile); a refused one is cancelled; an unanswered one is dropped after 10 s when the
-    poll shows it did not commit."""
+    meanwhile); a refused one is cancelled (and not proposed again from acks for a moment); an
+    unanswered one is dropped after 10 s when the poll shows it did not commit."""
     core = controller(check_sync_state_set_period_ms=1000, max_not_catchup_ms=2000)
     core.step(info(2, 3, {2}, ss=4), 0)
     core.step(e.SlaveConnected(5, False), 0)
@@ -148,15 +149,21 @@ def test_proposals_apply_only_when_accepted_and_stale_ones_are_dropped() -> None
     assert core.ha.effective_set() == {2, 5} and core.ha.sync_state_set == {2}
     core.step(e.ProposalAnswered(False), 20)
     assert core.ha.proposed is None
-    core.step(e.SlaveAcked(5, 1000, 1000), 30)  # proposes again
-    core.step(e.ProposalAnswered(accepted=False, unknown=True), 40)
+    out = core.step(e.SlaveAcked(5, 1000, 1000), 30)  # refused a moment ago: not yet again
+    assert not any(isinstance(x, a.ProposeSyncStateSet) for x in out)
+    out = core.step(e.SlaveAcked(5, 1000, 1000), 20 + REFUSED_EXPANSION_BACKOFF_MS)
+    assert a.ProposeSyncStateSet(frozenset({2, 5}), 3, 4) in out  # proposes again
+    core.step(e.ProposalAnswered(accepted=False, unknown=True), 40 + REFUSED_EXPANSION_BACKOFF_MS)
     assert core.ha.proposed == {2, 5}
-    core.step(info(2, 3, {2}, ss=4, source="poll"), 5_000)
+    wait = REFUSED_EXPANSION_BACKOFF_MS  # the proposal was made that much later
+    core.step(info(2, 3, {2}, ss=4, source="poll"), 5_000 + wait)
     assert core.ha.proposed == {2, 5}  # not stale yet
-    core.step(info(2, 3, {2}, ss=4, source="poll"), 10_100)
+    core.step(info(2, 3, {2}, ss=4, source="poll"), 10_100 + wait)
     assert core.ha.proposed is None
-    core.step(e.SlaveAcked(5, 1000, 1000), 10_200)
-    core.step(e.ProposalAnswered(True, members=frozenset({2, 5}), sync_state_set_epoch=5), 10_300)
+    core.step(e.SlaveAcked(5, 1000, 1000), 10_200 + wait)
+    core.step(
+        e.ProposalAnswered(True, members=frozenset({2, 5}), sync_state_set_epoch=5), 10_300 + wait
+    )
     assert core.ha.sync_state_set == {2, 5} and core.ha.sync_state_set_epoch == 5
 
 
