@@ -36,7 +36,10 @@ class Outbound:
         self.beats: dict[str, list[tuple[float, BrokerHeartbeatRequestHeader]]] = {}
         self.closed: list[str] = []
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_s: float, close_on_timeout: bool = True
+    ) -> RemotingCommand:
+        assert not close_on_timeout, "a heartbeat must not close its connection on a timeout"
         assert cmd.code == RC.BROKER_HEARTBEAT and not cmd.is_oneway
         h = BrokerHeartbeatRequestHeader.from_ext(cmd.ext_fields)
         self.beats.setdefault(addr, []).append((trio.current_time(), h))
@@ -90,7 +93,9 @@ async def test_a_controller_whose_answers_stop_is_told_how_long(
     for t, unanswered in deaf[:10]:
         assert unanswered == round((t - t0) * 1000), deaf
     assert deaf[9][1] is not None and deaf[9][1] > 3000  # past half the 6 s timeout
-    assert DEAF in out.closed and HEARD not in out.closed
+    # a late answer is no reason to close the connection: the controller would drop this
+    # broker at once (a live master deposed); the heartbeats say how long instead
+    assert out.closed == []
     # Once it answers again, the count starts over.
     assert all(u is not None and u <= 1000 for _, u in deaf[-2:]), deaf
 

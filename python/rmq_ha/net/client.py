@@ -111,13 +111,22 @@ class RemotingClient:
             return conn
 
     async def invoke(
-        self, addr: str, cmd: RemotingCommand, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        addr: str,
+        cmd: RemotingCommand,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        close_on_timeout: bool = True,
     ) -> RemotingCommand:
+        """`cmd`'s answer from `addr`. `close_on_timeout=False`: a timeout leaves the
+        connection open even with the client's `close_on_timeout` (a late answer says
+        something, a closed connection says something else to the peer)."""
         conn = await self.connection(addr)
         try:
             return await conn.request(cmd, timeout_s)
         except RemotingTimeoutError:
-            self.timed_out(addr, conn, cmd.code, timeout_s)
+            if close_on_timeout:
+                self.timed_out(addr, conn, cmd.code, timeout_s)
             raise
 
     def timed_out(self, addr: str, conn: Connection, code: int, timeout_s: float) -> None:

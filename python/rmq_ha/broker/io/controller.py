@@ -27,7 +27,7 @@ from rmq_ha.config import BrokerConfig
 from rmq_ha.controller import messages as m
 from rmq_ha.controller.client import ControllerClient
 from rmq_ha.durable import write_atomic
-from rmq_ha.errors import ConfigError, RemotingError
+from rmq_ha.errors import ConfigError, RemotingError, RemotingTimeoutError
 from rmq_ha.net.client import RemotingClient
 from rmq_ha.net.logthrottle import THROTTLE
 from rmq_ha.protocol.codes import RequestCode as RC
@@ -261,8 +261,15 @@ class ControllerShell:
         wait = self._heartbeat_wait_s()
         try:
             with trio.fail_after(wait):
-                resp = await self.outbound.invoke(addr, cmd, timeout_s=wait)
-        except (RemotingError, trio.TooSlowError, OSError) as e:
+                resp = await self.outbound.invoke(addr, cmd, timeout_s=wait, close_on_timeout=False)
+        except (RemotingTimeoutError, trio.TooSlowError) as e:
+            # No answer in time: the connection stays. A controller drops a broker whose
+            # connection closes at once, so closing it on a slow answer deposed a live master
+            # (a one-way-partition campaign saw it); the next heartbeats say how long this
+            # controller has not answered instead.
+            log.debug("heartbeat to controller %s: no answer yet (%s)", addr, e)
+            return
+        except (RemotingError, OSError) as e:
             log.debug("heartbeat to controller %s failed: %s", addr, e)
             self.outbound.close_connection(addr)
             return
