@@ -27,9 +27,9 @@ timeout, nor while its last heartbeat is older than that (the other side of a on
 heartbeats stopped arriving, and it counts as alive until it expires): it would never learn
 that it was elected, and since the new master's SyncStateSet is itself alone, nobody else
 could then be elected either, so the group would stay masterless for as long as the partition
-lasts. A live old master that cannot hear stays master (electing
-another would not reach it either, and it may be serving); such a replica is still alive, so
-it still blocks a recovery election as a member of the set.
+lasts. A live old master that cannot hear stays master (electing another would not reach it
+either, and it may be serving); such a replica is still alive, so it still blocks a recovery
+election as a member of the set.
 """
 
 from __future__ import annotations

@@ -6,11 +6,10 @@ elected leader, already knows who is alive. An entry is alive while `now - last 
 triple only moves forward: it is replaced when the heartbeat's epoch is larger, or equal with a
 larger maxOffset, on one connection; a heartbeat on a new connection (a restarted broker, whose
 log may now be shorter) replaces it, since the old values describe a log that may no longer
-exist. The catch-up position (issue 13) and whether the broker hears this controller (its
-`unansweredMs` at most half its timeout, see elect.py) always come from the latest heartbeat.
-Not-alive
-entries are dropped by `expire` (the periodic scan) and when the broker's connection closes
-(`drop_connection`, RocketMQ's BrokerHousekeepingService).
+exist. The catch-up position (issue 13) and whether the broker hears this controller (`hears`,
+see elect.py) always come from the latest heartbeat. Not-alive entries are dropped by `expire`
+(the periodic scan) and when the broker's connection closes (`drop_connection`, RocketMQ's
+BrokerHousekeepingService).
 
 Time this node did not run (paused, starved) does not count against the brokers when a
 `StallCredit` is given (`rmq_ha.clock`): the controller node passes one and looks at the
@@ -66,20 +65,22 @@ class LiveEntry:
             last_heartbeat_ms=self.last_update_ms,
             catch_up_offset=self.catch_up_offset,
             catch_up_epoch=self.catch_up_epoch,
-            hears_controller=hears(self.unanswered_ms, self.timeout_ms)
-            and now_ms - self.last_update_ms <= self.timeout_ms // 2,
+            hears_controller=hears(
+                self.unanswered_ms, now_ms - self.last_update_ms, self.timeout_ms
+            ),
         )
 
 
-def hears(unanswered_ms: int | None, timeout_ms: int) -> bool:
-    """Whether a broker that reports `unanswered_ms` still hears this controller: yes while it
-    is at most half the broker's heartbeat timeout, so a broker that stopped hearing is known
-    before its master's heartbeats would expire (a heartbeat lost now and then is not enough).
-    None (a broker that does not report it): yes. `LiveEntry.info` also wants its last
-    heartbeat at most half the timeout old: a broker whose heartbeats stopped arriving (this
-    controller's side of a one-way cut) is still alive until it expires, but was elected in
-    that time and never learnt it (fault probe, session 17)."""
-    return unanswered_ms is None or unanswered_ms <= timeout_ms // 2
+def hears(unanswered_ms: int | None, age_ms: int, timeout_ms: int) -> bool:
+    """Whether a broker can be shown to talk with this controller both ways: its last
+    heartbeat says this controller answered it within half its heartbeat timeout (None, a
+    broker that does not say: yes), and that heartbeat is itself at most half the timeout old
+    (a broker whose heartbeats stopped arriving, this controller's side of a one-way cut, is
+    alive until it expires, but was elected in that time and never learnt it: fault probe,
+    session 17). Half the timeout, so a broker that stopped hearing is known before its
+    master's heartbeats would expire, and a heartbeat lost now and then is not enough."""
+    half = timeout_ms // 2
+    return (unanswered_ms is None or unanswered_ms <= half) and age_ms <= half
 
 
 def _or(value: int | None, default: int) -> int:
