@@ -5,11 +5,13 @@ key order (a safety property): for each key and each group (consumer groups and 
 drain), take each acknowledged value's first delivery to that group. Value ``a`` precedes
 ``b`` when ``a``'s send completed before ``b``'s send was invoked (real-time order; concurrent
 sends of one key are unordered). A violation is a value ``a`` whose first delivery comes after
-the first delivery of some ``b`` that ``a`` precedes. Duplicates and missing values are not
-ordering violations (they are counted by duplicated and lost). In ``auto`` mode, only keys
-whose acknowledged sends all landed on one queue are checked (the ordered workload routes a
-key to one queue); ``on`` checks every key, except that the final drain (which reads queue
-after queue) judges only keys on one queue.
+the first delivery of some ``b`` that ``a`` precedes, definitely: ``b``'s poll completed
+before every poll that delivered ``a`` to the group was invoked, or ``b`` came earlier in
+the same poll (overlapping polls order nothing; ``_definite``). Duplicates and missing
+values are not ordering violations (they are counted by duplicated and lost). In ``auto``
+mode, only keys whose acknowledged sends all landed on one queue are checked (the ordered
+workload routes a key to one queue); ``on`` checks every key, except that the final drain
+(which reads queue after queue) judges only keys on one queue.
 
 nonmonotonic / poll-skip (reported, not safety: a consumer rebalance legally causes both):
 successive deliveries to one process from one queue (in delivery order, within and across
@@ -120,35 +122,20 @@ def key_order(fr: Frames) -> dict[str, Any]:
     earlier = (
         Window.partitionBy("key", "gid").orderBy("fd").rowsBetween(Window.unboundedPreceding, -1)
     )
-    bad = fr.persist(
+    # candidates: a value whose first delivery's poll completed after that of some value
+    # sent after it completed. Ordering by completion alone is a superset of the definite
+    # violations (two polls that overlap in time are unordered); ``_definite`` keeps only
+    # those, and runs only on the candidates
+    cand = fr.persist(
         d.select("*", F.max("inv_idx").over(earlier).alias("before"))
         .where(c("before") > c("comp_idx"))
         .select("gid", "key", "v", "fd", "comp_idx")
     )
+    n_cand = cand.count()
+    bad = fr.persist(_definite(fr, d, cand, n_cand)) if n_cand else cand
     n = bad.count()
     ex: list[dict[str, Any]] = []
     if n:
-        # for the examples only: a value sent after the late one yet delivered before it
-        late = bad.orderBy("gid", "key", "v").limit(fr.cfg.examples)
-        early = d.select(
-            c("gid").alias("g2"),
-            c("key").alias("k2"),
-            c("fd").alias("fd2"),
-            c("inv_idx").alias("inv2"),
-            c("v").alias("v2"),
-        )
-        pairs = (
-            early.join(
-                F.broadcast(late),
-                (c("g2") == c("gid"))
-                & (c("k2") == c("key"))
-                & (c("fd2") < c("fd"))
-                & (c("inv2") > c("comp_idx")),
-            )
-            .groupBy("gid", "key", "v", "comp_idx")
-            .agg(F.min("v2").alias("delivered_before_it"))
-            .orderBy("gid", "key", "v")
-        )
         ex = [
             {
                 "gid": r["gid"],
@@ -157,7 +144,7 @@ def key_order(fr: Frames) -> dict[str, Any]:
                 "delivered_before_it": r["delivered_before_it"],
                 "comp_idx": r["comp_idx"],
             }
-            for r in pairs.collect()
+            for r in bad.orderBy("gid", "key", "v").limit(fr.cfg.examples).collect()
         ]
     for e in ex:
         e["group"] = _group_name(fr, int(e.pop("gid")))
@@ -170,6 +157,74 @@ def key_order(fr: Frames) -> dict[str, Any]:
         else {}
     )
     return result(verdict(n), n, ex, keys=nkeys, keys_checked=checked, per_group=per_group)
+
+
+def _definite(fr: Frames, d: DataFrame, cand: DataFrame, n_cand: int) -> DataFrame:
+    """The candidates (gid, key, v, fd, comp_idx) whose lateness is definite, one row each
+    with the least value ``delivered_before_it``.
+
+    ``a`` (a candidate) is late when some ``b`` of its key, sent after ``a``'s send completed,
+    was delivered to the group before every delivery of ``a`` could have happened: ``b``'s
+    first delivery (in poll Q, at place pb) is before a delivery of ``a`` (poll P, place p)
+    when Q completed before P was invoked, or when P is Q and pb < p. A poll hands its
+    messages out at some moment between its invoke and its completion, so two polls that
+    overlap in time (two consumers of one group during a rebalance) order nothing. ``d``
+    holds every (key, gid, v, fd, inv_idx, comp_idx) first delivery; only the candidates'
+    keys are joined, and their deliveries are read again with their polls' invokes."""
+    c = F.col
+
+    def small(df: DataFrame) -> DataFrame:
+        return F.broadcast(df) if n_cand <= BROADCAST_LIMIT else df
+
+    low = F.lit((1 << POS_BITS) - 1).cast("long")
+    cand_vg = cand.select("v", "gid").distinct()
+    # every delivery of a candidate to its group, with its poll's invoke (paired by process)
+    dl = (
+        fr.reads()
+        .join(small(cand_vg), ["v", "gid"], "left_semi")
+        .select("v", "gid", "process", "idx", "dpos")
+    )
+    polls = (
+        fr.pairs()
+        .select("process", c("comp_idx").alias("idx"), c("inv_idx").alias("pinv"))
+        .join(small(dl.select("process", "idx").distinct()), ["process", "idx"], "left_semi")
+    )
+    dl = dl.join(small(polls), ["process", "idx"], "left").select(
+        c("v").alias("av"),
+        c("gid").alias("ag"),
+        c("dpos").alias("hi"),
+        # a poll without its invoke (validation pairs every one) counts from its completion
+        (F.coalesce(c("pinv"), c("idx")) * F.lit(1 << POS_BITS) + c("dpos").bitwiseAND(low)).alias(
+            "lo"
+        ),
+    )
+    # the values each candidate was first delivered after, with a send that followed its own
+    later = d.select(
+        c("key").alias("bk"),
+        c("gid").alias("bg"),
+        c("v").alias("bv"),
+        c("fd").alias("bfd"),
+        c("inv_idx").alias("binv"),
+    ).join(
+        small(cand),
+        (c("bk") == c("key"))
+        & (c("bg") == c("gid"))
+        & (c("bfd") < c("fd"))
+        & (c("binv") > c("comp_idx")),
+    )
+    # against each delivery of the candidate: the same poll compares places (hi against
+    # hi), another poll must have been invoked after b's completed (lo against b's hi)
+    same_poll = F.shiftright(c("hi"), POS_BITS) == F.shiftright(c("bfd"), POS_BITS)
+    earliest = F.when(same_poll, c("hi")).otherwise(c("lo"))
+    sure = (
+        later.join(dl, (c("av") == c("v")) & (c("ag") == c("gid")))
+        .groupBy("gid", "key", "v", "fd", "comp_idx", "bv", "bfd")
+        .agg(F.min(earliest).alias("a_first"))
+        .where(c("a_first") > c("bfd"))
+    )
+    return sure.groupBy("gid", "key", "v", "fd", "comp_idx").agg(
+        F.min("bv").alias("delivered_before_it")
+    )
 
 
 def _all_equal(arr: Column, nullable: bool = False) -> Column:
