@@ -260,15 +260,25 @@ class Frames:
         return expr
 
     # reads ----------------------------------------------------------------------------
-    def reads(self) -> DataFrame:
-        r = self.ops.where(F.col("f").isin(*READ_FS) & (F.col("type") == "ok")).select(
+    def reads(self, values: list[int] | None = None) -> DataFrame:
+        """Every message delivered by a poll or drain, with the delivering op; with
+        ``values`` (at most ``MULTI_INLINE``), the deliveries of those values only, whose
+        polls are found before any is exploded."""
+        polls = F.col("f").isin(*READ_FS) & (F.col("type") == "ok")
+        if values is not None:
+            assert len(values) <= MULTI_INLINE
+            want = F.array(*[F.lit(x).cast("long") for x in values])
+            polls = polls & F.coalesce(
+                F.arrays_overlap(F.col("value.messages.value"), want), F.lit(False)
+            )
+        r = self.ops.where(polls).select(
             "index",
             "process",
             "f",
             F.col("value.group").alias("group"),
             F.posexplode("value.messages").alias("pos", "m"),
         )
-        return r.select(
+        out: DataFrame = r.select(
             F.col("m.value").alias("v"),
             F.when(F.col("f") == "drain", F.lit(DRAIN_READ)).otherwise(F.lit(READ)).alias("kind"),
             F.col("index").alias("idx"),
@@ -282,6 +292,9 @@ class Frames:
             topic_hash(F.col("m.topic")).alias("th"),
             (F.col("index") * F.lit(1 << POS_BITS) + F.col("pos")).alias("dpos"),
         )
+        if values is not None:
+            out = out.where(F.col("v").isin(*values))
+        return out
 
     def _send_events(self) -> DataFrame:
         t = F.col("type")

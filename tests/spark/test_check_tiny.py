@@ -558,3 +558,25 @@ def test_key_order_takes_a_late_values_earliest_possible_delivery(hist, run_chec
     hist.drain(20, [(0, 0, 1), (0, 1, 2)])
     ko = run_check(hist, only=["ordering"])["analyses"]["ordering"]["key_order"]
     assert (ko["valid"], ko["count"]) == (True, 0), ko
+
+
+def test_key_order_checks_many_candidates_without_inlining_or_broadcast(
+    hist, run_check, monkeypatch
+):
+    """Past MULTI_INLINE candidates their polls are exploded and filtered by a join, past
+    BROADCAST_LIMIT nothing is broadcast: the same answers (limits set to 0 here)."""
+    from rmq_check.analyses import ordering
+
+    monkeypatch.setattr(ordering, "MULTI_INLINE", 0)
+    monkeypatch.setattr(ordering, "BROADCAST_LIMIT", 0)
+    hist.send(1, 1, key="a", off=0)
+    hist.send(1, 2, key="a", off=1)
+    hist.send(1, 3, key="b", off=2, q=1)
+    hist.send(1, 4, key="b", off=3, q=1)
+    _overlapping_polls(hist, (0, 0, 1), (0, 1, 2))
+    hist.poll(11, [(1, 3, 4)], key="b")
+    hist.poll(10, [(1, 2, 3)], key="b")
+    hist.drain(20, [(0, 0, 1), (0, 1, 2), (1, 2, 3), (1, 3, 4)])
+    ko = run_check(hist, only=["ordering"])["analyses"]["ordering"]["key_order"]
+    assert (ko["valid"], ko["count"]) == (False, 1), ko
+    assert [(e["late_value"], e["delivered_before_it"]) for e in ko["examples"]] == [(3, 4)]

@@ -27,7 +27,15 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from rmq_check.analyses import UNKNOWN, result, verdict
-from rmq_check.core import DRAIN_GID, POS_BITS, Frames, example_rows, qhash, value_flags
+from rmq_check.core import (
+    DRAIN_GID,
+    MULTI_INLINE,
+    POS_BITS,
+    Frames,
+    example_rows,
+    qhash,
+    value_flags,
+)
 
 BROADCAST_LIMIT = 1_000_000
 
@@ -178,9 +186,15 @@ def _definite(fr: Frames, d: DataFrame, cand: DataFrame, n_cand: int) -> DataFra
 
     low = F.lit((1 << POS_BITS) - 1).cast("long")
     cand_vg = cand.select("v", "gid").distinct()
-    # every delivery of a candidate to its group, with its poll's invoke (paired by process)
+    # every delivery of a candidate to its group, with its poll's invoke (paired by process);
+    # a few candidates' polls are found by their values before any poll is exploded
+    few = (
+        sorted({int(r["v"]) for r in cand_vg.select("v").collect()})
+        if n_cand <= MULTI_INLINE
+        else None
+    )
     dl = (
-        fr.reads()
+        fr.reads(few)
         .join(small(cand_vg), ["v", "gid"], "left_semi")
         .select("v", "gid", "process", "idx", "dpos")
     )
