@@ -260,11 +260,15 @@ class Frames:
         return expr
 
     # reads ----------------------------------------------------------------------------
-    def reads(self, values: list[int] | None = None) -> DataFrame:
+    def reads(self, values: list[int] | None = None, at: list[int] | None = None) -> DataFrame:
         """Every message delivered by a poll or drain, with the delivering op; with
         ``values`` (at most ``MULTI_INLINE``), the deliveries of those values only, whose
-        polls are found before any is exploded."""
+        polls are found before any is exploded; with ``at`` (as many), those of the polls
+        completed at these indexes only."""
         polls = F.col("f").isin(*READ_FS) & (F.col("type") == "ok")
+        if at is not None:
+            assert len(at) <= MULTI_INLINE
+            polls = polls & F.col("index").isin(*at)
         if values is not None:
             assert len(values) <= MULTI_INLINE
             want = F.array(*[F.lit(x).cast("long") for x in values])

@@ -580,3 +580,27 @@ def test_key_order_checks_many_candidates_without_inlining_or_broadcast(
     ko = run_check(hist, only=["ordering"])["analyses"]["ordering"]["key_order"]
     assert (ko["valid"], ko["count"]) == (False, 1), ko
     assert [(e["late_value"], e["delivered_before_it"]) for e in ko["examples"]] == [(3, 4)]
+
+
+@pytest.mark.parametrize("again", [False, True])
+def test_key_order_counts_a_reordering_inside_one_poll_beside_an_overlapping_one(
+    hist, run_check, again
+):
+    """Process 10's poll hands out 2 then 1 (1 sent first): a definite violation, which an
+    overlapping poll of the group delivering 2 again must not hide; nor must 1 delivered
+    once more later (fault probe: the first fix for overlapping polls compared 1 only with
+    2's first completed delivery, in the other poll, and said valid)."""
+    hist.send(1, 1, key="a", off=0)
+    hist.send(1, 2, key="a", off=1)
+    g = h.Value(topic="T", group="g")
+    hist.op(10, "invoke", "poll", g)
+    hist.op(11, "invoke", "poll", g)
+    two, one = h.Read("T", 0, 1, 2, "a", "b0"), h.Read("T", 0, 0, 1, "a", "b0")
+    hist.op(11, "ok", "poll", h.Value(topic="T", group="g", messages=[two]))
+    hist.op(10, "ok", "poll", h.Value(topic="T", group="g", messages=[two, one]))
+    if again:
+        hist.poll(10, [(0, 0, 1)], key="a")
+    hist.drain(20, [(0, 0, 1), (0, 1, 2)])
+    ko = run_check(hist, only=["ordering"])["analyses"]["ordering"]["key_order"]
+    assert (ko["valid"], ko["count"]) == (False, 1), ko
+    assert [(e["late_value"], e["delivered_before_it"]) for e in ko["examples"]] == [(1, 2)]

@@ -172,13 +172,15 @@ def _definite(fr: Frames, d: DataFrame, cand: DataFrame, n_cand: int) -> DataFra
     with the least value ``delivered_before_it``.
 
     ``a`` (a candidate) is late when some ``b`` of its key, sent after ``a``'s send completed,
-    was delivered to the group before every delivery of ``a`` could have happened: ``b``'s
-    first delivery (in poll Q, at place pb) is before a delivery of ``a`` (poll P, place p)
-    when Q completed before P was invoked, or when P is Q and pb < p. A poll hands its
+    was delivered to the group before any delivery of ``a`` could have happened: for every
+    delivery of ``a`` (poll P, place p), ``b`` has a delivery before it, in a poll that
+    completed before P was invoked, or in P itself at a place before p. A poll hands its
     messages out at some moment between its invoke and its completion, so two polls that
     overlap in time (two consumers of one group during a rebalance) order nothing. ``d``
-    holds every (key, gid, v, fd, inv_idx, comp_idx) first delivery; only the candidates'
-    keys are joined, and their deliveries are read again with their polls' invokes."""
+    holds every (key, gid, v, fd, inv_idx, comp_idx) first delivery (``fd``: the least
+    completion position, so "a poll that completed before P was invoked" is ``fd`` against
+    P's invoke); only the candidates' keys are joined, and the candidates' polls are read
+    again, with their invokes and every value in them."""
     c = F.col
 
     def small(df: DataFrame) -> DataFrame:
@@ -193,7 +195,7 @@ def _definite(fr: Frames, d: DataFrame, cand: DataFrame, n_cand: int) -> DataFra
         if n_cand <= MULTI_INLINE
         else None
     )
-    dl = (
+    dl = fr.persist(
         fr.reads(few)
         .join(small(cand_vg), ["v", "gid"], "left_semi")
         .select("v", "gid", "process", "idx", "dpos")
@@ -203,10 +205,19 @@ def _definite(fr: Frames, d: DataFrame, cand: DataFrame, n_cand: int) -> DataFra
         .select("process", c("comp_idx").alias("idx"), c("inv_idx").alias("pinv"))
         .join(small(dl.select("process", "idx").distinct()), ["process", "idx"], "left_semi")
     )
+    # every value in those polls, at its least place in each (for b's place beside a's)
+    at = [int(r["idx"]) for r in dl.select("idx").distinct().limit(MULTI_INLINE + 1).collect()]
+    if len(at) <= MULTI_INLINE:
+        in_polls = fr.reads(at=at)
+    else:
+        in_polls = fr.reads().join(dl.select("idx").distinct(), "idx", "left_semi")
+    places = in_polls.groupBy("idx", "v").agg(F.min(c("dpos").bitwiseAND(low)).alias("bplace"))
+    places = places.select(c("idx").alias("pidx"), c("v").alias("pv"), "bplace")
     dl = dl.join(small(polls), ["process", "idx"], "left").select(
         c("v").alias("av"),
         c("gid").alias("ag"),
-        c("dpos").alias("hi"),
+        c("idx").alias("aidx"),
+        c("dpos").bitwiseAND(low).alias("aplace"),
         # a poll without its invoke (validation pairs every one) counts from its completion
         (F.coalesce(c("pinv"), c("idx")) * F.lit(1 << POS_BITS) + c("dpos").bitwiseAND(low)).alias(
             "lo"
@@ -226,15 +237,19 @@ def _definite(fr: Frames, d: DataFrame, cand: DataFrame, n_cand: int) -> DataFra
         & (c("bfd") < c("fd"))
         & (c("binv") > c("comp_idx")),
     )
-    # against each delivery of the candidate: the same poll compares places (hi against
-    # hi), another poll must have been invoked after b's completed (lo against b's hi)
-    same_poll = F.shiftright(c("hi"), POS_BITS) == F.shiftright(c("bfd"), POS_BITS)
-    earliest = F.when(same_poll, c("hi")).otherwise(c("lo"))
+    # each delivery of the candidate against b: b's first completion before the poll's
+    # invoke, or b earlier in the same poll
+    before = (c("bfd") < c("lo")) | F.coalesce(c("bplace") < c("aplace"), F.lit(False))
     sure = (
         later.join(dl, (c("av") == c("v")) & (c("ag") == c("gid")))
-        .groupBy("gid", "key", "v", "fd", "comp_idx", "bv", "bfd")
-        .agg(F.min(earliest).alias("a_first"))
-        .where(c("a_first") > c("bfd"))
+        .join(
+            F.broadcast(places) if len(at) <= MULTI_INLINE else places,
+            (c("pidx") == c("aidx")) & (c("pv") == c("bv")),
+            "left",
+        )
+        .groupBy("gid", "key", "v", "fd", "comp_idx", "bv")
+        .agg(F.min(before.cast("int")).alias("every"))
+        .where(c("every") == 1)
     )
     return sure.groupBy("gid", "key", "v", "fd", "comp_idx").agg(
         F.min("bv").alias("delivered_before_it")
