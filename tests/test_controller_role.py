@@ -148,6 +148,28 @@ async def test_master_connection_loss_elects_the_other_and_notifies_it(tmp_path:
         assert info.master_broker_id == 2
 
 
+async def test_a_master_that_reconnects_at_once_is_not_replaced(tmp_path: Path) -> None:
+    """Its connections to the controllers close (the broker lives and keeps beating): each
+    controller waits half its heartbeat timeout for a heartbeat on a new connection before
+    dropping it. A fault probe saw live masters deposed this way with no fault in force."""
+    async with group(tmp_path) as g, brokers(g, 2) as (b1, b2):
+        first = await b1.elect()
+        await b1.request(m.AlterSyncStateSetRequest("broker-a", 1, first.master_epoch or 0,
+                                                    frozenset({1, 2}), 1))  # fmt: skip
+        handled = {id(n): n.closed_connections_handled for n in g.nodes}
+        for addr in g.addrs:
+            b1.client.close_connection(addr)
+        # every controller saw b1's connection close and dealt with it, after its grace
+        await wait_for(
+            lambda: all(n.closed_connections_handled > handled[id(n)] for n in g.nodes),
+            10,
+            "each controller to handle the closed connection",
+        )
+        info = await b2.replica_info()
+        assert (info.master_broker_id, info.master_epoch) == (1, first.master_epoch)
+        assert not new_master_notice(b2, 2)
+
+
 async def test_expired_heartbeat_of_the_master_triggers_an_election(tmp_path: Path) -> None:
     async with group(tmp_path) as g:
         b1, b2 = TestBroker(g.addrs, heartbeat_timeout_ms=400), TestBroker(g.addrs)

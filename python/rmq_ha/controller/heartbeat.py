@@ -9,7 +9,8 @@ log may now be shorter) replaces it, since the old values describe a log that ma
 exist. The catch-up position (issue 13) and whether the broker hears this controller (`hears`,
 see elect.py) always come from the latest heartbeat. Not-alive entries are dropped by `expire`
 (the periodic scan) and when the broker's connection closes (`drop_connection`, RocketMQ's
-BrokerHousekeepingService).
+BrokerHousekeepingService), unless the broker heartbeats again on a new connection within
+`closed_grace_ms` (ours: RocketMQ drops it at once).
 
 Time this node did not run (paused, starved) does not count against the brokers when a
 `StallCredit` is given (`rmq_ha.clock`): the controller node passes one and looks at the
@@ -30,6 +31,8 @@ from rmq_ha.protocol.headers import BrokerHeartbeatRequestHeader
 
 #: BrokerHeartbeatManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000
+#: The longest a broker whose heartbeat connection closed is kept while it may reconnect.
+CLOSED_GRACE_MAX_MS = 2_000
 
 
 def monotonic_ms() -> int:
@@ -164,6 +167,20 @@ class HeartbeatTable:
         for key in dead:
             del self.entries[key]
         return dead
+
+    def closed_grace_ms(self, conn: object) -> int:
+        """How long a broker whose heartbeat connection `conn` closed has to heartbeat again
+        on a new one before `drop_connection` drops it: half its heartbeat timeout, at most
+        `CLOSED_GRACE_MAX_MS` (0 when no entry came on `conn`). A broker that is gone does
+        not come back in that time; one whose connection alone was lost does."""
+        return max(
+            (
+                min(e.timeout_ms // 2, CLOSED_GRACE_MAX_MS)
+                for e in self.entries.values()
+                if e.conn is conn
+            ),
+            default=0,
+        )
 
     def drop_connection(self, conn: object) -> list[BrokerKey]:
         """Drops and returns the entries whose last heartbeat came on `conn` (it closed)."""
