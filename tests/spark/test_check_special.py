@@ -180,10 +180,11 @@ def test_delay_early_delivery_is_an_anomaly(hist, run_check):
 @pytest.mark.parametrize(
     ("kind", "window", "excused"),
     [
-        ("clock", (1_200, 1_300), True),  # inside the wait [400, 1400]
+        ("clock", (900, 1_000), True),  # inside the wait [400, 1100 (the read)]
         ("clock", (100, 450), True),  # began before the invoke, ended during the wait
         ("clock", (1_500, 2_000), False),  # after the due time: not the cause
-        ("kill", (1_200, 1_300), False),  # another fault moves no clock
+        ("clock", (1_150, 1_300), False),  # after the read, before the due time: neither
+        ("kill", (900, 1_000), False),  # another fault moves no clock
     ],
 )
 def test_delay_early_delivery_through_a_clock_fault_fails_nothing(

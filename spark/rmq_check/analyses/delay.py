@@ -8,9 +8,9 @@ correct broker may deliver it.
 * *early* (safety): a delivery (any poll or the final drain) before ``due - tolerance``
   (``--delay-tolerance-ms``, default 250 ms: RocketMQ timers are precise to their timer
   precision, ours deliver up to 50 ms ahead). Not when a clock fault (``fault`` "clock")
-  overlapped the value's wait [invoke, due]: the broker counts the delay on its own clock,
-  which the fault moved; those are counted as ``early.during_clock_faults`` and fail
-  nothing.
+  overlapped the value's wait [invoke, min(due, first read)]: the broker counts the delay on
+  its own clock, which the fault moved; those are counted as ``early.during_clock_faults``
+  and fail nothing.
 * *lost* (safety): an acknowledged (SEND_OK) delayed send that no one read, the drain
   included; ``unknown`` where lost would say so (``core.undecided``: without a complete final
   drain, for an acknowledgment naming no queue or acknowledged after the drain's max query
@@ -127,8 +127,10 @@ def run(fr: Frames) -> dict[str, Any]:
         c("first_read_t") < F.try_subtract(c("due_t"), F.lit(tol_ns).cast("long")), F.lit(False)
     )
     # A clock fault moves the broker's clock, and the broker counts a delay on its own clock:
-    # a value whose wait [invoke, due] a clock fault overlapped can come early through the
-    # fault, not a broker bug. Such early reads are counted apart and fail nothing.
+    # a value whose wait a clock fault overlapped can come early through the fault, not a
+    # broker bug. Such early reads are counted apart and fail nothing. The wait runs from the
+    # invoke to the due time or the first read, whichever came first: a fault that began
+    # after the read cannot have caused it (checker probe)
     clock = [w for w in faults(fr) if w["fault"] == CLOCK_FAULT]
     excused: Column = F.lit(False)
     if clock:
@@ -142,7 +144,8 @@ def run(fr: Frames) -> dict[str, Any]:
             ]
         )
         # interpreted per row, but only early rows (few) reach it
-        excused = F.exists(spans, lambda w: (c("inv_t") <= w["e"]) & (c("due_t") >= w["s"]))
+        waited = F.least(c("due_t"), c("first_read_t"))
+        excused = F.exists(spans, lambda w: (c("inv_t") <= w["e"]) & (waited >= w["s"]))
     early_clock = early & excused
     early = early & ~excused
     lost = (c("acked") == 1) & c("first_read_t").isNull()
