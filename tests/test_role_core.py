@@ -109,6 +109,22 @@ def test_masterless_asks_for_an_election_once_a_second() -> None:
     assert a.RequestElection() not in core.step(e.Tick(), 5000)
 
 
+def test_a_stale_no_master_answer_does_not_make_a_master_masterless() -> None:
+    """A REGISTER answer written before this broker was elected ("no master", epoch 3) can
+    be read after the epoch-4 notice made it master: it must not mark the group masterless,
+    or the master asks for an election and the controller bumps the epoch for nothing (fault
+    probe: a second election made the same master master again, its slaves reconnected)."""
+    core = controller(elect_retry_ms=1000)
+    core.step(info(2, 4, {2}, ss=5), 10)
+    assert core.serving_master
+    core.step(info(None, 3, set(), source="register"), 20)
+    assert not core.state.masterless
+    assert a.RequestElection() not in core.step(e.Tick(), 2000)
+    # a masterless answer of the current or a later epoch still counts
+    core.step(info(None, 5, set(), source="poll"), 3000)
+    assert core.state.masterless
+
+
 def test_issue_13_a_replica_owing_a_catch_up_refuses_to_lead_and_stays_fenced() -> None:
     debt = CatchUp(392_889, 3, "epoch 5 started at 392889")
     core = RoleCore(RoleConfig(controller_mode=True), debt)

@@ -513,6 +513,10 @@ class RoleCore:
 
     def _master_info(self, m: e.MasterInfo, now_ms: int, out: list[a.Action]) -> None:
         s = self.state
+        if m.master_id is None and m.epoch is not None and m.epoch < s.epoch:
+            # An answer written before a later epoch we already know (a REGISTER answer read
+            # after the notice that made us master): the group is not masterless now.
+            return
         if m.master_id is None or m.epoch is None:
             s.masterless = True
             if m.source == "poll":
