@@ -32,6 +32,7 @@ from rmq_ha import history as h
 INVOKE, OK, FAIL, INFO, READ, DRAIN_READ, OK_WEAK = 0, 1, 2, 3, 4, 5, 6
 DRAIN_GID = 0  # the final drain's reads are group 0; consumer groups are 1..n
 MAX_GROUPS = 61  # consumer groups with their own bit in a 64-bit mask (the rest share bit 62)
+SHARED_BIT = 1 << (MAX_GROUPS + 1)  # the bit the groups past the MAX_GROUPS-th share
 #: Messages per op kept apart in dpos = index * 2^POS_BITS + place: validation bounds the
 #: index and the messages per op (rmq_ha.history.MAX_INDEX / MAX_MESSAGES) so it fits 63 bits.
 POS_BITS = h.MAX_MESSAGES.bit_length() - 1
@@ -1039,6 +1040,19 @@ def value_counts(fr: Frames) -> dict[str, int]:
         F.sum(F.when(c("v").isNotNull() & (excess > 0), excess).otherwise(0)).alias(
             "excess_deliveries"
         ),
+        # redeliveries that groups sharing the last mask bit cannot explain: no read by them,
+        # or more extra reads than there are such groups less one (each may read once)
+        F.sum(
+            F.when(
+                c("v").isNotNull()
+                & (excess > 0)
+                & (
+                    (F.coalesce(c("gmask"), F.lit(0)).bitwiseAND(F.lit(SHARED_BIT)) == 0)
+                    | (excess > F.lit(max(len(fr.groups()) - MAX_GROUPS, 0) - 1))
+                ),
+                1,
+            ).otherwise(0)
+        ).alias("redelivered_sure"),
         F.sum(c("n_read")).alias("group_reads"),
         F.sum(c("n_drain")).alias("drain_reads"),
         F.sum(F.when(c("v").isNull(), c("n_read") + c("n_drain")).otherwise(0)).alias("null_reads"),

@@ -474,6 +474,24 @@ def test_many_groups_each_reading_once_is_not_a_definite_duplicate(hist, run_che
     assert d["guarantee"] == "unknown"
 
 
+@pytest.mark.parametrize("past", [0, 2])
+def test_a_redelivery_the_shared_groups_cannot_explain_is_definite(hist, run_check, past):
+    """62 groups read values 1 and 2 once each; group g00 (its own mask bit) reads 2 again.
+    That is a duplicate whatever the groups sharing a bit did (checker probe: the whole
+    history became unknown under --exactly-once). With `past` groups beyond the 62 it still
+    is (the doubtful case is test_many_groups_each_reading_once_is_not_a_definite_duplicate)."""
+    for v in (1, 2, 3):
+        hist.send(1, v, off=v - 1)
+    groups = [f"g{i:02d}" for i in range(62 + past)]
+    for g in groups:
+        hist.poll(10, [(0, 0, 1), (0, 1, 2)], group=g)
+    hist.poll(10, [(0, 1, 2)], group="g00")
+    hist.poll(10, [(0, 2, 3)], group=groups[-1])
+    hist.drain(20, [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    d = run_check(hist, exactly_once=True)["analyses"]["duplicated"]
+    assert (d["valid"], d["guarantee"]) == (False, "at-least-once"), d
+
+
 def test_a_value_read_then_gone_from_a_complete_drain_is_lost(hist, run_check):
     """Acknowledged, read by the consumer group, and then not in a final drain that read its
     queue from below its offset to the end (a master truncated and rewrote it, or a slave

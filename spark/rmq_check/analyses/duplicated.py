@@ -44,9 +44,10 @@ def run(fr: Frames) -> dict[str, Any]:
     definite = c["lost"] - open_
     g = guarantee(definite, n, fr.drain_complete() and c["acked"] > 0 and not open_)
     # more consumer groups than mask bits: some share a bit, so a redelivery may be two
-    # groups' first deliveries: only a value at two positions is a definite duplicate then
+    # groups' first deliveries: a value at two positions is a definite duplicate then, and a
+    # redelivery those groups cannot explain (core.value_counts "redelivered_sure")
     untracked = len(fr.groups()) > MAX_GROUPS
-    in_doubt = untracked and n > 0 and not c["at_two_positions"]
+    in_doubt = untracked and n > 0 and not c["at_two_positions"] and not c["redelivered_sure"]
     if in_doubt and g in ("at-least-once", "none"):
         g = UNKNOWN
     valid: Any = True
