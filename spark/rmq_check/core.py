@@ -393,11 +393,10 @@ class Frames:
         comp = k.isin(OK, FAIL, INFO, OK_WEAK)
         is_read = k == READ
         any_read = k.isin(READ, DRAIN_READ)
-        has_pos = (
-            F.col("qh").isNotNull()
-            & F.col("off").isNotNull()
-            & k.isin(OK, OK_WEAK, READ, DRAIN_READ)
-        )
+        # positions: acks with SEND_OK and reads. An ack with another status (say
+        # FLUSH_SLAVE_TIMEOUT: stored on the master, maybe not on a future master) promised
+        # no position: a new master may give its offset to another value (checker probe)
+        has_pos = F.col("qh").isNotNull() & F.col("off").isNotNull() & k.isin(OK, READ, DRAIN_READ)
         aggs = [
             F.bit_or(F.expr("shiftleft(1, kind)")).alias("kinds"),
             F.min(F.when(k == INVOKE, F.col("a"))).alias("inv_idx"),
