@@ -4,6 +4,7 @@ Real sockets and the real Raft driver, short timings (tests/controllerutil.FAST)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -148,10 +149,13 @@ async def test_master_connection_loss_elects_the_other_and_notifies_it(tmp_path:
         assert info.master_broker_id == 2
 
 
-async def test_a_master_that_reconnects_at_once_is_not_replaced(tmp_path: Path) -> None:
+async def test_a_master_that_reconnects_at_once_is_not_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Its connections to the controllers close (the broker lives and keeps beating): each
     controller waits half its heartbeat timeout for a heartbeat on a new connection before
     dropping it. A fault probe saw live masters deposed this way with no fault in force."""
+    caplog.set_level(logging.INFO, logger="rmq_ha.controller.role")
     async with group(tmp_path) as g, brokers(g, 2) as (b1, b2):
         first = await b1.elect()
         await b1.request(m.AlterSyncStateSetRequest("broker-a", 1, first.master_epoch or 0,
@@ -168,6 +172,8 @@ async def test_a_master_that_reconnects_at_once_is_not_replaced(tmp_path: Path) 
         info = await b2.replica_info()
         assert (info.master_broker_id, info.master_epoch) == (1, first.master_epoch)
         assert not new_master_notice(b2, 2)
+        # the operator sees what happened
+        assert "heartbeated again on another" in caplog.text
 
 
 async def test_expired_heartbeat_of_the_master_triggers_an_election(tmp_path: Path) -> None:

@@ -168,6 +168,10 @@ class HeartbeatTable:
             del self.entries[key]
         return dead
 
+    def keys_on(self, conn: object) -> list[BrokerKey]:
+        """The brokers whose last heartbeat came on `conn`."""
+        return [k for k, e in self.entries.items() if e.conn is conn]
+
     def closed_grace_ms(self, conn: object) -> int:
         """How long a broker whose heartbeat connection `conn` closed has to heartbeat again
         on a new one before `drop_connection` drops it: half its heartbeat timeout, at most
@@ -184,7 +188,7 @@ class HeartbeatTable:
 
     def drop_connection(self, conn: object) -> list[BrokerKey]:
         """Drops and returns the entries whose last heartbeat came on `conn` (it closed)."""
-        gone = [k for k, e in self.entries.items() if e.conn is conn]
+        gone = self.keys_on(conn)
         for key in gone:
             del self.entries[key]
         return gone

@@ -339,12 +339,22 @@ class ControllerNode:
             await conn.wait_closed()
         finally:
             self._watched.discard(id(conn))
+        bound = self.live.keys_on(conn)
         grace_ms = self.live.closed_grace_ms(conn)
         if grace_ms:
             await trio.sleep(grace_ms / 1000)
-        for key in self.live.drop_connection(conn):
+        gone = self.live.drop_connection(conn)
+        for key in gone:
             log.warning("broker %s: connection closed", key)
             self._on_broker_inactive(key)
+        for key in bound:
+            if key not in gone:
+                log.info(
+                    "broker %s: its heartbeat connection closed, and it heartbeated again on"
+                    " another within %d ms: kept",
+                    key,
+                    grace_ms,
+                )
         self.closed_connections_handled += 1
 
     # -- leader-only requests ------------------------------------------------------------------
